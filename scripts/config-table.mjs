@@ -1,0 +1,3 @@
+// Prints the README's configuration table from the config schema (run after `npm run build`).
+import { configTableMarkdown } from '../dist/util/configSchema.js';
+console.log(configTableMarkdown());

@@ -1,0 +1,91 @@
+// `npm start`: boots a local Harper with queue-keeper loaded, on a data folder inside the repo
+// (.harper-data/, ignored by git), and prints the URL and admin credentials. Ctrl-C stops it.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(import.meta.url);
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const data = join(repo, '.harper-data');
+mkdirSync(join(data, 'home'), { recursive: true });
+
+if (!existsSync(join(repo, 'dist', 'resources.js'))) {
+  console.error('dist/resources.js is missing: run `npm install` (it builds) or `npm run build` first.');
+  process.exit(1);
+}
+
+// Admin credentials and the hook-secret sealing key are made once and kept in the data folder.
+const credFile = join(data, 'credentials.json');
+if (!existsSync(credFile)) {
+  writeFileSync(credFile, JSON.stringify({ username: 'admin', password: randomBytes(12).toString('base64url') }), { mode: 0o600 });
+}
+const creds = JSON.parse(readFileSync(credFile, 'utf8'));
+const keyFile = join(data, 'secret-key');
+if (!process.env.QUEUE_KEEPER_SECRET_KEY && !existsSync(keyFile)) {
+  writeFileSync(keyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
+}
+const secretKey = process.env.QUEUE_KEEPER_SECRET_KEY ?? readFileSync(keyFile, 'utf8').trim();
+
+const host = process.env.HOST ?? '127.0.0.1';
+const httpPort = Number(process.env.PORT ?? 9926);
+const opsPort = Number(process.env.OPS_PORT ?? 9925);
+const mqttPort = Number(process.env.MQTT_PORT ?? 1883);
+const threads = Number(process.env.THREADS ?? 2);
+
+const setConfig = {
+  http: { port: `${host}:${httpPort}` },
+  operationsApi: { network: { port: `${host}:${opsPort}`, domainSocket: join(data, 'operations-server') } },
+  mqtt: { network: { port: `${host}:${mqttPort}`, securePort: `${host}:${mqttPort + 7000}` } },
+  threads: { count: threads },
+  authentication: { authorizeLocal: false },
+  logging: { level: process.env.LOG_LEVEL ?? 'info', stdStreams: true },
+  localStudio: { enabled: false },
+};
+
+const harperMain = require.resolve('harperdb');
+let dir = dirname(harperMain);
+while (!existsSync(join(dir, 'bin', 'harperdb.js'))) dir = dirname(dir);
+
+const env = {
+  ...process.env,
+  TC_AGREEMENT: 'yes',
+  HDB_ADMIN_USERNAME: creds.username,
+  HDB_ADMIN_PASSWORD: creds.password,
+  ROOTPATH: join(data, 'hdb'),
+  HOME: join(data, 'home'),
+  HARPER_SET_CONFIG: JSON.stringify(setConfig),
+  QUEUE_KEEPER_SECRET_KEY: secretKey,
+};
+delete env.AUTHENTICATION_AUTHORIZELOCAL;
+
+const child = spawn(process.execPath, [join(dir, 'bin', 'harperdb.js'), 'run', repo], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+const url = `http://${host}:${httpPort}`;
+let announced = false;
+child.stdout.on('data', (c) => {
+  process.stdout.write(c);
+});
+const poll = setInterval(async () => {
+  try {
+    const r = await fetch(`${url}/prerender_admin/health`, {
+      headers: { authorization: 'Basic ' + Buffer.from(`${creds.username}:${creds.password}`).toString('base64') },
+    });
+    if (r.status < 500 && !announced) {
+      announced = true;
+      clearInterval(poll);
+      console.log(`\nqueue-keeper is up\n  URL:        ${url}\n  operations: http://${host}:${opsPort}\n  username:   ${creds.username}\n  password:   ${creds.password}\n  data:       ${data}\n` +
+        `  try: curl -u ${creds.username}:${creds.password} -H 'content-type: application/json' -d '{"targets":[{"url":"https://example.com/"}]}' ${url}/render_queue/targets\n`);
+    }
+  } catch {
+    // not listening yet
+  }
+}, 500);
+const stop = () => child.kill('SIGTERM');
+process.on('SIGINT', stop);
+process.on('SIGTERM', stop);
+child.on('exit', (code) => {
+  clearInterval(poll);
+  process.exit(code ?? 0);
+});

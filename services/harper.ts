@@ -1,0 +1,76 @@
+// Typed wrappers for the parts of the harperdb 4.7.29 runtime we use. The shipped typings have gaps
+// (workerIndex, transaction, threads; logger methods optional) and `import { transaction }` throws in
+// ESM, so everything comes through the default export here and nowhere else.
+import harperdb from 'harperdb';
+
+/* eslint-disable @typescript-eslint/no-explicit-any */
+const runtime = harperdb as unknown as {
+  transaction: <T>(fn: (txn: any) => T | Promise<T>) => Promise<T>;
+  server: any;
+  databases: Record<string, Record<string, any>>;
+  logger: any;
+};
+
+export interface HarperTable {
+  get(id: string, txn?: unknown): Promise<Record<string, unknown> | undefined>;
+  put(id: string, record: Record<string, unknown>, txn?: unknown): Promise<void>;
+  patch(id: string, record: Record<string, unknown>, txn?: unknown): Promise<void>;
+  delete(id: string, txn?: unknown): Promise<boolean>;
+  search(query: Record<string, unknown>, txn?: unknown): AsyncIterable<Record<string, unknown>>;
+  subscribe(opts: Record<string, unknown>): Promise<AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }>;
+  publish?(id: string, msg: unknown): Promise<void>;
+  primaryStore: RawStore;
+}
+
+export interface RawStore {
+  get(key: string): unknown;
+  getRange(opts: Record<string, unknown>): Iterable<{ key: unknown; value: unknown }>;
+  getKeys(opts: Record<string, unknown>): Iterable<unknown>;
+  getUserSharedBuffer(key: string, init: ArrayBuffer, opts?: { callback?: () => void }): ArrayBuffer & { notify?: () => void };
+  attemptLock?(key: string, version: number, cb: () => void): boolean;
+  unlock?(key: string, version: number): boolean;
+  resetReadTxn?(): void;
+}
+
+export interface SubscriptionEvent {
+  id: string;
+  type: string;
+  value?: Record<string, unknown>;
+  version?: number;
+  localTime?: number;
+}
+
+export interface HarperUser {
+  username?: string;
+  role?: { role?: string; permission?: { super_user?: boolean } };
+}
+
+export const transaction = runtime.transaction;
+export const server = runtime.server as {
+  workerIndex?: number;
+  workerCount?: number;
+  config?: any;
+  hostname?: string;
+  http: (fn: (request: any, next: (r: any) => Promise<any>) => Promise<any>, opts?: Record<string, unknown>) => void;
+  recordAnalytics?: (value: number, metric: string, path?: string, method?: string, type?: string) => void;
+};
+
+export function table(database: string, name: string): HarperTable {
+  const t = runtime.databases[database]?.[name];
+  if (!t) throw new Error(`table ${database}.${name} is not defined; is schema.graphql loaded?`);
+  return t as HarperTable;
+}
+
+type LogFn = (...args: unknown[]) => void;
+const base = runtime.logger;
+const tagged = (typeof base?.withTag === 'function' ? base.withTag('queue-keeper') : base) as Record<string, LogFn | undefined>;
+export const log = {
+  debug: (...a: unknown[]) => tagged.debug?.(...a),
+  info: (...a: unknown[]) => tagged.info?.(...a),
+  warn: (...a: unknown[]) => tagged.warn?.(...a),
+  error: (...a: unknown[]) => tagged.error?.(...a),
+};
+
+export function workerIndex(): number | undefined {
+  return server.workerIndex;
+}

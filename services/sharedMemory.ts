@@ -1,0 +1,54 @@
+// Process-wide shared buffers (HARPER.md §5): every worker gets the same memory for a key from the
+// node-local NodeLocal table's store. The first caller fixes a buffer's size, so a later caller asking
+// for a different size gets the original; callers compare and log loudly.
+import { log, table, workerIndex, type RawStore } from './harper.js';
+
+let store: RawStore | undefined;
+function localStore(): RawStore {
+  store ??= table('queue_local', 'NodeLocal').primaryStore;
+  return store;
+}
+
+export interface SharedBuffer {
+  buffer: ArrayBuffer;
+  notify: () => void;
+}
+
+const obtained = new Map<string, SharedBuffer>();
+
+/**
+ * The shared buffer for `key`, at least `bytes` long if this process is the first to ask. A callback
+ * registers once per thread (each registration adds another callback) and runs on every thread when any
+ * thread calls notify().
+ */
+export function sharedBuffer(key: string, bytes: number, onNotify?: () => void): SharedBuffer {
+  const have = obtained.get(key);
+  if (have) return have;
+  const buf = localStore().getUserSharedBuffer(`queue-keeper:${key}`, new ArrayBuffer(bytes), onNotify ? { callback: onNotify } : undefined);
+  if (buf.byteLength !== bytes)
+    log.warn(`shared buffer ${key} keeps its first size ${buf.byteLength} bytes; ${bytes} were asked for (a restart-only setting changed?)`);
+  const sb: SharedBuffer = { buffer: buf, notify: () => buf.notify?.() };
+  obtained.set(key, sb);
+  return sb;
+}
+
+// Worker registry: bit i set once worker i has loaded the component (readiness for tests and health).
+function registry(): Int32Array {
+  return new Int32Array(sharedBuffer('workers', 64).buffer);
+}
+
+export function registerWorker(): void {
+  const i = workerIndex();
+  if (i === undefined || i > 30) return;
+  Atomics.or(registry(), 0, 1 << i);
+}
+
+export function workersReady(): number {
+  let bits = Atomics.load(registry(), 0);
+  let n = 0;
+  while (bits) {
+    n += bits & 1;
+    bits >>>= 1;
+  }
+  return n;
+}

@@ -1,0 +1,277 @@
+// The one way tests and benchmarks boot a real Harper: a private HOME and root in a temp folder,
+// every listener on a free 127.0.0.1 port, 2 worker threads, authorizeLocal off (set through
+// HARPER_SET_CONFIG, never the AUTHENTICATION_AUTHORIZELOCAL env var, whose string "false" is truthy),
+// readiness that waits for every worker, and a stop by pid.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import http from 'node:http';
+
+const require = createRequire(import.meta.url);
+const here = dirname(fileURLToPath(import.meta.url));
+/** The repo root: this file compiles to dist/test/harness.js. */
+export const repoRoot = resolve(here, '..', '..');
+
+export const ADMIN_USER = 'admin';
+export const ADMIN_PASS = 'admin-pass-for-tests';
+
+export interface Credentials {
+  username: string;
+  password: string;
+}
+
+export interface StartOptions {
+  componentDir?: string;
+  threads?: number;
+  /** Reuse an existing root (a restart); otherwise a fresh temp root is made. */
+  root?: string;
+  /** Extra Harper root config merged into HARPER_SET_CONFIG. */
+  harperConfig?: Record<string, unknown>;
+  /** Extra environment for the Harper process. */
+  env?: Record<string, string>;
+  /** Path polled (as admin) until it answers below 500 with every worker reporting in. */
+  readyPath?: string;
+  readyTimeoutMs?: number;
+  logLevel?: string;
+}
+
+export interface FetchInit {
+  method?: string;
+  body?: unknown;
+  /** Raw body string sent as is (for malformed-body tests). */
+  rawBody?: string | Buffer;
+  headers?: Record<string, string>;
+  /** Credentials; default admin, null for none. */
+  auth?: Credentials | null;
+  /** A new connection each time, so requests spread over workers. */
+  fresh?: boolean;
+}
+
+export interface FetchResult {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  text: string;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  json: any;
+}
+
+export interface HarperInstance {
+  url: string;
+  opsUrl: string;
+  root: string;
+  ports: Record<string, number>;
+  pid: number;
+  output: () => string;
+  fetch: (path: string, init?: FetchInit) => Promise<FetchResult>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  operation: (body: Record<string, unknown>) => Promise<any>;
+  addUser: (username: string, password: string, role: string) => Promise<void>;
+  /** SIGTERM (SIGKILL after 15 s) and wait for exit; keeps the root. */
+  stop: () => Promise<void>;
+  /** SIGKILL at once (a crash); keeps the root. */
+  kill: () => Promise<void>;
+  /** Stop, then remove the temp root. */
+  destroy: () => Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolvePort(port));
+    });
+  });
+}
+
+function harperBin(): string {
+  // harperdb/package.json is not in its exports map; resolve the main file and walk up.
+  const main = require.resolve('harperdb');
+  let dir = dirname(main);
+  while (!existsSync(join(dir, 'bin', 'harperdb.js'))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error('cannot find harperdb/bin/harperdb.js');
+    dir = up;
+  }
+  return join(dir, 'bin', 'harperdb.js');
+}
+
+const keepAliveAgent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+
+export function basicAuth(c: Credentials): string {
+  return 'Basic ' + Buffer.from(`${c.username}:${c.password}`).toString('base64');
+}
+
+export function request(baseUrl: string, path: string, init: FetchInit = {}): Promise<FetchResult> {
+  const u = new URL(path, baseUrl);
+  const headers: Record<string, string> = { ...(init.headers ?? {}) };
+  const auth = init.auth === undefined ? { username: ADMIN_USER, password: ADMIN_PASS } : init.auth;
+  if (auth) headers.authorization = basicAuth(auth);
+  let payload: string | Buffer | undefined;
+  if (init.rawBody !== undefined) payload = init.rawBody;
+  else if (init.body !== undefined) payload = JSON.stringify(init.body);
+  if (payload !== undefined) {
+    headers['content-type'] ??= 'application/json';
+    headers['content-length'] = String(Buffer.byteLength(payload));
+  }
+  if (init.fresh) headers.connection = 'close';
+  return new Promise((resolveReq, reject) => {
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname + u.search,
+        method: init.method ?? (payload !== undefined ? 'POST' : 'GET'),
+        headers,
+        agent: init.fresh ? false : keepAliveAgent,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown = undefined;
+          try {
+            json = text ? JSON.parse(text) : undefined;
+          } catch {
+            json = undefined;
+          }
+          resolveReq({ status: res.statusCode ?? 0, headers: res.headers, text, json });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    if (payload !== undefined) req.write(payload);
+    req.end();
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function startHarper(opts: StartOptions = {}): Promise<HarperInstance> {
+  const componentDir = opts.componentDir ?? repoRoot;
+  const threads = opts.threads ?? 2;
+  const root = opts.root ?? mkdtempSync(join(tmpdir(), 'qk-harper-'));
+  const freshRoot = !opts.root;
+  const home = join(root, 'home');
+  const dataRoot = join(root, 'hdb');
+  const portsFile = join(root, 'ports.json');
+  let ports: Record<string, number>;
+  if (existsSync(portsFile)) {
+    ports = JSON.parse(readFileSync(portsFile, 'utf8')) as Record<string, number>;
+  } else {
+    ports = {
+      http: await freePort(),
+      ops: await freePort(),
+      mqtt: await freePort(),
+      mqtts: await freePort(),
+      repl: await freePort(),
+    };
+    const { writeFileSync, mkdirSync } = await import('node:fs');
+    mkdirSync(home, { recursive: true });
+    writeFileSync(portsFile, JSON.stringify(ports));
+  }
+  const setConfig = {
+    http: { port: `127.0.0.1:${ports.http}` },
+    operationsApi: { network: { port: `127.0.0.1:${ports.ops}`, domainSocket: join(root, 'ops.sock') } },
+    mqtt: { network: { port: `127.0.0.1:${ports.mqtt}`, securePort: `127.0.0.1:${ports.mqtts}` } },
+    replication: { securePort: `127.0.0.1:${ports.repl}` },
+    threads: { count: threads },
+    authentication: { authorizeLocal: false },
+    logging: { level: opts.logLevel ?? 'info', stdStreams: true },
+    localStudio: { enabled: false },
+    ...(opts.harperConfig ?? {}),
+  };
+  const env: Record<string, string> = {
+    ...(process.env as Record<string, string>),
+    TC_AGREEMENT: 'yes',
+    HDB_ADMIN_USERNAME: ADMIN_USER,
+    HDB_ADMIN_PASSWORD: ADMIN_PASS,
+    ROOTPATH: dataRoot,
+    HOME: home,
+    HARPER_SET_CONFIG: JSON.stringify(setConfig),
+    QUEUE_KEEPER_SECRET_KEY: process.env.QUEUE_KEEPER_SECRET_KEY ?? Buffer.alloc(32, 7).toString('base64'),
+    ...(opts.env ?? {}),
+  };
+  delete env.AUTHENTICATION_AUTHORIZELOCAL;
+  delete env.NODE_OPTIONS;
+  delete env.NODE_TEST_CONTEXT;
+  const child: ChildProcess = spawn(process.execPath, [harperBin(), 'run', componentDir], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  const keep = (c: Buffer) => {
+    out += c.toString();
+    if (out.length > 400_000) out = out.slice(-200_000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  let exited = false;
+  const exitPromise = new Promise<void>((r) => child.on('exit', () => ((exited = true), r())));
+
+  const url = `http://127.0.0.1:${ports.http}`;
+  const opsUrl = `http://127.0.0.1:${ports.ops}`;
+  const inst: HarperInstance = {
+    url,
+    opsUrl,
+    root,
+    ports,
+    pid: child.pid ?? -1,
+    output: () => out,
+    fetch: (path, init) => request(url, path, init),
+    operation: async (body) => {
+      const r = await request(opsUrl, '/', { body });
+      if (r.status >= 400) throw new Error(`operation ${String(body.operation)} failed: ${r.status} ${r.text}`);
+      return r.json;
+    },
+    addUser: async (username, password, role) => {
+      await inst.operation({ operation: 'add_user', role, username, password, active: true });
+    },
+    stop: async () => {
+      if (exited) return;
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 15_000);
+      await exitPromise;
+      clearTimeout(t);
+    },
+    kill: async () => {
+      if (exited) return;
+      child.kill('SIGKILL');
+      await exitPromise;
+    },
+    destroy: async () => {
+      await inst.stop();
+      if (freshRoot || opts.root) rmSync(root, { recursive: true, force: true });
+    },
+  };
+
+  const readyPath = opts.readyPath ?? '/prerender_admin/health';
+  const deadline = Date.now() + (opts.readyTimeoutMs ?? 90_000);
+  for (;;) {
+    if (exited) throw new Error(`Harper exited during start:\n${out.slice(-4000)}`);
+    if (Date.now() > deadline) {
+      await inst.destroy();
+      throw new Error(`Harper not ready after timeout:\n${out.slice(-4000)}`);
+    }
+    try {
+      const r = await request(url, readyPath, { fresh: true });
+      if (r.status < 500 && r.status !== 404) {
+        const workers = (r.json as { workersReady?: number } | undefined)?.workersReady;
+        if (workers === undefined || workers >= threads) break;
+      }
+    } catch {
+      // not listening yet
+    }
+    await sleep(150);
+  }
+  return inst;
+}

@@ -1,0 +1,123 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import {
+  applyValues,
+  changedPaths,
+  checkPartial,
+  CONFIG_KEYS,
+  ConfigError,
+  configTableMarkdown,
+  defaultConfig,
+  getPath,
+  mergePartials,
+} from '../../util/configSchema.js';
+import { repoRoot } from '../harness.js';
+
+test('every SPEC §8 default is in the schema', () => {
+  const d = defaultConfig();
+  assert.equal(d.queue.keeper.publishInterval, 1000);
+  assert.equal(d.queue.keeper.stateInterval, 5000);
+  assert.equal(d.queue.keeper.verifyInterval, 3_600_000);
+  assert.equal(d.queue.ready.capacity, 5000);
+  assert.equal(d.queue.ready.sitemapBoost, 2);
+  assert.equal(d.queue.ready.urgentHeadStart, 1);
+  assert.equal(d.queue.ready.changedHeadStart, 1);
+  assert.equal(d.queue.jobLeaseTime, 600_000);
+  assert.equal(d.queue.maxClaimLimit, 25);
+  assert.equal(d.queue.maxLeases, 4096);
+  assert.equal(d.queue.statusSyncInterval, 60_000);
+  assert.deepEqual(d.queue.fleetRoles, ['render_fleet']);
+  assert.deepEqual(d.queue.feederRoles, ['render_feeder']);
+  assert.deepEqual(d.queue.discoverRoles, ['render_discover']);
+  assert.equal(d.render.defaultInterval, 86_400_000);
+  assert.deepEqual(d.render.routes, []);
+  assert.deepEqual(d.render.failureRetry, { fastRetries: 2, backoffFactor: 2, maxBackoff: 604_800_000, nonSitemapPenalty: 4 });
+  assert.equal(d.render.maxBodyBytes, 5_242_880);
+  assert.equal(d.notify.allowHttp, false);
+  assert.deepEqual(d.notify.allowCidrs, []);
+  assert.equal(d.notify.attemptTimeout, 5000);
+  assert.equal(d.notify.maxAttempts, 3);
+  assert.equal(d.notify.maxHooksPerFleet, 5);
+  assert.equal(d.notify.disableAfterFailures, 10);
+  assert.equal(d.notify.ratePerMinute, 120);
+  assert.equal(d.notify.edgeCooldown, 60_000);
+  assert.equal(d.stall.after, 120_000);
+  assert.deepEqual(d.stall.backoff, [300_000, 1_200_000, 3_600_000, 21_600_000]);
+  assert.equal(d.stall.maxNudges, 5);
+  assert.equal(d.stall.sweepLimit, 4);
+  assert.equal(d.maintenance.tickInterval, 30_000);
+});
+
+test('a nested partial is checked and applied; other keys keep their values', () => {
+  const { values, unknown } = checkPartial({ stall: { after: 2000 }, queue: { keeper: { publishInterval: 250 } } });
+  assert.deepEqual(unknown, []);
+  const cfg = applyValues(defaultConfig(), values);
+  assert.equal(cfg.stall.after, 2000);
+  assert.equal(cfg.queue.keeper.publishInterval, 250);
+  assert.equal(cfg.stall.maxNudges, 5);
+  assert.deepEqual(changedPaths(defaultConfig(), cfg).sort(), ['queue.keeper.publishInterval', 'stall.after']);
+});
+
+function refusal(partial: unknown): ConfigError {
+  try {
+    checkPartial(partial);
+  } catch (e) {
+    assert.ok(e instanceof ConfigError);
+    return e;
+  }
+  assert.fail('expected a ConfigError');
+}
+
+test('a bad value is refused with the key named', () => {
+  assert.equal(refusal({ stall: { after: 'soon' } }).key, 'stall.after');
+  assert.equal(refusal({ queue: { keeper: { publishInterval: 50 } } }).key, 'queue.keeper.publishInterval');
+  assert.equal(refusal({ queue: { keeper: { publishInterval: 70000 } } }).key, 'queue.keeper.publishInterval');
+  assert.equal(refusal({ queue: { maxClaimLimit: 2.5 } }).key, 'queue.maxClaimLimit');
+  assert.equal(refusal({ notify: { allowHttp: 'yes' } }).key, 'notify.allowHttp');
+  assert.equal(refusal({ stall: { backoff: [1000, 'x'] } }).key, 'stall.backoff[1]');
+  assert.equal(refusal({ render: { routes: [{ name: 'a', match: 'glob', path: '/' }] } }).key, 'render.routes[0].match');
+  assert.equal(refusal({ render: { routes: [{ name: 'a', match: 'exact', path: '/', renderInterval: 5 }] } }).key, 'render.routes[0].renderInterval');
+  assert.equal(refusal({ queue: { fleetRoles: 'render_fleet' } }).key, 'queue.fleetRoles');
+  assert.equal(refusal({ notify: { allowCidrs: ['not an address'] } }).key, 'notify.allowCidrs');
+  assert.match(refusal({ stall: { after: 5 } }).message, /stall\.after must be at least 1000/);
+});
+
+test('verifyInterval accepts 0 (off) but nothing between 0 and 10 s', () => {
+  assert.equal(checkPartial({ queue: { keeper: { verifyInterval: 0 } } }).values.get('queue.keeper.verifyInterval'), 0);
+  assert.equal(refusal({ queue: { keeper: { verifyInterval: 5000 } } }).key, 'queue.keeper.verifyInterval');
+});
+
+test('unknown keys are reported by path and ignored', () => {
+  const { values, unknown } = checkPartial({ stall: { after: 2000, soon: 1 }, nope: { a: 1 }, queue: { keeper: 3 } });
+  assert.deepEqual(unknown.sort(), ['nope', 'queue.keeper', 'stall.soon']);
+  assert.deepEqual([...values.keys()], ['stall.after']);
+});
+
+test('overrides merge nested objects and replace arrays', () => {
+  const merged = mergePartials({ stall: { after: 2000, backoff: [1000, 2000] } }, { stall: { backoff: [5000] }, notify: { allowHttp: true } });
+  assert.deepEqual(merged, { stall: { after: 2000, backoff: [5000] }, notify: { allowHttp: true } });
+});
+
+test('every key has a description, an effect and a default that passes its own check', () => {
+  for (const k of CONFIG_KEYS) {
+    assert.ok(k.description.length > 10, k.path);
+    const partial: Record<string, unknown> = {};
+    let o = partial;
+    const parts = k.path.split('.');
+    parts.slice(0, -1).forEach((p) => (o = (o[p] = {}) as Record<string, unknown>));
+    o[parts[parts.length - 1]!] = k.default;
+    const { values } = checkPartial(partial);
+    assert.deepEqual(values.get(k.path), k.default);
+    assert.deepEqual(getPath(defaultConfig(), k.path), k.default);
+  }
+});
+
+test('the README configuration table is the one generated from the schema', () => {
+  const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
+  assert.ok(
+    readme.includes(configTableMarkdown()),
+    'README.md must contain the table printed by `node scripts/config-table.mjs`',
+  );
+});

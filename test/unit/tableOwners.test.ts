@@ -1,0 +1,32 @@
+// One owner per table (STYLE.md): a source file other than the owner that names a table fails here.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { repoRoot } from '../harness.js';
+
+function sources(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...sources(p));
+    else if (name.endsWith('.ts')) out.push(p);
+  }
+  return out;
+}
+
+const all = [join(repoRoot, 'resources.ts'), ...sources(join(repoRoot, 'util')), ...sources(join(repoRoot, 'services'))];
+
+function namers(pattern: RegExp): string[] {
+  return all.filter((f) => pattern.test(readFileSync(f, 'utf8'))).map((f) => relative(repoRoot, f));
+}
+
+test('only the schedule owner reads or writes RenderSchedule', () => {
+  assert.deepEqual(namers(/RenderSchedule|['"]render_schedule['"]/), ['services/schedule.ts']);
+});
+
+test('the check itself sees a file that names the table', () => {
+  // Guard against a test that cannot fail: the owner must be found by the same scan.
+  assert.ok(all.some((f) => f.endsWith(join('services', 'schedule.ts'))));
+  assert.ok(namers(/RenderSchedule/).length >= 1);
+});
