@@ -20,7 +20,11 @@ if (!existsSync(join(repo, 'dist', 'resources.js'))) {
 // Admin credentials and the hook-secret sealing key are made once and kept in the data folder.
 const credFile = join(data, 'credentials.json');
 if (!existsSync(credFile)) {
-  writeFileSync(credFile, JSON.stringify({ username: 'admin', password: randomBytes(12).toString('base64url') }), { mode: 0o600 });
+  writeFileSync(
+    credFile,
+    JSON.stringify({ username: 'admin', password: randomBytes(12).toString('base64url') }),
+    { mode: 0o600 },
+  );
 }
 const creds = JSON.parse(readFileSync(credFile, 'utf8'));
 const keyFile = join(data, 'secret-key');
@@ -61,7 +65,10 @@ const env = {
 };
 delete env.AUTHENTICATION_AUTHORIZELOCAL;
 
-const child = spawn(process.execPath, [join(dir, 'bin', 'harperdb.js'), 'run', repo], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+const child = spawn(process.execPath, [join(dir, 'bin', 'harperdb.js'), 'run', repo], {
+  env,
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
 const url = `http://${host}:${httpPort}`;
 let announced = false;
 child.stdout.on('data', (c) => {
@@ -70,13 +77,17 @@ child.stdout.on('data', (c) => {
 const poll = setInterval(async () => {
   try {
     const r = await fetch(`${url}/prerender_admin/health`, {
-      headers: { authorization: 'Basic ' + Buffer.from(`${creds.username}:${creds.password}`).toString('base64') },
+      headers: {
+        authorization: 'Basic ' + Buffer.from(`${creds.username}:${creds.password}`).toString('base64'),
+      },
     });
     if (r.status < 500 && !announced) {
       announced = true;
       clearInterval(poll);
-      console.log(`\nqueue-keeper is up\n  URL:        ${url}\n  operations: http://${host}:${opsPort}\n  username:   ${creds.username}\n  password:   ${creds.password}\n  data:       ${data}\n` +
-        `  try: curl -u ${creds.username}:${creds.password} -H 'content-type: application/json' -d '{"targets":[{"url":"https://example.com/"}]}' ${url}/render_queue/targets\n`);
+      console.log(
+        `\nqueue-keeper is up\n  URL:        ${url}\n  operations: http://${host}:${opsPort}\n  username:   ${creds.username}\n  password:   ${creds.password}\n  data:       ${data}\n` +
+          `  try: curl -u ${creds.username}:${creds.password} -H 'content-type: application/json' -d '{"targets":[{"url":"https://example.com/"}]}' ${url}/render_queue/targets\n`,
+      );
     }
   } catch {
     // not listening yet

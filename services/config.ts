@@ -73,7 +73,8 @@ function compute(): QueueKeeperConfig {
       warnUnknown(checked.unknown, source);
       cfg = applyValues(cfg, checked.values);
     } catch (e) {
-      if (e instanceof ConfigError) log.error(`invalid ${COMPONENT_KEY} configuration in ${source}: ${e.message}; ignoring that source`);
+      if (e instanceof ConfigError)
+        log.error(`invalid ${COMPONENT_KEY} configuration in ${source}: ${e.message}; ignoring that source`);
       else throw e;
     }
   }
@@ -172,14 +173,23 @@ export async function updateConfig(partial: unknown): Promise<ConfigUpdate> {
   }
   const nextOverrides = mergePartials(await readOverrides(), known);
   // Validate the merged result as a whole before storing anything.
-  const merged = applyValues(applyValues(defaultConfig(), checkPartial(fileOptions).values), checkPartial(nextOverrides).values);
+  const merged = applyValues(
+    applyValues(defaultConfig(), checkPartial(fileOptions).values),
+    checkPartial(nextOverrides).values,
+  );
   await transaction(async (txn) => {
-    await overrideTable().put(OVERRIDE_ID, { id: OVERRIDE_ID, overrides: JSON.stringify(nextOverrides), updatedAt: Date.now() }, txn);
+    await overrideTable().put(
+      OVERRIDE_ID,
+      { id: OVERRIDE_ID, overrides: JSON.stringify(nextOverrides), updatedAt: Date.now() },
+      txn,
+    );
   });
   overrides = nextOverrides;
   const prev = current;
   setCurrent(merged);
-  const restartRequired = CONFIG_KEYS.filter((k) => k.effect === 'restart' && checked.values.has(k.path)).map((k) => k.path);
+  const restartRequired = CONFIG_KEYS.filter((k) => k.effect === 'restart' && checked.values.has(k.path)).map(
+    (k) => k.path,
+  );
   void prev;
   return { config: merged, ignored: checked.unknown, restartRequired };
 }

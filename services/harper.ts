@@ -17,7 +17,9 @@ export interface HarperTable {
   patch(id: string, record: Record<string, unknown>, txn?: unknown): Promise<void>;
   delete(id: string, txn?: unknown): Promise<boolean>;
   search(query: Record<string, unknown>, txn?: unknown): AsyncIterable<Record<string, unknown>>;
-  subscribe(opts: Record<string, unknown>): Promise<AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }>;
+  subscribe(
+    opts: Record<string, unknown>,
+  ): Promise<AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }>;
   publish?(id: string, msg: unknown): Promise<void>;
   primaryStore: RawStore;
 }
@@ -26,7 +28,11 @@ export interface RawStore {
   get(key: string): unknown;
   getRange(opts: Record<string, unknown>): Iterable<{ key: unknown; value: unknown }>;
   getKeys(opts: Record<string, unknown>): Iterable<unknown>;
-  getUserSharedBuffer(key: string, init: ArrayBuffer, opts?: { callback?: () => void }): ArrayBuffer & { notify?: () => void };
+  getUserSharedBuffer(
+    key: string,
+    init: ArrayBuffer,
+    opts?: { callback?: () => void },
+  ): ArrayBuffer & { notify?: () => void };
   attemptLock?(key: string, version: number, cb: () => void): boolean;
   unlock?(key: string, version: number): boolean;
   resetReadTxn?(): void;
@@ -51,7 +57,10 @@ export const server = runtime.server as {
   workerCount?: number;
   config?: any;
   hostname?: string;
-  http: (fn: (request: any, next: (r: any) => Promise<any>) => Promise<any>, opts?: Record<string, unknown>) => void;
+  http: (
+    fn: (request: any, next: (r: any) => Promise<any>) => Promise<any>,
+    opts?: Record<string, unknown>,
+  ) => void;
   recordAnalytics?: (value: number, metric: string, path?: string, method?: string, type?: string) => void;
 };
 
@@ -63,7 +72,10 @@ export function table(database: string, name: string): HarperTable {
 
 type LogFn = (...args: unknown[]) => void;
 const base = runtime.logger;
-const tagged = (typeof base?.withTag === 'function' ? base.withTag('queue-keeper') : base) as Record<string, LogFn | undefined>;
+const tagged = (typeof base?.withTag === 'function' ? base.withTag('queue-keeper') : base) as Record<
+  string,
+  LogFn | undefined
+>;
 export const log = {
   debug: (...a: unknown[]) => tagged.debug?.(...a),
   info: (...a: unknown[]) => tagged.info?.(...a),

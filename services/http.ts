@@ -78,14 +78,25 @@ export function errorResponse(e: HttpError) {
 /** Whether a user may call as `caller`: super_user may do everything, others need a configured role. */
 export function authorize(user: HarperUser | undefined, caller: Caller): void {
   if (caller === 'any') return;
-  if (!user) throw new HttpError(401, 'unauthenticated', 'authentication required: send basic auth or a Harper token');
+  if (!user)
+    throw new HttpError(401, 'unauthenticated', 'authentication required: send basic auth or a Harper token');
   if (user.role?.permission?.super_user) return;
   const roleName = user.role?.role ?? '';
   const q = config().queue;
   const allowed =
-    caller === 'feeder' ? q.feederRoles : caller === 'discover' ? q.discoverRoles : caller === 'fleet' ? q.fleetRoles : [];
+    caller === 'feeder'
+      ? q.feederRoles
+      : caller === 'discover'
+        ? q.discoverRoles
+        : caller === 'fleet'
+          ? q.fleetRoles
+          : [];
   if (!allowed.includes(roleName))
-    throw new HttpError(403, 'forbidden', `this endpoint needs ${caller === 'admin' ? 'a super_user' : `a ${caller} role`}`);
+    throw new HttpError(
+      403,
+      'forbidden',
+      `this endpoint needs ${caller === 'admin' ? 'a super_user' : `a ${caller} role`}`,
+    );
 }
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
@@ -108,7 +119,10 @@ async function readBody(nodeReq: any, limit: number): Promise<Buffer> {
   return Buffer.concat(chunks, size);
 }
 
-function findRoute(method: string, pathname: string): { route?: Route; params: string[]; pathKnown: boolean } {
+function findRoute(
+  method: string,
+  pathname: string,
+): { route?: Route; params: string[]; pathKnown: boolean } {
   let pathKnown = false;
   for (const r of routes) {
     let params: string[] | null = null;
@@ -134,7 +148,8 @@ async function dispatch(request: any): Promise<any> {
   const method = String(request.method ?? 'GET').toUpperCase();
   const { route: r, params, pathKnown } = findRoute(method, pathname);
   if (!r) {
-    if (pathKnown) return json(405, { error: `${method} is not allowed on ${pathname}`, code: 'method_not_allowed' });
+    if (pathKnown)
+      return json(405, { error: `${method} is not allowed on ${pathname}`, code: 'method_not_allowed' });
     return json(404, { error: `no endpoint at ${pathname}`, code: 'not_found' });
   }
   try {
@@ -148,7 +163,11 @@ async function dispatch(request: any): Promise<any> {
         try {
           body = JSON.parse(raw.toString('utf8'));
         } catch (e) {
-          throw new HttpError(400, 'invalid_json', `the request body is not valid JSON: ${(e as Error).message}`);
+          throw new HttpError(
+            400,
+            'invalid_json',
+            `the request body is not valid JSON: ${(e as Error).message}`,
+          );
         }
       }
     }

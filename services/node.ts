@@ -5,5 +5,5 @@ import { server } from './harper.js';
 
 export function nodeName(): string {
   const repl = (server.config as { replication?: { hostname?: string } } | undefined)?.replication?.hostname;
-  return typeof repl === 'string' && repl.length > 0 ? repl : (server.hostname ?? osHostname());
+  return typeof repl === 'string' && repl.length > 0 ? repl : osHostname();
 }

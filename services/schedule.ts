@@ -94,9 +94,7 @@ export interface ResultWrite {
   completedAt: number;
 }
 
-export type ResultApplied =
-  | { found: false }
-  | { found: true; row: ScheduleRow; keepLease: boolean };
+export type ResultApplied = { found: false } | { found: true; row: ScheduleRow; keepLease: boolean };
 
 /** Reschedules rows after results (success lane, fast-retry lane, backoff lane) in one transaction. */
 export async function applyResults(results: ResultWrite[]): Promise<ResultApplied[]> {
@@ -138,7 +136,9 @@ export async function putRow(row: ScheduleRow): Promise<void> {
 }
 
 /** Live schedule events (no replay of current rows): the keeper subscribes before it walks. */
-export async function subscribeSchedule(): Promise<AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }> {
+export async function subscribeSchedule(): Promise<
+  AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }
+> {
   return schedule().subscribe({ omitCurrent: true });
 }
 
@@ -166,7 +166,8 @@ export function* walkSchedule(opts: WalkOptions): Generator<{ key: string; row: 
   });
   for (const { key, value } of range) {
     if (typeof key !== 'string') continue;
-    const row = value && typeof value === 'object' ? toScheduleRow(key, value as Record<string, unknown>) : undefined;
+    const row =
+      value && typeof value === 'object' ? toScheduleRow(key, value as Record<string, unknown>) : undefined;
     yield { key, row };
   }
 }

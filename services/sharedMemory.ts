@@ -24,9 +24,15 @@ const obtained = new Map<string, SharedBuffer>();
 export function sharedBuffer(key: string, bytes: number, onNotify?: () => void): SharedBuffer {
   const have = obtained.get(key);
   if (have) return have;
-  const buf = localStore().getUserSharedBuffer(`queue-keeper:${key}`, new ArrayBuffer(bytes), onNotify ? { callback: onNotify } : undefined);
+  const buf = localStore().getUserSharedBuffer(
+    `queue-keeper:${key}`,
+    new ArrayBuffer(bytes),
+    onNotify ? { callback: onNotify } : undefined,
+  );
   if (buf.byteLength !== bytes)
-    log.warn(`shared buffer ${key} keeps its first size ${buf.byteLength} bytes; ${bytes} were asked for (a restart-only setting changed?)`);
+    log.warn(
+      `shared buffer ${key} keeps its first size ${buf.byteLength} bytes; ${bytes} were asked for (a restart-only setting changed?)`,
+    );
   const sb: SharedBuffer = { buffer: buf, notify: () => buf.notify?.() };
   obtained.set(key, sb);
   return sb;

@@ -230,7 +230,8 @@ export async function startHarper(opts: StartOptions = {}): Promise<HarperInstan
     fetch: (path, init) => request(url, path, init),
     operation: async (body) => {
       const r = await request(opsUrl, '/', { body });
-      if (r.status >= 400) throw new Error(`operation ${String(body.operation)} failed: ${r.status} ${r.text}`);
+      if (r.status >= 400)
+        throw new Error(`operation ${String(body.operation)} failed: ${r.status} ${r.text}`);
       return r.json;
     },
     addUser: async (username, password, role) => {

@@ -40,7 +40,12 @@ export interface QueueKeeperConfig {
   render: {
     defaultInterval: number;
     routes: RouteConfig[];
-    failureRetry: { fastRetries: number; backoffFactor: number; maxBackoff: number; nonSitemapPenalty: number };
+    failureRetry: {
+      fastRetries: number;
+      backoffFactor: number;
+      maxBackoff: number;
+      nonSitemapPenalty: number;
+    };
     maxBodyBytes: number;
   };
   notify: {
@@ -61,40 +66,303 @@ const MINUTE = 60_000;
 const DAY = 86_400_000;
 
 export const CONFIG_KEYS: readonly ConfigKey[] = [
-  { path: 'queue.keeper.publishInterval', kind: 'int', default: 1000, min: 100, max: 60000, effect: 'timers', description: 'How often worker 0 publishes the ready set and heartbeat (ms).' },
-  { path: 'queue.keeper.stateInterval', kind: 'int', default: 5000, min: 1000, max: 600000, effect: 'timers', description: 'How often the queue-state document is recomputed (ms).' },
-  { path: 'queue.keeper.verifyInterval', kind: 'int', default: 3600000, min: 10000, max: 7 * DAY, zeroAllowed: true, effect: 'timers', description: 'Verification walk period (ms); 0 turns it off.' },
-  { path: 'queue.ready.capacity', kind: 'int', default: 5000, min: 1, max: 100000, effect: 'restart', description: 'Rows in one published ready set; fixed at first allocation.' },
-  { path: 'queue.ready.sitemapBoost', kind: 'number', default: 2, min: 1, max: 1000, effect: 'reclassify', description: 'Score multiplier for sitemap rows.' },
-  { path: 'queue.ready.urgentHeadStart', kind: 'number', default: 1, min: 0, max: 1000, effect: 'reclassify', description: 'Score head start (in cadences) of an urgent row.' },
-  { path: 'queue.ready.changedHeadStart', kind: 'number', default: 1, min: 0, max: 1000, effect: 'reclassify', description: 'Score head start (in cadences) of a changed row.' },
-  { path: 'queue.jobLeaseTime', kind: 'int', default: 600000, min: 5000, max: DAY, effect: 'live', description: 'Lease length of a claimed job (ms).' },
-  { path: 'queue.maxClaimLimit', kind: 'int', default: 25, min: 1, max: 1000, effect: 'live', description: 'Largest claim; bigger limits are clamped.' },
-  { path: 'queue.maxLeases', kind: 'int', default: 4096, min: 64, max: 1048576, effect: 'restart', description: 'Lease table slots; fixed at first allocation.' },
-  { path: 'queue.statusSyncInterval', kind: 'int', default: 60000, min: 250, max: 600000, effect: 'timers', description: 'Status sync and lease-gauge reconcile period (ms).' },
-  { path: 'queue.fleetRoles', kind: 'roles', default: ['render_fleet'], effect: 'live', description: 'Roles that may claim and report.' },
-  { path: 'queue.feederRoles', kind: 'roles', default: ['render_feeder'], effect: 'live', description: 'Roles that may file and delete targets.' },
-  { path: 'queue.discoverRoles', kind: 'roles', default: ['render_discover'], effect: 'live', description: 'Roles that may file unverified URLs.' },
-  { path: 'render.defaultInterval', kind: 'int', default: DAY, min: MINUTE, max: 365 * DAY, effect: 'reclassify', description: 'Cadence when neither a route nor the row gives one (ms).' },
-  { path: 'render.routes', kind: 'routes', default: [], effect: 'reclassify', description: 'Routes `{name, match: exact|prefix, path, renderInterval?}`, first match wins; the name is the queue.' },
-  { path: 'render.failureRetry.fastRetries', kind: 'int', default: 2, min: 0, max: 100, effect: 'live', description: 'Failures retried on the lease alone before backoff.' },
-  { path: 'render.failureRetry.backoffFactor', kind: 'number', default: 2, min: 1, max: 100, effect: 'live', description: 'Backoff growth per failure.' },
-  { path: 'render.failureRetry.maxBackoff', kind: 'int', default: 7 * DAY, min: MINUTE, max: 365 * DAY, effect: 'live', description: 'Longest backoff (ms); never below the cadence.' },
-  { path: 'render.failureRetry.nonSitemapPenalty', kind: 'number', default: 4, min: 1, max: 1000, effect: 'live', description: 'Extra backoff factor for non-sitemap rows once k > 0.' },
-  { path: 'render.maxBodyBytes', kind: 'int', default: 5242880, min: 1024, max: 64 * 1048576, effect: 'live', description: 'Largest stored page body (bytes); larger results are 413.' },
-  { path: 'notify.allowHttp', kind: 'boolean', default: false, effect: 'live', description: 'Allow plain-http hook URLs.' },
-  { path: 'notify.allowCidrs', kind: 'cidrs', default: [], effect: 'live', description: 'Addresses or CIDRs hooks may reach; only exact entries open loopback, link-local or this server.' },
-  { path: 'notify.attemptTimeout', kind: 'int', default: 5000, min: 100, max: 60000, effect: 'live', description: 'Time limit of one delivery attempt (ms).' },
-  { path: 'notify.maxAttempts', kind: 'int', default: 3, min: 1, max: 10, effect: 'live', description: 'Attempts per delivery.' },
-  { path: 'notify.maxHooksPerFleet', kind: 'int', default: 5, min: 0, max: 100, effect: 'live', description: 'Hooks per fleet; 0 is a kill switch: no hooks created, nothing sent.' },
-  { path: 'notify.disableAfterFailures', kind: 'int', default: 10, min: 1, max: 1000, effect: 'live', description: 'Failed deliveries in a row that auto-disable a hook.' },
-  { path: 'notify.ratePerMinute', kind: 'int', default: 120, min: 1, max: 100000, effect: 'live', description: 'Deliveries per minute per hook.' },
-  { path: 'notify.edgeCooldown', kind: 'int', default: 60000, min: 1000, max: 3600000, effect: 'live', description: 'Pacing of created/requeued wakes per queue (ms).' },
-  { path: 'stall.after', kind: 'int', default: 120000, min: 1000, max: 7 * DAY, effect: 'live', description: 'Age of the oldest due row before a queue counts as stalled (ms).' },
-  { path: 'stall.backoff', kind: 'durations', default: [300000, 1200000, 3600000, 21600000], min: 1000, max: 7 * DAY, effect: 'live', description: 'Waits between nudges of one pair (ms); the last step repeats.' },
-  { path: 'stall.maxNudges', kind: 'int', default: 5, min: 1, max: 1000, effect: 'live', description: 'Nudges without progress before a pair goes quiet.' },
-  { path: 'stall.sweepLimit', kind: 'int', default: 4, min: 1, max: 1000, effect: 'live', description: 'Pairs nudged per tick at most, least-nudged first.' },
-  { path: 'maintenance.tickInterval', kind: 'int', default: 30000, min: 250, max: 600000, effect: 'timers', description: "Worker 0's maintenance tick (stall sweep, secret cleanup) (ms)." },
+  {
+    path: 'queue.keeper.publishInterval',
+    kind: 'int',
+    default: 1000,
+    min: 100,
+    max: 60000,
+    effect: 'timers',
+    description: 'How often worker 0 publishes the ready set and heartbeat (ms).',
+  },
+  {
+    path: 'queue.keeper.stateInterval',
+    kind: 'int',
+    default: 5000,
+    min: 1000,
+    max: 600000,
+    effect: 'timers',
+    description: 'How often the queue-state document is recomputed (ms).',
+  },
+  {
+    path: 'queue.keeper.verifyInterval',
+    kind: 'int',
+    default: 3600000,
+    min: 10000,
+    max: 7 * DAY,
+    zeroAllowed: true,
+    effect: 'timers',
+    description: 'Verification walk period (ms); 0 turns it off.',
+  },
+  {
+    path: 'queue.ready.capacity',
+    kind: 'int',
+    default: 5000,
+    min: 1,
+    max: 100000,
+    effect: 'restart',
+    description: 'Rows in one published ready set; fixed at first allocation.',
+  },
+  {
+    path: 'queue.ready.sitemapBoost',
+    kind: 'number',
+    default: 2,
+    min: 1,
+    max: 1000,
+    effect: 'reclassify',
+    description: 'Score multiplier for sitemap rows.',
+  },
+  {
+    path: 'queue.ready.urgentHeadStart',
+    kind: 'number',
+    default: 1,
+    min: 0,
+    max: 1000,
+    effect: 'reclassify',
+    description: 'Score head start (in cadences) of an urgent row.',
+  },
+  {
+    path: 'queue.ready.changedHeadStart',
+    kind: 'number',
+    default: 1,
+    min: 0,
+    max: 1000,
+    effect: 'reclassify',
+    description: 'Score head start (in cadences) of a changed row.',
+  },
+  {
+    path: 'queue.jobLeaseTime',
+    kind: 'int',
+    default: 600000,
+    min: 5000,
+    max: DAY,
+    effect: 'live',
+    description: 'Lease length of a claimed job (ms).',
+  },
+  {
+    path: 'queue.maxClaimLimit',
+    kind: 'int',
+    default: 25,
+    min: 1,
+    max: 1000,
+    effect: 'live',
+    description: 'Largest claim; bigger limits are clamped.',
+  },
+  {
+    path: 'queue.maxLeases',
+    kind: 'int',
+    default: 4096,
+    min: 64,
+    max: 1048576,
+    effect: 'restart',
+    description: 'Lease table slots; fixed at first allocation.',
+  },
+  {
+    path: 'queue.statusSyncInterval',
+    kind: 'int',
+    default: 60000,
+    min: 250,
+    max: 600000,
+    effect: 'timers',
+    description: 'Status sync and lease-gauge reconcile period (ms).',
+  },
+  {
+    path: 'queue.fleetRoles',
+    kind: 'roles',
+    default: ['render_fleet'],
+    effect: 'live',
+    description: 'Roles that may claim and report.',
+  },
+  {
+    path: 'queue.feederRoles',
+    kind: 'roles',
+    default: ['render_feeder'],
+    effect: 'live',
+    description: 'Roles that may file and delete targets.',
+  },
+  {
+    path: 'queue.discoverRoles',
+    kind: 'roles',
+    default: ['render_discover'],
+    effect: 'live',
+    description: 'Roles that may file unverified URLs.',
+  },
+  {
+    path: 'render.defaultInterval',
+    kind: 'int',
+    default: DAY,
+    min: MINUTE,
+    max: 365 * DAY,
+    effect: 'reclassify',
+    description: 'Cadence when neither a route nor the row gives one (ms).',
+  },
+  {
+    path: 'render.routes',
+    kind: 'routes',
+    default: [],
+    effect: 'reclassify',
+    description:
+      'Routes `{name, match: exact|prefix, path, renderInterval?}`, first match wins; the name is the queue.',
+  },
+  {
+    path: 'render.failureRetry.fastRetries',
+    kind: 'int',
+    default: 2,
+    min: 0,
+    max: 100,
+    effect: 'live',
+    description: 'Failures retried on the lease alone before backoff.',
+  },
+  {
+    path: 'render.failureRetry.backoffFactor',
+    kind: 'number',
+    default: 2,
+    min: 1,
+    max: 100,
+    effect: 'live',
+    description: 'Backoff growth per failure.',
+  },
+  {
+    path: 'render.failureRetry.maxBackoff',
+    kind: 'int',
+    default: 7 * DAY,
+    min: MINUTE,
+    max: 365 * DAY,
+    effect: 'live',
+    description: 'Longest backoff (ms); never below the cadence.',
+  },
+  {
+    path: 'render.failureRetry.nonSitemapPenalty',
+    kind: 'number',
+    default: 4,
+    min: 1,
+    max: 1000,
+    effect: 'live',
+    description: 'Extra backoff factor for non-sitemap rows once k > 0.',
+  },
+  {
+    path: 'render.maxBodyBytes',
+    kind: 'int',
+    default: 5242880,
+    min: 1024,
+    max: 64 * 1048576,
+    effect: 'live',
+    description: 'Largest stored page body (bytes); larger results are 413.',
+  },
+  {
+    path: 'notify.allowHttp',
+    kind: 'boolean',
+    default: false,
+    effect: 'live',
+    description: 'Allow plain-http hook URLs.',
+  },
+  {
+    path: 'notify.allowCidrs',
+    kind: 'cidrs',
+    default: [],
+    effect: 'live',
+    description:
+      'Addresses or CIDRs hooks may reach; only exact entries open loopback, link-local or this server.',
+  },
+  {
+    path: 'notify.attemptTimeout',
+    kind: 'int',
+    default: 5000,
+    min: 100,
+    max: 60000,
+    effect: 'live',
+    description: 'Time limit of one delivery attempt (ms).',
+  },
+  {
+    path: 'notify.maxAttempts',
+    kind: 'int',
+    default: 3,
+    min: 1,
+    max: 10,
+    effect: 'live',
+    description: 'Attempts per delivery.',
+  },
+  {
+    path: 'notify.maxHooksPerFleet',
+    kind: 'int',
+    default: 5,
+    min: 0,
+    max: 100,
+    effect: 'live',
+    description: 'Hooks per fleet; 0 is a kill switch: no hooks created, nothing sent.',
+  },
+  {
+    path: 'notify.disableAfterFailures',
+    kind: 'int',
+    default: 10,
+    min: 1,
+    max: 1000,
+    effect: 'live',
+    description: 'Failed deliveries in a row that auto-disable a hook.',
+  },
+  {
+    path: 'notify.ratePerMinute',
+    kind: 'int',
+    default: 120,
+    min: 1,
+    max: 100000,
+    effect: 'live',
+    description: 'Deliveries per minute per hook.',
+  },
+  {
+    path: 'notify.edgeCooldown',
+    kind: 'int',
+    default: 60000,
+    min: 1000,
+    max: 3600000,
+    effect: 'live',
+    description: 'Pacing of created/requeued wakes per queue (ms).',
+  },
+  {
+    path: 'stall.after',
+    kind: 'int',
+    default: 120000,
+    min: 1000,
+    max: 7 * DAY,
+    effect: 'live',
+    description: 'Age of the oldest due row before a queue counts as stalled (ms).',
+  },
+  {
+    path: 'stall.backoff',
+    kind: 'durations',
+    default: [300000, 1200000, 3600000, 21600000],
+    min: 1000,
+    max: 7 * DAY,
+    effect: 'live',
+    description: 'Waits between nudges of one pair (ms); the last step repeats.',
+  },
+  {
+    path: 'stall.maxNudges',
+    kind: 'int',
+    default: 5,
+    min: 1,
+    max: 1000,
+    effect: 'live',
+    description: 'Nudges without progress before a pair goes quiet.',
+  },
+  {
+    path: 'stall.sweepLimit',
+    kind: 'int',
+    default: 4,
+    min: 1,
+    max: 1000,
+    effect: 'live',
+    description: 'Pairs nudged per tick at most, least-nudged first.',
+  },
+  {
+    path: 'maintenance.tickInterval',
+    kind: 'int',
+    default: 30000,
+    min: 250,
+    max: 600000,
+    effect: 'timers',
+    description: "Worker 0's maintenance tick (stall sweep, secret cleanup) (ms).",
+  },
 ];
 
 const KEY_BY_PATH = new Map(CONFIG_KEYS.map((k) => [k.path, k]));
@@ -153,8 +421,10 @@ export function checkValue(k: ConfigKey, v: unknown): unknown {
   switch (k.kind) {
     case 'int':
     case 'number': {
-      if (typeof v !== 'number' || !Number.isFinite(v)) throw new ConfigError(k.path, `${k.path} must be a number`);
-      if (k.kind === 'int' && !Number.isInteger(v)) throw new ConfigError(k.path, `${k.path} must be an integer`);
+      if (typeof v !== 'number' || !Number.isFinite(v))
+        throw new ConfigError(k.path, `${k.path} must be a number`);
+      if (k.kind === 'int' && !Number.isInteger(v))
+        throw new ConfigError(k.path, `${k.path} must be an integer`);
       checkRange(k, v);
       return v;
     }
@@ -180,18 +450,22 @@ export function checkValue(k: ConfigKey, v: unknown): unknown {
       return [...(v as number[])];
     }
     case 'routes': {
-      if (!Array.isArray(v) || v.length > 1000) throw new ConfigError(k.path, `${k.path} must be an array of routes`);
+      if (!Array.isArray(v) || v.length > 1000)
+        throw new ConfigError(k.path, `${k.path} must be an array of routes`);
       const names = new Set<string>();
       return v.map((r: unknown, i) => {
         const at = `${k.path}[${i}]`;
-        if (typeof r !== 'object' || r === null || Array.isArray(r)) throw new ConfigError(at, `${at} must be an object`);
+        if (typeof r !== 'object' || r === null || Array.isArray(r))
+          throw new ConfigError(at, `${at} must be an object`);
         const route = r as Record<string, unknown>;
         for (const f of Object.keys(route))
           if (!ROUTE_FIELDS.has(f)) throw new ConfigError(`${at}.${f}`, `${at}.${f} is not a route field`);
         if (typeof route.name !== 'string' || !/^[A-Za-z0-9_.-]{1,100}$/.test(route.name))
           throw new ConfigError(`${at}.name`, `${at}.name must be 1-100 letters, digits, '_', '.' or '-'`);
-        if (route.name === 'unrouted') throw new ConfigError(`${at}.name`, `${at}.name 'unrouted' is reserved`);
-        if (names.has(route.name)) throw new ConfigError(`${at}.name`, `${at}.name '${route.name}' is used twice`);
+        if (route.name === 'unrouted')
+          throw new ConfigError(`${at}.name`, `${at}.name 'unrouted' is reserved`);
+        if (names.has(route.name))
+          throw new ConfigError(`${at}.name`, `${at}.name '${route.name}' is used twice`);
         names.add(route.name);
         if (route.match !== 'exact' && route.match !== 'prefix')
           throw new ConfigError(`${at}.match`, `${at}.match must be "exact" or "prefix"`);
@@ -201,7 +475,10 @@ export function checkValue(k: ConfigKey, v: unknown): unknown {
         if (route.renderInterval !== undefined && route.renderInterval !== null) {
           const ri = route.renderInterval;
           if (typeof ri !== 'number' || !Number.isInteger(ri) || ri < MINUTE || ri > 365 * DAY)
-            throw new ConfigError(`${at}.renderInterval`, `${at}.renderInterval must be an integer from ${MINUTE} ms`);
+            throw new ConfigError(
+              `${at}.renderInterval`,
+              `${at}.renderInterval must be an integer from ${MINUTE} ms`,
+            );
           out.renderInterval = ri;
         }
         return out;
@@ -258,11 +535,19 @@ export function applyValues(base: QueueKeeperConfig, values: Map<string, unknown
 
 /** Merges nested partial objects (later wins; arrays replace). Used to persist overrides. */
 export function mergePartials(a: unknown, b: unknown): Record<string, unknown> {
-  const out: Record<string, unknown> = typeof a === 'object' && a !== null && !Array.isArray(a) ? clone(a as Record<string, unknown>) : {};
+  const out: Record<string, unknown> =
+    typeof a === 'object' && a !== null && !Array.isArray(a) ? clone(a as Record<string, unknown>) : {};
   if (typeof b !== 'object' || b === null || Array.isArray(b)) return out;
   for (const [k, v] of Object.entries(b as Record<string, unknown>)) {
     const cur = out[k];
-    if (typeof v === 'object' && v !== null && !Array.isArray(v) && typeof cur === 'object' && cur !== null && !Array.isArray(cur))
+    if (
+      typeof v === 'object' &&
+      v !== null &&
+      !Array.isArray(v) &&
+      typeof cur === 'object' &&
+      cur !== null &&
+      !Array.isArray(cur)
+    )
       out[k] = mergePartials(cur, v);
     else out[k] = clone(v);
   }
@@ -271,9 +556,9 @@ export function mergePartials(a: unknown, b: unknown): Record<string, unknown> {
 
 /** Paths whose value differs between two configs. */
 export function changedPaths(a: QueueKeeperConfig, b: QueueKeeperConfig): string[] {
-  return CONFIG_KEYS.filter((k) => JSON.stringify(getPath(a, k.path)) !== JSON.stringify(getPath(b, k.path))).map(
-    (k) => k.path,
-  );
+  return CONFIG_KEYS.filter(
+    (k) => JSON.stringify(getPath(a, k.path)) !== JSON.stringify(getPath(b, k.path)),
+  ).map((k) => k.path);
 }
 
 /** The README's configuration table, generated from the schema (a unit test keeps them equal). */

@@ -73,7 +73,11 @@ export function queueOf(url: string, routes: readonly RouteConfig[]): string {
 }
 
 /** Cadence: the matching route's renderInterval, else the row's own, else render.defaultInterval. */
-export function resolveCadence(url: string, rowInterval: number | null | undefined, config: QueueKeeperConfig): number {
+export function resolveCadence(
+  url: string,
+  rowInterval: number | null | undefined,
+  config: QueueKeeperConfig,
+): number {
   const route = matchRoute(url, config.render.routes);
   if (route?.renderInterval) return route.renderInterval;
   if (typeof rowInterval === 'number' && rowInterval > 0) return rowInterval;
@@ -116,14 +120,17 @@ export function upsertTarget(
   let changedAt = existing?.changedAt ?? null;
   if (!existing) {
     nextRenderTime =
-      t.dueAt !== undefined ? floorMinute(t.dueAt) : spreadDue(t.url, now, resolveCadence(t.url, effectiveInterval, config));
+      t.dueAt !== undefined
+        ? floorMinute(t.dueAt)
+        : spreadDue(t.url, now, resolveCadence(t.url, effectiveInterval, config));
     if (t.dueAt !== undefined && t.dueAt <= now) urgentAt = now;
   } else if (t.dueAt !== undefined && t.dueAt <= now) {
     // Never demote: filing due-now keeps an earlier due time and the marks already there.
     nextRenderTime = Math.min(existing.nextRenderTime, floorMinute(t.dueAt));
     urgentAt = existing.urgentAt ?? now;
   } else if (t.dueAt !== undefined) {
-    const markedDueNow = isDueNow(existing, now) && (existing.urgentAt !== null || existing.changedAt !== null);
+    const markedDueNow =
+      isDueNow(existing, now) && (existing.urgentAt !== null || existing.changedAt !== null);
     // A future due time is the feeder's explicit intent, except that it never pushes back a row someone
     // asked for now (urgent or changed and already due).
     nextRenderTime = markedDueNow ? existing.nextRenderTime : floorMinute(t.dueAt);
@@ -235,7 +242,10 @@ export function afterFailure(
   const base = { ...existing, strikes, lastOutcome: 'failed', lastStatusCode: statusCode };
   if (delay === null) return { row: base, keepLease: true };
   // The urgent request has been served (it failed); a changed mark stays until a render succeeds.
-  return { row: { ...base, nextRenderTime: floorMinute(failedAt) + delay, urgentAt: null }, keepLease: false };
+  return {
+    row: { ...base, nextRenderTime: floorMinute(failedAt) + delay, urgentAt: null },
+    keepLease: false,
+  };
 }
 
 /** Normalises a stored record (frozen, possibly with missing fields) into a ScheduleRow. */

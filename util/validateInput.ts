@@ -22,7 +22,11 @@ export function describeType(v: unknown): string {
 }
 
 /** Requires a plain object body whose fields are all known. */
-export function requireObject(body: unknown, allowed: readonly string[], what = 'body'): Record<string, unknown> {
+export function requireObject(
+  body: unknown,
+  allowed: readonly string[],
+  what = 'body',
+): Record<string, unknown> {
   if (typeof body !== 'object' || body === null || Array.isArray(body))
     throw badRequest('invalid_body', `the ${what} must be a JSON object, not ${describeType(body)}`);
   const obj = body as Record<string, unknown>;
@@ -37,7 +41,6 @@ export function urlProblem(url: unknown): string | null {
   if (typeof url !== 'string') return 'url must be a string';
   if (url.length === 0) return 'url must not be empty';
   if (Buffer.byteLength(url, 'utf8') > MAX_URL_BYTES) return `url must be at most ${MAX_URL_BYTES} bytes`;
-  // eslint-disable-next-line no-control-regex
   if (/[\s\u0000-\u001f\u007f]/.test(url)) return 'url must not contain whitespace or control characters';
   let parsed: URL;
   try {
@@ -45,7 +48,8 @@ export function urlProblem(url: unknown): string | null {
   } catch {
     return 'url must be an absolute http(s) URL';
   }
-  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') return 'url must be an absolute http(s) URL';
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')
+    return 'url must be an absolute http(s) URL';
   if (!parsed.hostname) return 'url must have a host';
   return null;
 }
@@ -53,14 +57,17 @@ export function urlProblem(url: unknown): string | null {
 const TARGET_FIELDS = ['url', 'cadenceMs', 'fromSitemap', 'dueAt', 'changed'] as const;
 
 function targetProblem(t: unknown): string | TargetInput {
-  if (typeof t !== 'object' || t === null || Array.isArray(t)) return `target must be an object, not ${describeType(t)}`;
+  if (typeof t !== 'object' || t === null || Array.isArray(t))
+    return `target must be an object, not ${describeType(t)}`;
   const o = t as Record<string, unknown>;
-  for (const k of Object.keys(o)) if (!(TARGET_FIELDS as readonly string[]).includes(k)) return `unknown field "${k}"`;
+  for (const k of Object.keys(o))
+    if (!(TARGET_FIELDS as readonly string[]).includes(k)) return `unknown field "${k}"`;
   const up = urlProblem(o.url);
   if (up) return up;
   const out: TargetInput = { url: o.url as string };
   if (o.cadenceMs !== undefined && o.cadenceMs !== null) {
-    if (typeof o.cadenceMs !== 'number' || !Number.isInteger(o.cadenceMs)) return 'cadenceMs must be an integer (ms)';
+    if (typeof o.cadenceMs !== 'number' || !Number.isInteger(o.cadenceMs))
+      return 'cadenceMs must be an integer (ms)';
     if (o.cadenceMs < MIN_CADENCE_MS || o.cadenceMs > MAX_CADENCE_MS)
       return `cadenceMs must be between ${MIN_CADENCE_MS} and ${MAX_CADENCE_MS}`;
     out.cadenceMs = o.cadenceMs;
@@ -91,7 +98,11 @@ export function checkTargetsBody(body: unknown): CheckedTargets {
   const list = obj.targets;
   if (!Array.isArray(list)) throw badRequest('invalid_body', 'targets must be an array');
   if (list.length > MAX_TARGETS_PER_CALL)
-    throw new HttpError(413, 'too_many_targets', `at most ${MAX_TARGETS_PER_CALL} targets per call, got ${list.length}`);
+    throw new HttpError(
+      413,
+      'too_many_targets',
+      `at most ${MAX_TARGETS_PER_CALL} targets per call, got ${list.length}`,
+    );
   const accepted: CheckedTargets['accepted'] = [];
   const rejected: Rejection[] = [];
   // Within one batch the last entry for a URL wins, as if they were filed one after another.
@@ -103,10 +114,14 @@ export function checkTargetsBody(body: unknown): CheckedTargets {
   return { accepted, rejected };
 }
 
-export function checkUrlList(body: unknown, max = MAX_TARGETS_PER_CALL): { urls: Array<{ index: number; url: string }>; rejected: Rejection[] } {
+export function checkUrlList(
+  body: unknown,
+  max = MAX_TARGETS_PER_CALL,
+): { urls: Array<{ index: number; url: string }>; rejected: Rejection[] } {
   const obj = requireObject(body, ['urls']);
   if (!Array.isArray(obj.urls)) throw badRequest('invalid_body', 'urls must be an array of URLs');
-  if (obj.urls.length > max) throw new HttpError(413, 'too_many_urls', `at most ${max} urls per call, got ${obj.urls.length}`);
+  if (obj.urls.length > max)
+    throw new HttpError(413, 'too_many_urls', `at most ${max} urls per call, got ${obj.urls.length}`);
   const urls: Array<{ index: number; url: string }> = [];
   const rejected: Rejection[] = [];
   obj.urls.forEach((u: unknown, index) => {

@@ -15,7 +15,11 @@ export interface ExplainExtras {
   lease: unknown;
 }
 
-let explainExtras: (url: string, now: number) => ExplainExtras = () => ({ held: null, score: null, lease: null });
+let explainExtras: (url: string, now: number) => ExplainExtras = () => ({
+  held: null,
+  score: null,
+  lease: null,
+});
 
 /** The keeper and lease modules fill in the held entry, its score and the lease of an explained URL. */
 export function setExplainExtras(fn: (url: string, now: number) => ExplainExtras): void {

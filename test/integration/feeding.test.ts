@@ -29,14 +29,61 @@ async function explain(url: string) {
 }
 
 test('the auth matrix: 401 without credentials, 403 without the role, the role or super_user passes', async () => {
-  const cases: Array<{ method: string; path: string; body?: unknown; allowed: Credentials[]; denied: Credentials[] }> = [
-    { method: 'POST', path: '/render_queue/targets', body: { targets: [] }, allowed: [feeder], denied: [discoverer, fleet, nobody] },
-    { method: 'DELETE', path: '/render_queue/targets', body: { urls: [] }, allowed: [feeder], denied: [discoverer, fleet, nobody] },
-    { method: 'POST', path: '/render_queue/discover', body: { urls: [] }, allowed: [discoverer], denied: [feeder, fleet, nobody] },
-    { method: 'POST', path: '/prerender_admin/explain', body: { url: 'https://example.com/auth' }, allowed: [], denied: [feeder, discoverer, fleet, nobody] },
-    { method: 'POST', path: '/prerender_admin/revalidate', body: { url: 'https://example.com/auth' }, allowed: [], denied: [feeder, discoverer, fleet, nobody] },
-    { method: 'GET', path: '/prerender_admin/config', allowed: [], denied: [feeder, discoverer, fleet, nobody] },
-    { method: 'POST', path: '/prerender_admin/config', body: {}, allowed: [], denied: [feeder, discoverer, fleet, nobody] },
+  const cases: Array<{
+    method: string;
+    path: string;
+    body?: unknown;
+    allowed: Credentials[];
+    denied: Credentials[];
+  }> = [
+    {
+      method: 'POST',
+      path: '/render_queue/targets',
+      body: { targets: [] },
+      allowed: [feeder],
+      denied: [discoverer, fleet, nobody],
+    },
+    {
+      method: 'DELETE',
+      path: '/render_queue/targets',
+      body: { urls: [] },
+      allowed: [feeder],
+      denied: [discoverer, fleet, nobody],
+    },
+    {
+      method: 'POST',
+      path: '/render_queue/discover',
+      body: { urls: [] },
+      allowed: [discoverer],
+      denied: [feeder, fleet, nobody],
+    },
+    {
+      method: 'POST',
+      path: '/prerender_admin/explain',
+      body: { url: 'https://example.com/auth' },
+      allowed: [],
+      denied: [feeder, discoverer, fleet, nobody],
+    },
+    {
+      method: 'POST',
+      path: '/prerender_admin/revalidate',
+      body: { url: 'https://example.com/auth' },
+      allowed: [],
+      denied: [feeder, discoverer, fleet, nobody],
+    },
+    {
+      method: 'GET',
+      path: '/prerender_admin/config',
+      allowed: [],
+      denied: [feeder, discoverer, fleet, nobody],
+    },
+    {
+      method: 'POST',
+      path: '/prerender_admin/config',
+      body: {},
+      allowed: [],
+      denied: [feeder, discoverer, fleet, nobody],
+    },
   ];
   for (const c of cases) {
     const anon = await h.fetch(c.path, { method: c.method, body: c.body, auth: null });
@@ -49,12 +96,21 @@ test('the auth matrix: 401 without credentials, 403 without the role, the role o
     }
     for (const who of c.allowed) {
       const r = await h.fetch(c.path, { method: c.method, body: c.body, auth: who });
-      assert.ok(r.status < 300 || r.status === 404, `${c.method} ${c.path} as ${who.username}: ${r.status} ${r.text}`);
+      assert.ok(
+        r.status < 300 || r.status === 404,
+        `${c.method} ${c.path} as ${who.username}: ${r.status} ${r.text}`,
+      );
     }
     const admin = await h.fetch(c.path, { method: c.method, body: c.body });
-    assert.ok(admin.status < 300 || admin.status === 404, `${c.method} ${c.path} as admin: ${admin.status} ${admin.text}`);
+    assert.ok(
+      admin.status < 300 || admin.status === 404,
+      `${c.method} ${c.path} as admin: ${admin.status} ${admin.text}`,
+    );
   }
-  const wrong = await h.fetch('/render_queue/targets', { body: { targets: [] }, auth: { username: 'feeder', password: 'nope' } });
+  const wrong = await h.fetch('/render_queue/targets', {
+    body: { targets: [] },
+    auth: { username: 'feeder', password: 'nope' },
+  });
   assert.equal(wrong.status, 401);
 });
 
@@ -101,7 +157,10 @@ test('a 10,000-target batch lands whole and a 10,001-target batch is refused who
   assert.equal(r.json.upserted, 10_000);
   assert.deepEqual(r.json.rejected, []);
   assert.notEqual((await explain('https://bulk.example.com/item/9999')).row, null);
-  const tooMany = [...targets.map((t) => ({ url: t.url.replace('bulk.', 'toomany.') })), { url: 'https://toomany.example.com/last' }];
+  const tooMany = [
+    ...targets.map((t) => ({ url: t.url.replace('bulk.', 'toomany.') })),
+    { url: 'https://toomany.example.com/last' },
+  ];
   const big = await h.fetch('/render_queue/targets', { auth: feeder, body: { targets: tooMany } });
   assert.equal(big.status, 413);
   assert.equal(big.json.code, 'too_many_targets');
@@ -114,7 +173,11 @@ test('malformed, mistyped, unknown-field and oversized bodies are 4xx with {erro
     { rawBody: '[]', code: 'invalid_body', status: 400 },
     { rawBody: '"text"', code: 'invalid_body', status: 400 },
     { rawBody: '{"targets": {"url": "https://example.com/m"}}', code: 'invalid_body', status: 400 },
-    { rawBody: '{"targets": [{"url": "https://example.com/m"}], "extra": true}', code: 'unknown_field', status: 400 },
+    {
+      rawBody: '{"targets": [{"url": "https://example.com/m"}], "extra": true}',
+      code: 'unknown_field',
+      status: 400,
+    },
   ];
   for (const b of bad) {
     const r = await h.fetch('/render_queue/targets', { auth: feeder, method: 'POST', rawBody: b.rawBody });
@@ -157,7 +220,9 @@ test('discover files unverified rows only where absent and never changes an exis
   const before = await explain(existing);
   const r = await h.fetch('/render_queue/discover', {
     auth: discoverer,
-    body: { urls: [existing, 'https://example.com/found-1', 'https://example.com/found-1', 'javascript:alert(1)'] },
+    body: {
+      urls: [existing, 'https://example.com/found-1', 'https://example.com/found-1', 'javascript:alert(1)'],
+    },
   });
   assert.equal(r.status, 200, r.text);
   assert.equal(r.json.filed, 1);
@@ -168,7 +233,10 @@ test('discover files unverified rows only where absent and never changes an exis
   assert.deepEqual((await explain(existing)).row, before.row);
   const found = await explain('https://example.com/found-1');
   assert.equal(found.row?.verified, false);
-  const again = await h.fetch('/render_queue/discover', { auth: discoverer, body: { urls: ['https://example.com/found-1'] } });
+  const again = await h.fetch('/render_queue/discover', {
+    auth: discoverer,
+    body: { urls: ['https://example.com/found-1'] },
+  });
   assert.equal(again.json.filed, 0);
 });
 
@@ -185,7 +253,10 @@ test('delete counts only rows that existed', async () => {
 
 test('revalidate makes a row due now and urgent; an unknown url is 404', async () => {
   const url = 'https://example.com/reval';
-  await h.fetch('/render_queue/targets', { auth: feeder, body: { targets: [{ url, dueAt: Date.now() + 86_400_000 }] } });
+  await h.fetch('/render_queue/targets', {
+    auth: feeder,
+    body: { targets: [{ url, dueAt: Date.now() + 86_400_000 }] },
+  });
   const r = await h.fetch('/prerender_admin/revalidate', { body: { url } });
   assert.equal(r.status, 200, r.text);
   assert.equal(r.json.url, url);

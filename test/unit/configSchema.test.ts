@@ -33,7 +33,12 @@ test('every SPEC §8 default is in the schema', () => {
   assert.deepEqual(d.queue.discoverRoles, ['render_discover']);
   assert.equal(d.render.defaultInterval, 86_400_000);
   assert.deepEqual(d.render.routes, []);
-  assert.deepEqual(d.render.failureRetry, { fastRetries: 2, backoffFactor: 2, maxBackoff: 604_800_000, nonSitemapPenalty: 4 });
+  assert.deepEqual(d.render.failureRetry, {
+    fastRetries: 2,
+    backoffFactor: 2,
+    maxBackoff: 604_800_000,
+    nonSitemapPenalty: 4,
+  });
   assert.equal(d.render.maxBodyBytes, 5_242_880);
   assert.equal(d.notify.allowHttp, false);
   assert.deepEqual(d.notify.allowCidrs, []);
@@ -51,13 +56,19 @@ test('every SPEC §8 default is in the schema', () => {
 });
 
 test('a nested partial is checked and applied; other keys keep their values', () => {
-  const { values, unknown } = checkPartial({ stall: { after: 2000 }, queue: { keeper: { publishInterval: 250 } } });
+  const { values, unknown } = checkPartial({
+    stall: { after: 2000 },
+    queue: { keeper: { publishInterval: 250 } },
+  });
   assert.deepEqual(unknown, []);
   const cfg = applyValues(defaultConfig(), values);
   assert.equal(cfg.stall.after, 2000);
   assert.equal(cfg.queue.keeper.publishInterval, 250);
   assert.equal(cfg.stall.maxNudges, 5);
-  assert.deepEqual(changedPaths(defaultConfig(), cfg).sort(), ['queue.keeper.publishInterval', 'stall.after']);
+  assert.deepEqual(changedPaths(defaultConfig(), cfg).sort(), [
+    'queue.keeper.publishInterval',
+    'stall.after',
+  ]);
 });
 
 function refusal(partial: unknown): ConfigError {
@@ -73,30 +84,49 @@ function refusal(partial: unknown): ConfigError {
 test('a bad value is refused with the key named', () => {
   assert.equal(refusal({ stall: { after: 'soon' } }).key, 'stall.after');
   assert.equal(refusal({ queue: { keeper: { publishInterval: 50 } } }).key, 'queue.keeper.publishInterval');
-  assert.equal(refusal({ queue: { keeper: { publishInterval: 70000 } } }).key, 'queue.keeper.publishInterval');
+  assert.equal(
+    refusal({ queue: { keeper: { publishInterval: 70000 } } }).key,
+    'queue.keeper.publishInterval',
+  );
   assert.equal(refusal({ queue: { maxClaimLimit: 2.5 } }).key, 'queue.maxClaimLimit');
   assert.equal(refusal({ notify: { allowHttp: 'yes' } }).key, 'notify.allowHttp');
   assert.equal(refusal({ stall: { backoff: [1000, 'x'] } }).key, 'stall.backoff[1]');
-  assert.equal(refusal({ render: { routes: [{ name: 'a', match: 'glob', path: '/' }] } }).key, 'render.routes[0].match');
-  assert.equal(refusal({ render: { routes: [{ name: 'a', match: 'exact', path: '/', renderInterval: 5 }] } }).key, 'render.routes[0].renderInterval');
+  assert.equal(
+    refusal({ render: { routes: [{ name: 'a', match: 'glob', path: '/' }] } }).key,
+    'render.routes[0].match',
+  );
+  assert.equal(
+    refusal({ render: { routes: [{ name: 'a', match: 'exact', path: '/', renderInterval: 5 }] } }).key,
+    'render.routes[0].renderInterval',
+  );
   assert.equal(refusal({ queue: { fleetRoles: 'render_fleet' } }).key, 'queue.fleetRoles');
   assert.equal(refusal({ notify: { allowCidrs: ['not an address'] } }).key, 'notify.allowCidrs');
   assert.match(refusal({ stall: { after: 5 } }).message, /stall\.after must be at least 1000/);
 });
 
 test('verifyInterval accepts 0 (off) but nothing between 0 and 10 s', () => {
-  assert.equal(checkPartial({ queue: { keeper: { verifyInterval: 0 } } }).values.get('queue.keeper.verifyInterval'), 0);
+  assert.equal(
+    checkPartial({ queue: { keeper: { verifyInterval: 0 } } }).values.get('queue.keeper.verifyInterval'),
+    0,
+  );
   assert.equal(refusal({ queue: { keeper: { verifyInterval: 5000 } } }).key, 'queue.keeper.verifyInterval');
 });
 
 test('unknown keys are reported by path and ignored', () => {
-  const { values, unknown } = checkPartial({ stall: { after: 2000, soon: 1 }, nope: { a: 1 }, queue: { keeper: 3 } });
+  const { values, unknown } = checkPartial({
+    stall: { after: 2000, soon: 1 },
+    nope: { a: 1 },
+    queue: { keeper: 3 },
+  });
   assert.deepEqual(unknown.sort(), ['nope', 'queue.keeper', 'stall.soon']);
   assert.deepEqual([...values.keys()], ['stall.after']);
 });
 
 test('overrides merge nested objects and replace arrays', () => {
-  const merged = mergePartials({ stall: { after: 2000, backoff: [1000, 2000] } }, { stall: { backoff: [5000] }, notify: { allowHttp: true } });
+  const merged = mergePartials(
+    { stall: { after: 2000, backoff: [1000, 2000] } },
+    { stall: { backoff: [5000] }, notify: { allowHttp: true } },
+  );
   assert.deepEqual(merged, { stall: { after: 2000, backoff: [5000] }, notify: { allowHttp: true } });
 });
 

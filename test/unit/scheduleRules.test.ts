@@ -69,7 +69,12 @@ test('many new rows spread over the whole cadence rather than bunching', () => {
 });
 
 test('a given due time is used and floored; at or before now it marks the row urgent', () => {
-  const future = upsertTarget(undefined, { url: 'https://example.com/f', dueAt: NOW + 5 * MIN + 10 }, NOW, cfg);
+  const future = upsertTarget(
+    undefined,
+    { url: 'https://example.com/f', dueAt: NOW + 5 * MIN + 10 },
+    NOW,
+    cfg,
+  );
   assert.equal(future.nextRenderTime, floorMinute(NOW + 5 * MIN));
   assert.equal(future.urgentAt, null);
   const past = upsertTarget(undefined, { url: 'https://example.com/p', dueAt: NOW - 1 }, NOW, cfg);
@@ -93,7 +98,12 @@ test('never demote: filing due-now keeps an earlier due time and its marks', () 
   const next = upsertTarget(existing, { url: existing.cacheKey, dueAt: NOW }, NOW, cfg);
   assert.equal(next.nextRenderTime, earlier);
   assert.equal(next.urgentAt, NOW - 10 * HOUR);
-  const unmarked = upsertTarget(row({ nextRenderTime: floorMinute(NOW) + HOUR }), { url: existing.cacheKey, dueAt: NOW - MIN }, NOW, cfg);
+  const unmarked = upsertTarget(
+    row({ nextRenderTime: floorMinute(NOW) + HOUR }),
+    { url: existing.cacheKey, dueAt: NOW - MIN },
+    NOW,
+    cfg,
+  );
   assert.equal(unmarked.nextRenderTime, floorMinute(NOW - MIN));
   assert.equal(unmarked.urgentAt, NOW);
 });

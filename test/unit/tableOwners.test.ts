@@ -15,10 +15,21 @@ function sources(dir: string): string[] {
   return out;
 }
 
-const all = [join(repoRoot, 'resources.ts'), ...sources(join(repoRoot, 'util')), ...sources(join(repoRoot, 'services'))];
+const all = [
+  join(repoRoot, 'resources.ts'),
+  ...sources(join(repoRoot, 'util')),
+  ...sources(join(repoRoot, 'services')),
+];
+
+/** Source without comments: a comment may name a table, only code can touch one. */
+function code(file: string): string {
+  return readFileSync(file, 'utf8')
+    .replace(/\/\*[\s\S]*?\*\//g, '')
+    .replace(/(^|[^:'"`])\/\/.*$/gm, '$1');
+}
 
 function namers(pattern: RegExp): string[] {
-  return all.filter((f) => pattern.test(readFileSync(f, 'utf8'))).map((f) => relative(repoRoot, f));
+  return all.filter((f) => pattern.test(code(f))).map((f) => relative(repoRoot, f));
 }
 
 test('only the schedule owner reads or writes RenderSchedule', () => {

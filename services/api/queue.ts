@@ -1,0 +1,163 @@
+// Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
+import { HttpError, badRequest } from '../../util/httpError.js';
+import { requireObject } from '../../util/validateInput.js';
+import { setExplainExtras } from './admin.js';
+import { applyCheckedResults, checkResult, claim, parseClaimLimit, type CheckedResult } from '../claims.js';
+import { config } from '../config.js';
+import { route, reply } from '../http.js';
+import { keeper, nodeStatusNow, servingView } from '../keeper.js';
+import { nodeName } from '../node.js';
+import { keeperSignal, leaseTable, readySet, stateDoc } from '../shared.js';
+import { isPaused, publishStatus, setPause } from '../status.js';
+
+const MAX_BATCH = 100;
+
+function resultBodyLimit(): number {
+  // The page body may be JSON-escaped (up to 6 bytes per character in the worst case is rare; 2× plus
+  // room for the envelope covers ordinary HTML); the exact limit is checked on the decoded string.
+  return config().render.maxBodyBytes * 2 + (64 << 10);
+}
+
+interface StateDocShape {
+  now: { due: number; inFlight: number; paused: boolean; status: string };
+  trust: { live: boolean; exact: boolean; phase: string; stateAt: number; maxAgeMs: number };
+}
+
+export function registerQueue(): void {
+  route('POST', '/render_queue/claim', 'fleet', async (req) => {
+    const limit = parseClaimLimit(req.body);
+    const r = claim(limit);
+    return reply(r.jobs, 200, { 'x-queue-status': r.status });
+  });
+
+  route(
+    'POST',
+    '/render_queue/job_result',
+    'fleet',
+    async (req) => {
+      const checked = checkResult(req.body);
+      const [a] = await applyCheckedResults([checked]);
+      if (!a!.accepted) {
+        const body = a!.code === 'superseded' ? { accepted: false, code: 'superseded', error: a!.error } : { error: a!.error, code: a!.code };
+        return reply(body, a!.status);
+      }
+      return reply({ accepted: true, nextRenderTime: a!.nextRenderTime });
+    },
+    { maxBodyBytes: resultBodyLimit },
+  );
+
+  route(
+    'POST',
+    '/render_queue/job_results',
+    'fleet',
+    async (req) => {
+      const obj = requireObject(req.body, ['results']);
+      if (!Array.isArray(obj.results) || obj.results.length < 1 || obj.results.length > MAX_BATCH)
+        throw badRequest('invalid_body', `results must be an array of 1 to ${MAX_BATCH} results`);
+      // Each result stands alone: a bad entry is answered `invalid` and never blocks the others.
+      const slots: Array<{ checked?: CheckedResult; invalid?: { id: unknown; error: string } }> = obj.results.map((r: unknown) => {
+        try {
+          return { checked: checkResult(r) };
+        } catch (e) {
+          const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
+          return { invalid: { id, error: e instanceof HttpError ? e.message : 'invalid result' } };
+        }
+      });
+      const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
+      const answers = await applyCheckedResults(valid);
+      let k = 0;
+      const results = slots.map((s) => {
+        if (s.invalid) return { id: s.invalid.id ?? null, accepted: false, code: 'invalid', error: s.invalid.error };
+        const a = answers[k++]!;
+        if (a.accepted) return a;
+        return { id: a.id, accepted: false, code: a.code, error: a.error };
+      });
+      return reply({ results });
+    },
+    { maxBodyBytes: () => MAX_BATCH * resultBodyLimit() },
+  );
+
+  const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
+    const obj = requireObject(req.body ?? {}, ['scope']);
+    const scope = obj.scope ?? 'all';
+    if (typeof scope !== 'string' || !/^[A-Za-z0-9_.-]{1,253}$/.test(scope))
+      throw badRequest('invalid_scope', 'scope must be "all" or a hostname');
+    await setPause(scope, paused);
+    // Published at once, not at the next status sync, when it concerns this node.
+    if (scope === 'all' || scope === nodeName()) await publishStatus(nodeStatusNow(), true);
+    return reply({ scope, paused });
+  };
+  route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
+  route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
+
+  route('GET', '/prerender_admin/overview', 'admin', async () => {
+    const now = Date.now();
+    const leases = leaseTable();
+    const rec = leases.reconcile(now);
+    const snap = readySet().snapshot();
+    const signal = keeperSignal().read();
+    const view = servingView(now);
+    const doc = stateDoc<{ trust?: { keeper?: unknown; exact?: boolean } }>().read();
+    return reply({
+      node: nodeName(),
+      status: nodeStatusNow(now),
+      paused: isPaused(),
+      leases: {
+        occupancy: rec.occupancy,
+        maxLeases: leases.maxLeases,
+        oldestLeaseExpiresAt: rec.oldestExpiresAt,
+        oldestLeaseAgeMs: rec.oldestGrantedAt === null ? null : now - rec.oldestGrantedAt,
+      },
+      ready: {
+        capacity: snap.capacity,
+        count: snap.count,
+        consumed: snap.consumed,
+        remaining: snap.remaining,
+        generation: snap.generation,
+        ageMs: snap.publishedAt === null ? null : now - snap.publishedAt,
+      },
+      keeper: {
+        phase: signal.phase,
+        live: signal.live,
+        serving: view.serving,
+        stale: view.stale,
+        dueCount: signal.dueCount,
+        complete: signal.complete,
+        heartbeatAgeMs: signal.heartbeatAt === null ? null : now - signal.heartbeatAt,
+        exact: doc?.doc.trust?.exact ?? false,
+        stats: doc?.doc.trust?.keeper ?? null,
+      },
+    });
+  });
+
+  route('GET', '/prerender_admin/queue-state', 'admin', async () => {
+    const now = Date.now();
+    const read = stateDoc<StateDocShape>().read();
+    const signal = keeperSignal().read();
+    const view = servingView(now);
+    const maxAgeMs = 3 * config().queue.keeper.stateInterval + 5000;
+    const fresh = read !== null && now - read.doc.trust.stateAt <= maxAgeMs;
+    if (!read || !fresh || signal.phase !== 'live' || view.stale) {
+      const phase = read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase;
+      return reply(
+        {
+          error: `the keeper cannot vouch for its numbers (${phase})`,
+          code: 'unavailable',
+          now: { inFlight: leaseTable().reconcile(now).occupancy, paused: isPaused(), status: nodeStatusNow(now) },
+          trust: { live: false, exact: false, phase },
+        },
+        503,
+        { 'retry-after': '5' },
+      );
+    }
+    const doc = read.doc;
+    return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
+  });
+
+  setExplainExtras((url, now) => {
+    const k = keeper();
+    const held = k?.core.describe(url, now) ?? null;
+    const lease = leaseTable().lookup(url, now);
+    return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
+  });
+}

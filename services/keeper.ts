@@ -1,0 +1,188 @@
+// Runs the keeper on worker 0: leadership (a briefly overlapping second worker 0 waits), timers for
+// publish / state / verify / status sync, resubscribe and failed-load backoff, and the exhausted-set
+// poke. The lifecycle itself is KeeperService.
+import { keeperStaleAfterMs } from '../util/keeperSignal.js';
+import { config, onConfigChange } from './config.js';
+import { log } from './harper.js';
+import {
+  KeeperService,
+  LOAD_BACKOFF_MAX_MS,
+  LOAD_BACKOFF_MS,
+  RESUBSCRIBE_BACKOFF_MS,
+  VERIFY_RETRY_MS,
+  type ScheduleSource,
+} from './keeperService.js';
+import { count, gauge } from './metrics.js';
+import { readRow, subscribeSchedule, walkSchedule } from './schedule.js';
+import { keeperSignal, leaseTable, onReadySetPoke, readySet, stateDoc } from './shared.js';
+import { deriveStatus, isPaused, publishStatus, startControl } from './status.js';
+
+const POKE_MIN_MS = 50;
+
+let service: KeeperService | undefined;
+
+export function keeper(): KeeperService | undefined {
+  return service;
+}
+
+const source: ScheduleSource = {
+  subscribe: () => subscribeSchedule(),
+  walk: (opts) => walkSchedule(opts),
+  read: (key) => readRow(key),
+};
+
+/** The serving view every worker derives from the signal (stale keepers are reported, not enforced). */
+export function servingView(now: number) {
+  const s = keeperSignal().read();
+  const stale = s.heartbeatAt === null || now - s.heartbeatAt > keeperStaleAfterMs(config().queue.keeper.publishInterval);
+  // A stale keeper's last set is drained first; only an empty set makes the node not serving.
+  const serving = s.live && (!stale || readySet().snapshot().remaining > 0);
+  return { serving, due: s.dueCount, complete: s.complete, stale, phase: s.phase };
+}
+
+export function nodeStatusNow(now = Date.now()) {
+  return deriveStatus(servingView(now));
+}
+
+function every(ms: () => number, fn: () => unknown | Promise<unknown>): void {
+  const loop = async () => {
+    try {
+      await fn();
+    } catch (e) {
+      log.error('keeper duty failed', e);
+    }
+    setTimeout(loop, ms()).unref?.();
+  };
+  setTimeout(loop, ms()).unref?.();
+}
+
+async function syncStatus(force = false): Promise<void> {
+  const next = nodeStatusNow();
+  await publishStatus(next, force);
+}
+
+/** Starts the keeper on this worker once it holds leadership. Call on worker 0 only. */
+export async function startKeeper(): Promise<void> {
+  const ownerId = (process.pid * 131 + Math.floor(Math.random() * 1000)) % 0x7fffffff;
+  const signal = keeperSignal();
+  const ready = readySet();
+  const leases = leaseTable();
+  for (;;) {
+    if (signal.claimLeadership(ownerId, Date.now(), config().queue.keeper.publishInterval)) break;
+    // Another worker 0 (a restart overlap) still heartbeats; wait for it to stop.
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  process.on('exit', () => signal.releaseLeadership(ownerId));
+
+  const svc = new KeeperService({
+    source,
+    ready,
+    signal,
+    state: stateDoc(),
+    config,
+    isLeased: (k, now) => leases.isLeased(k, now),
+    inFlight: (now) => leases.reconcile(now).occupancy,
+    nodeView: () => ({ paused: isPaused(), status: nodeStatusNow() }),
+    log,
+    metric: (name, v) => gauge(name, v),
+    countRepaired: (n) => count('keeper_repaired', n),
+  });
+  service = svc;
+  svc.withdraw(Date.now());
+  await startControl(() => void syncStatus(true).catch((e) => log.error('status write failed', e)));
+  await syncStatus().catch((e) => log.error('status write failed', e));
+
+  onConfigChange((_next, _prev, changed) => {
+    if (changed.some((p) => p.startsWith('render.routes') || p === 'render.defaultInterval' || p.startsWith('queue.ready.')))
+      svc.reclassify();
+  });
+
+  // The exhausted-set poke: a claim found the set used up while due rows remain.
+  let pokeTimer: NodeJS.Timeout | null = null;
+  let lastPokePublish = 0;
+  onReadySetPoke(() => {
+    if (pokeTimer || !svc.serving) return;
+    const wait = Math.max(0, lastPokePublish + POKE_MIN_MS - Date.now());
+    pokeTimer = setTimeout(() => {
+      pokeTimer = null;
+      lastPokePublish = Date.now();
+      svc.publishOnce(Date.now(), true);
+    }, wait);
+  });
+
+  const onClosed = (err?: unknown) => {
+    log.error('keeper subscription closed; resubscribing after backoff, then verifying', err);
+    svc.resyncing = true;
+    svc.stats.lastError = `subscription closed: ${(err as Error)?.message ?? 'ended'}`;
+    const retry = () => {
+      setTimeout(async () => {
+        try {
+          svc.closeSubscription();
+          await svc.subscribe(() => Date.now(), onClosed);
+          await svc.verify(() => Date.now());
+          svc.resyncing = false;
+        } catch (e) {
+          log.error('keeper resubscribe failed; retrying after backoff', e);
+          retry();
+        }
+      }, RESUBSCRIBE_BACKOFF_MS).unref?.();
+    };
+    retry();
+  };
+
+  // Load with backoff: 30 s doubling to 10 min.
+  let backoff = LOAD_BACKOFF_MS;
+  for (;;) {
+    try {
+      await svc.subscribe(() => Date.now(), onClosed);
+      await svc.load(() => Date.now());
+      break;
+    } catch (e) {
+      svc.phase = 'failed';
+      svc.stats.lastError = `load failed: ${(e as Error)?.message ?? String(e)}`;
+      svc.closeSubscription();
+      svc.withdraw(Date.now());
+      log.error(`keeper load failed; retrying in ${backoff / 1000} s`, e);
+      await new Promise((r) => setTimeout(r, backoff));
+      backoff = Math.min(backoff * 2, LOAD_BACKOFF_MAX_MS);
+    }
+  }
+  log.info(`keeper live: ${svc.core.size} rows loaded in ${svc.stats.loadMs} ms`);
+
+  every(
+    () => config().queue.keeper.publishInterval,
+    async () => {
+      signal.claimLeadership(ownerId, Date.now(), config().queue.keeper.publishInterval);
+      svc.publishOnce(Date.now(), false);
+      await syncStatus();
+    },
+  );
+  every(
+    () => config().queue.keeper.stateInterval,
+    () => svc.writeState(Date.now()),
+  );
+  svc.writeState(Date.now());
+  every(
+    () => config().queue.statusSyncInterval,
+    async () => {
+      leases.reconcile(Date.now());
+      await syncStatus();
+    },
+  );
+  // Verification: every verifyInterval (0 = off, re-checked each minute); a failed walk retries in 30 s.
+  const verifyLoop = (delay: number): void => {
+    setTimeout(async () => {
+      const interval = config().queue.keeper.verifyInterval;
+      if (interval === 0) return verifyLoop(60_000);
+      try {
+        await svc.verify(() => Date.now());
+        verifyLoop(config().queue.keeper.verifyInterval || 60_000);
+      } catch (e) {
+        log.error('keeper verification failed; retrying in 30 s', e);
+        svc.stats.lastError = `verify failed: ${(e as Error)?.message ?? String(e)}`;
+        verifyLoop(VERIFY_RETRY_MS);
+      }
+    }, delay).unref?.();
+  };
+  verifyLoop(config().queue.keeper.verifyInterval || 60_000);
+}

@@ -1,0 +1,101 @@
+// Node status (SPEC §3): empty | queued | paused | unready. Pause is operator intent in the replicated
+// QueueControl table (`all` or a hostname), cached on every worker by a subscription. The derived status
+// is written to the exported QueueStatus table only when it changes, so MQTT subscribers of
+// `queue_status/#` wake at once and are not woken for nothing.
+import { log, table, transaction } from './harper.js';
+import { nodeName } from './node.js';
+
+export type NodeStatus = 'empty' | 'queued' | 'paused' | 'unready';
+
+const pauses = new Map<string, boolean>();
+let lastWritten: NodeStatus | undefined;
+let controlStarted = false;
+
+function controlTable() {
+  return table('render_queue', 'QueueControl');
+}
+function statusTable() {
+  return table('render_queue', 'QueueStatus');
+}
+
+export function isPaused(): boolean {
+  return pauses.get('all') === true || pauses.get(nodeName()) === true;
+}
+
+export interface ServingView {
+  /** The keeper signal says claims may be served (live, loading, or a stale set still draining). */
+  serving: boolean;
+  /** Due rows the keeper last reported (in flight included). */
+  due: number;
+  /** The load is complete, so "nothing due" is the truth and not a partial view. */
+  complete: boolean;
+}
+
+/** The tri-state rule for a node, with pause on top. */
+export function deriveStatus(v: ServingView, paused = isPaused()): NodeStatus {
+  if (paused) return 'paused';
+  if (!v.serving) return 'unready';
+  if (v.due > 0) return 'queued';
+  return v.complete ? 'empty' : 'unready';
+}
+
+async function loadControl(): Promise<void> {
+  for await (const row of controlTable().search({})) {
+    if (typeof row.id === 'string') pauses.set(row.id, row.paused === true);
+  }
+}
+
+/** Follows QueueControl on this worker; `onChange` runs after each change (worker 0 writes status). */
+export async function startControl(onChange?: () => void): Promise<void> {
+  if (controlStarted) return;
+  controlStarted = true;
+  await loadControl();
+  void (async () => {
+    for (;;) {
+      try {
+        const sub = await controlTable().subscribe({ omitCurrent: true });
+        for await (const ev of sub) {
+          if (ev.type === 'delete') pauses.delete(ev.id);
+          else if (ev.value) pauses.set(ev.id, ev.value.paused === true);
+          onChange?.();
+        }
+      } catch (e) {
+        log.error('QueueControl subscription failed; retrying in 5 s', e);
+      }
+      await new Promise((r) => setTimeout(r, 5000));
+      await loadControl().catch(() => undefined);
+    }
+  })();
+}
+
+/** Records operator intent; returns the new pause state for the scope. */
+export async function setPause(scope: string, paused: boolean): Promise<boolean> {
+  await transaction(async (txn) => {
+    await controlTable().put(scope, { id: scope, paused, updatedAt: Date.now() }, txn);
+  });
+  pauses.set(scope, paused);
+  return paused;
+}
+
+export function currentStatusWritten(): NodeStatus | undefined {
+  return lastWritten;
+}
+
+/**
+ * Writes this node's status row when it differs from the last one written. An unforced update never
+ * moves the node off `paused`; only a resume (forced) does.
+ */
+export async function publishStatus(next: NodeStatus, force = false): Promise<boolean> {
+  if (lastWritten === undefined) {
+    const row = await statusTable().get(nodeName());
+    lastWritten = (row?.status as NodeStatus | undefined) ?? undefined;
+  }
+  if (!force && lastWritten === 'paused' && isPaused()) return false;
+  if (next === lastWritten && !force) return false;
+  const host = nodeName();
+  lastWritten = next;
+  await transaction(async (txn) => {
+    await statusTable().put(host, { id: host, hostname: host, status: next, updatedTime: Date.now() }, txn);
+  });
+  return true;
+}

@@ -1,0 +1,223 @@
+// The keeper, claims and results against a real Harper (2 worker threads).
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
+
+let h: HarperInstance;
+const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
+const MIN = 60_000;
+
+before(async () => {
+  h = await startHarper();
+  await h.addUser(fleet.username, fleet.password, 'render_fleet');
+  await h.addUser('feeder', 'feeder-pass', 'render_feeder');
+  const r = await h.fetch('/prerender_admin/config', {
+    body: { queue: { keeper: { publishInterval: 200, stateInterval: 1000 }, jobLeaseTime: 5000, statusSyncInterval: 500 } },
+  });
+  assert.equal(r.status, 200, r.text);
+});
+
+after(async () => {
+  await h?.destroy();
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function file(targets: unknown[]) {
+  const r = await h.fetch('/render_queue/targets', { body: { targets } });
+  assert.equal(r.status, 200, r.text);
+  return r.json;
+}
+
+async function claim(limit = 25, fresh = false) {
+  const r = await h.fetch('/render_queue/claim', { body: { limit }, auth: fleet, fresh });
+  assert.equal(r.status, 200, r.text);
+  return { jobs: r.json as Array<{ id: string; url: string; queue: string; isFromSitemap: boolean; expiresAt: number; leaseToken: number }>, status: r.headers['x-queue-status'] };
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+async function queueState() {
+  return h.fetch('/prerender_admin/queue-state');
+}
+
+async function drain(prefix: string) {
+  for (;;) {
+    const { jobs } = await claim(25);
+    const mine = jobs.filter((j) => j.id.startsWith(prefix));
+    for (const j of jobs)
+      await h.fetch('/render_queue/job_result', { auth: fleet, body: { id: j.id, leaseToken: j.leaseToken, outcome: 'rendered', statusCode: 200 } });
+    if (jobs.length === 0 || mine.length === 0) return;
+  }
+}
+
+test('rows filed through the API show up in queue-state with exact counts', async () => {
+  const now = Date.now();
+  await file([
+    ...Array.from({ length: 7 }, (_, i) => ({ url: `https://qs.example.com/due-sitemap-${i}`, fromSitemap: true, dueAt: now - 2 * MIN })),
+    ...Array.from({ length: 5 }, (_, i) => ({ url: `https://qs.example.com/due-plain-${i}`, dueAt: now - 2 * MIN })),
+    ...Array.from({ length: 3 }, (_, i) => ({ url: `https://qs.example.com/later-${i}`, dueAt: now + 30 * MIN })),
+    ...Array.from({ length: 2 }, (_, i) => ({ url: `https://qs.example.com/hours-${i}`, dueAt: now + 5 * 60 * MIN + 10 * MIN })),
+  ]);
+  const state = await until('queue-state with the filed rows', async () => {
+    const r = await queueState();
+    return r.status === 200 && r.json.now.due === 12 && r.json.coming.next24h === 5 ? r.json : undefined;
+  });
+  assert.equal(state.now.dueSitemap, 7);
+  assert.equal(state.now.dueDiscovered, 5);
+  assert.equal(state.now.dueUrgent, 12);
+  assert.equal(state.coming.next15m, 0);
+  assert.equal(state.coming.next60m, 3);
+  assert.equal(state.coming.byHour[0], 3);
+  assert.equal(state.coming.byHour[5], 2);
+  assert.equal(state.trust.live, true);
+  assert.equal(state.trust.exact, true);
+  assert.equal(state.trust.source, 'keeper');
+  assert.equal(state.lateness.sitemap.reduce((a: number, b: number) => a + b, 0), 7);
+  assert.equal(state.lateness.discovered.reduce((a: number, b: number) => a + b, 0), 5);
+  assert.equal(state.flow.length, 60);
+  await drain('https://qs.example.com/');
+});
+
+test('24 concurrent clients on separate connections drain 3,000 due rows, each granted exactly once', async () => {
+  const now = Date.now();
+  for (let b = 0; b < 3; b++)
+    await file(Array.from({ length: 1000 }, (_, i) => ({ url: `https://drain.example.com/p/${b * 1000 + i}`, dueAt: now - MIN })));
+  await until('the rows to be due in the keeper', async () => {
+    const r = await h.fetch('/prerender_admin/overview');
+    return r.json.keeper.dueCount >= 3000;
+  });
+  const granted = new Map<string, number>();
+  let done = false;
+  const client = async () => {
+    let empty = 0;
+    while (!done) {
+      const { jobs } = await claim(25, true);
+      if (jobs.length === 0) {
+        if (++empty > 30) return;
+        await sleep(50);
+        continue;
+      }
+      empty = 0;
+      for (const j of jobs) granted.set(j.id, (granted.get(j.id) ?? 0) + 1);
+      const results = jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, outcome: 'rendered', statusCode: 200 }));
+      const r = await h.fetch('/render_queue/job_results', { auth: fleet, body: { results }, fresh: true });
+      assert.equal(r.status, 200, r.text);
+      if ([...granted.keys()].filter((k) => k.startsWith('https://drain.')).length >= 3000) done = true;
+    }
+  };
+  await Promise.all(Array.from({ length: 24 }, client));
+  const drained = [...granted.entries()].filter(([k]) => k.startsWith('https://drain.'));
+  assert.equal(drained.length, 3000);
+  const dupes = drained.filter(([, n]) => n > 1);
+  assert.deepEqual(dupes, [], 'no key granted twice');
+});
+
+test('a stale result gets 409 and changes nothing; a rendered result reschedules at the cadence and stores the page', async () => {
+  const url = 'https://result.example.com/page';
+  await file([{ url, dueAt: Date.now() - MIN, cadenceMs: 2 * 60 * MIN }]);
+  const job = await until('the job to be claimable', async () => (await claim(25)).jobs.find((j) => j.id === url));
+  const before = (await h.fetch('/prerender_admin/explain', { body: { url } })).json.row;
+  const stale = await h.fetch('/render_queue/job_result', {
+    auth: fleet,
+    body: { id: url, leaseToken: job.leaseToken - 1, outcome: 'rendered', statusCode: 200 },
+  });
+  assert.equal(stale.status, 409);
+  assert.equal(stale.json.code, 'superseded');
+  assert.equal(stale.json.accepted, false);
+  assert.deepEqual((await h.fetch('/prerender_admin/explain', { body: { url } })).json.row, before);
+  const ok = await h.fetch('/render_queue/job_result', {
+    auth: fleet,
+    body: { id: url, leaseToken: job.leaseToken, outcome: 'rendered', statusCode: 200, contentType: 'text/html', body: '<p>hi</p>' },
+  });
+  assert.equal(ok.status, 200, ok.text);
+  assert.equal(ok.json.accepted, true);
+  const expected = Math.floor(Date.now() / MIN) * MIN + 2 * 60 * MIN;
+  assert.ok(Math.abs(ok.json.nextRenderTime - expected) <= MIN);
+  const page = await h.operation({ operation: 'search_by_id', database: 'render_queue', table: 'RenderedPage', ids: [url], get_attributes: ['*'] });
+  assert.equal(page[0]?.body, '<p>hi</p>');
+  assert.equal(page[0]?.statusCode, 200);
+});
+
+test('a failed result follows the fast lane (lease kept) and then the backoff', async () => {
+  const url = 'https://fail.example.com/page';
+  await file([{ url, dueAt: Date.now() - MIN, cadenceMs: 60 * MIN, fromSitemap: true }]);
+  for (let strike = 1; strike <= 3; strike++) {
+    const job = await until(`claim for strike ${strike}`, async () => (await claim(25)).jobs.find((j) => j.id === url), 20_000);
+    const r = await h.fetch('/render_queue/job_result', {
+      auth: fleet,
+      body: { id: url, leaseToken: job.leaseToken, outcome: 'failed', statusCode: 503, error: { name: 'Timeout', message: 'x' } },
+    });
+    assert.equal(r.status, 200, r.text);
+    const ex = (await h.fetch('/prerender_admin/explain', { body: { url } })).json;
+    assert.equal(ex.row.strikes, strike);
+    if (strike <= 2) {
+      assert.ok(ex.row.nextRenderTime <= Date.now(), 'fast lane leaves the row due');
+      assert.equal(ex.lease.state, 'leased', 'fast lane keeps the lease');
+    } else {
+      assert.ok(ex.row.nextRenderTime >= Date.now() + 58 * MIN, 'third failure backs off one cadence');
+    }
+  }
+});
+
+test('malformed claim and result bodies are 400 with a code', async () => {
+  for (const body of [{ limit: 0 }, { limit: 2.5 }, { limit: 'x' }, { nope: 1 }]) {
+    const r = await h.fetch('/render_queue/claim', { auth: fleet, body });
+    assert.equal(r.status, 400, JSON.stringify(body));
+    assert.equal(typeof r.json.code, 'string');
+  }
+  const big = await claim(1000);
+  assert.ok(big.jobs.length <= 25);
+  const bad = await h.fetch('/render_queue/job_result', { auth: fleet, body: { id: 'x', leaseToken: 1, outcome: 'exploded' } });
+  assert.equal(bad.status, 400);
+  const batch = await h.fetch('/render_queue/job_results', {
+    auth: fleet,
+    body: { results: [{ id: 'https://none.example.com/', leaseToken: 1, outcome: 'rendered' }, { id: 5 }] },
+  });
+  assert.equal(batch.status, 200, batch.text);
+  assert.equal(batch.json.results[0].code, 'superseded');
+  assert.equal(batch.json.results[1].code, 'invalid');
+  const feeder = await h.fetch('/render_queue/claim', { auth: { username: 'feeder', password: 'feeder-pass' }, body: {} });
+  assert.equal(feeder.status, 403);
+});
+
+test('pause answers [] with x-queue-status paused and a QueueStatus row; resume lifts it', async () => {
+  await file([{ url: 'https://pause.example.com/a', dueAt: Date.now() - MIN }]);
+  const p = await h.fetch('/prerender_admin/pause', { body: { scope: 'all' } });
+  assert.deepEqual(p.json, { scope: 'all', paused: true });
+  const c = await claim(5);
+  assert.deepEqual(c.jobs, []);
+  assert.equal(c.status, 'paused');
+  const rows = await h.fetch('/queue_status/');
+  assert.equal(rows.json[0].status, 'paused');
+  const r = await h.fetch('/prerender_admin/resume', { body: { scope: 'all' } });
+  assert.deepEqual(r.json, { scope: 'all', paused: false });
+  const after = await until('a claim after resume', async () => {
+    const x = await claim(5);
+    return x.status !== 'paused' ? x : undefined;
+  });
+  assert.notEqual(after.status, 'paused');
+  const status = await until('QueueStatus off paused', async () => {
+    const s = await h.fetch('/queue_status/');
+    return s.json[0].status !== 'paused' ? s.json[0].status : undefined;
+  });
+  assert.ok(['queued', 'empty'].includes(status));
+  await drain('https://pause.');
+});
+
+test('an empty node answers empty once nothing is due', async () => {
+  await drain('');
+  const c = await until('status empty', async () => {
+    const x = await claim(5);
+    return x.status === 'empty' ? x : undefined;
+  });
+  assert.deepEqual(c.jobs, []);
+});

@@ -1,0 +1,408 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeperCore.js';
+import { floorMinute, markOf, MINUTE_MS, score, type ScoreOptions } from '../../util/score.js';
+
+const HOUR = 60 * MINUTE_MS;
+const DAY = 24 * HOUR;
+const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
+const OPTIONS: ScoreOptions = { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 };
+
+// /blog/ has its own interval, /news/ is a route without one, anything else is unrouted.
+const classify: Classify = (url, own) => {
+  const path = new URL(url).pathname;
+  if (path.startsWith('/blog/')) return { route: 'blog', cadenceMs: HOUR };
+  if (path.startsWith('/news/')) return { route: 'news', cadenceMs: own ?? DAY };
+  return { route: 'unrouted', cadenceMs: own ?? DAY };
+};
+
+function row(cacheKey: string, nextRenderTime: number, extra: Partial<ScheduleRow> = {}): ScheduleRow {
+  return {
+    cacheKey,
+    nextRenderTime,
+    fromSitemap: false,
+    effectiveInterval: null,
+    verified: true,
+    urgentAt: null,
+    changedAt: null,
+    ...extra,
+  };
+}
+
+const keeper = (): KeeperCore => new KeeperCore({ classify, score: OPTIONS });
+
+function expectedScore(r: ScheduleRow, now: number, classifier: Classify = classify): number {
+  const own = Number.isFinite(r.effectiveInterval) ? r.effectiveInterval : null;
+  return score(
+    {
+      dueMs: floorMinute(r.nextRenderTime) * MINUTE_MS,
+      cadenceMs: classifier(r.cacheKey, own).cadenceMs,
+      fromSitemap: r.fromSitemap,
+      mark: markOf(r.urgentAt, r.changedAt),
+    },
+    now,
+    OPTIONS,
+  );
+}
+
+describe('score', () => {
+  const base = { dueMs: NOW - HOUR, cadenceMs: HOUR, fromSitemap: false, mark: 'none' as const };
+
+  it('is lateness in cadences, and zero before the row is due', () => {
+    assert.equal(score(base, NOW, OPTIONS), 1);
+    assert.equal(score({ ...base, dueMs: NOW + HOUR }, NOW, OPTIONS), 0);
+  });
+
+  it('multiplies a sitemap row by the boost', () => {
+    assert.equal(score({ ...base, fromSitemap: true }, NOW, OPTIONS), 2);
+  });
+
+  it('adds one head start scaled by max(1, boost), urgent winning over changed, never summed', () => {
+    const opts = { sitemapBoost: 3, urgentHeadStart: 5, changedHeadStart: 2 };
+    assert.equal(score({ ...base, mark: 'urgent' }, NOW, opts), 1 + 15);
+    assert.equal(score({ ...base, mark: 'changed', fromSitemap: true }, NOW, opts), 3 + 6);
+    assert.equal(score({ ...base, mark: 'urgent' }, NOW, { ...opts, sitemapBoost: 0.5 }), 1 + 5);
+    assert.equal(markOf(1, 2), 'urgent');
+    assert.equal(markOf(null, 2), 'changed');
+    assert.equal(markOf(null, null), 'none');
+  });
+
+  it('scores a non-finite due or now as 0 and degrades a non-positive cadence to raw lateness', () => {
+    assert.equal(score({ ...base, dueMs: NaN, mark: 'urgent' }, NOW, OPTIONS), 0);
+    assert.equal(score(base, Infinity, OPTIONS), 0);
+    assert.equal(score({ ...base, cadenceMs: 0 }, NOW, OPTIONS), HOUR);
+    assert.equal(score({ ...base, cadenceMs: -5 }, NOW, OPTIONS), HOUR);
+  });
+});
+
+// --- the property: topK equals "score every due row at minute resolution and sort" ---
+
+const KEY_POOL = 1200;
+const url = (i: number): string =>
+  ['https://a.example/blog/', 'https://a.example/news/', 'https://b.example/p/'][i % 3]! + `page-${i}?x=1`;
+
+// Weighted towards a few classes and a few minutes, so buckets hold dozens of rows and rows leave and
+// re-enter the same bucket: the paths where a stale copy could be listed twice or not at all.
+const rowArb = (i: number): fc.Arbitrary<ScheduleRow> =>
+  fc.record({
+    cacheKey: fc.constant(url(i)),
+    nextRenderTime: fc.oneof(
+      { weight: 6, arbitrary: fc.integer({ min: -3 * MINUTE_MS, max: 3 * MINUTE_MS }).map((d) => NOW + d) },
+      { weight: 2, arbitrary: fc.integer({ min: -40 * MINUTE_MS, max: 40 * MINUTE_MS }).map((d) => NOW + d) },
+      { weight: 1, arbitrary: fc.integer({ min: -3 * DAY, max: 3 * DAY }).map((d) => NOW + d) },
+    ),
+    fromSitemap: fc.boolean(),
+    effectiveInterval: fc.oneof(
+      { weight: 6, arbitrary: fc.constant(null) },
+      { weight: 1, arbitrary: fc.constantFrom(MINUTE_MS, 5 * MINUTE_MS, HOUR, DAY, 0, -5) },
+    ),
+    verified: fc.oneof({ weight: 5, arbitrary: fc.constant(true) }, { weight: 1, arbitrary: fc.constant(false) }),
+    urgentAt: fc.option(fc.constant(NOW - 1), { freq: 10 }),
+    changedAt: fc.option(fc.constant(NOW - 2), { freq: 8 }),
+  });
+
+type Op = { key: number; row: ScheduleRow | null };
+const opArb: fc.Arbitrary<Op> = fc
+  .integer({ min: 0, max: KEY_POOL - 1 })
+  .chain((key) => fc.record({ key: fc.constant(key), row: fc.option(rowArb(key), { freq: 12 }) }));
+
+function replay(ops: readonly Op[]): { core: KeeperCore; model: Map<string, ScheduleRow> } {
+  const core = keeper();
+  const model = new Map<string, ScheduleRow>();
+  for (const op of ops) {
+    // A fresh string each time, as a decoded event would carry.
+    const key = (' ' + url(op.key)).slice(1);
+    core.apply(key, op.row, NOW);
+    if (op.row === null) model.delete(key);
+    else model.set(key, op.row);
+  }
+  return { core, model };
+}
+
+describe('KeeperCore.topK', () => {
+  it('equals scoring every due row at minute resolution and sorting, with skip and complete', () => {
+    fc.assert(
+      fc.property(
+        fc.array(opArb, { minLength: 500, maxLength: 4000, size: 'max' }),
+        fc.integer({ min: -30 * MINUTE_MS, max: 30 * MINUTE_MS }),
+        fc.integer({ min: 0, max: 1200 }),
+        fc.integer({ min: 0, max: 6 }),
+        (ops, shift, k, skipEvery) => {
+          const { core, model } = replay(ops);
+          const now = NOW + shift;
+          const skipped = (key: string): boolean => skipEvery > 0 && key.length % 7 === skipEvery;
+          const result = core.topK(k, now, skipped);
+
+          const due = [...model.values()].filter((r) => floorMinute(r.nextRenderTime) * MINUTE_MS <= now);
+          const eligible = due.filter((r) => !skipped(r.cacheKey));
+          const expected = eligible.map((r) => expectedScore(r, now)).sort((a, b) => b - a);
+          assert.deepEqual(
+            result.entries.map((e) => e.score),
+            expected.slice(0, k),
+          );
+          assert.equal(result.complete, eligible.length <= k);
+          if (result.complete) assert.equal(result.skipped, due.length - eligible.length);
+          else assert.ok(result.skipped <= due.length - eligible.length);
+          const seen = new Set<string>();
+          for (const entry of result.entries) {
+            const r = model.get(entry.key);
+            assert.ok(r !== undefined, `returned a key not held: ${entry.key}`);
+            assert.ok(!seen.has(entry.key), `returned twice: ${entry.key}`);
+            seen.add(entry.key);
+            assert.ok(!skipped(entry.key));
+            assert.equal(entry.score, expectedScore(r, now));
+            assert.equal(entry.dueMs, floorMinute(r.nextRenderTime) * MINUTE_MS);
+            assert.equal(entry.fromSitemap, r.fromSitemap);
+            assert.equal(entry.verified, r.verified);
+            assert.equal(entry.mark, markOf(r.urgentAt, r.changedAt));
+            assert.equal(entry.route, classify(r.cacheKey, null).route);
+          }
+          assert.equal(core.size, model.size);
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
+  it('holds what apply would store, and summarises due rows like a scan of the model', () => {
+    fc.assert(
+      fc.property(fc.array(opArb, { minLength: 200, maxLength: 3000, size: 'max' }), (ops) => {
+        const { core, model } = replay(ops);
+        for (const [key, r] of model) assert.ok(core.matches(key, r), `mismatch for ${key}`);
+        assert.deepEqual(new Set(core.keys()), new Set(model.keys()));
+        const summary = core.dueSummary(NOW);
+        const due = [...model.values()].filter((r) => floorMinute(r.nextRenderTime) * MINUTE_MS <= NOW);
+        assert.equal(summary.due, due.length);
+        assert.equal(summary.dueVerified, due.filter((r) => r.verified).length);
+        for (const [queue, counts] of summary.byQueue) {
+          const inQueue = due.filter((r) => classify(r.cacheKey, null).route === queue);
+          assert.equal(counts.due, inQueue.length);
+          const verified = inQueue.filter((r) => r.verified);
+          assert.equal(counts.dueVerified, verified.length);
+          const oldest = Math.min(...verified.map((r) => floorMinute(r.nextRenderTime) * MINUTE_MS));
+          assert.equal(counts.oldestVerifiedDue?.dueMs ?? Infinity, oldest);
+          if (counts.oldestVerifiedDue !== null) {
+            assert.equal(model.get(counts.oldestVerifiedDue.key)?.verified, true);
+          }
+        }
+      }),
+      { numRuns: 40 },
+    );
+  });
+
+  it('does not let a skipped row cost a place', () => {
+    const core = keeper();
+    for (let i = 0; i < 10; i++) core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * MINUTE_MS), NOW);
+    const leased = new Set(['https://x.example/p/9', 'https://x.example/p/8']);
+    const result = core.topK(3, NOW, (key) => leased.has(key));
+    assert.deepEqual(
+      result.entries.map((e) => e.key),
+      ['https://x.example/p/7', 'https://x.example/p/6', 'https://x.example/p/5'],
+    );
+    assert.equal(result.skipped, 2);
+    assert.equal(result.complete, false);
+  });
+
+  it('is complete when the rows left over are all skipped, and incomplete when one is not', () => {
+    const core = keeper();
+    for (const i of [1, 2, 3]) core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * HOUR), NOW);
+    assert.equal(core.topK(2, NOW, (key) => key.endsWith('/1')).complete, true);
+    assert.equal(core.topK(2, NOW).complete, false);
+    assert.equal(core.topK(3, NOW).complete, true);
+    assert.deepEqual(core.topK(0, NOW - 5 * DAY), { entries: [], complete: true, skipped: 0 });
+    assert.equal(core.topK(0, NOW).complete, false);
+  });
+
+  it('leaves rows that are not yet due out, counting a row due at the start of the current minute', () => {
+    const core = keeper();
+    core.apply('https://x.example/p/now', row('https://x.example/p/now', NOW + 59_000), NOW);
+    core.apply('https://x.example/p/later', row('https://x.example/p/later', NOW + MINUTE_MS), NOW);
+    assert.deepEqual(
+      core.topK(10, NOW).entries.map((e) => [e.key, e.dueMs, e.score]),
+      [['https://x.example/p/now', NOW, 0]],
+    );
+  });
+
+  it('lists a row once after it leaves a full bucket and comes back to it', () => {
+    const core = keeper();
+    const keys = Array.from({ length: 200 }, (_, i) => `https://x.example/p/${i}`);
+    for (const key of keys) core.apply(key, row(key, NOW - HOUR), NOW);
+    // Move rows out of the middle (left behind as stale copies), then back into the same minute.
+    for (const key of keys.slice(50, 150)) core.apply(key, row(key, NOW + HOUR), NOW);
+    for (const key of keys.slice(60, 70)) core.apply(key, row(key, NOW - HOUR), NOW);
+    const result = core.topK(1000, NOW);
+    assert.equal(result.entries.length, 110);
+    assert.equal(new Set(result.entries.map((e) => e.key)).size, 110);
+  });
+});
+
+describe('KeeperCore.apply', () => {
+  it('is idempotent: the same row twice changes nothing and leaves the version alone', () => {
+    const core = keeper();
+    const r = row('https://x.example/p/1', NOW - 30_000, { urgentAt: NOW });
+    assert.equal(core.apply('https://x.example/p/1', r, NOW), true);
+    const version = core.version;
+    assert.equal(core.apply('https://x.example/p/1', { ...r }, NOW + HOUR), false);
+    assert.equal(core.apply(('https://x.example/p/' + '1').slice(0), { ...r, nextRenderTime: NOW - 1 }, NOW), false);
+    assert.equal(core.version, version);
+    assert.equal(core.apply('https://x.example/p/2', null, NOW), false);
+    assert.equal(core.version, version);
+    assert.equal(core.apply('https://x.example/p/1', null, NOW), true);
+    assert.equal(core.version, version + 1);
+    assert.equal(core.size, 0);
+    assert.equal(core.classCount, 0);
+  });
+
+  it('bumps the version when only the class changes', () => {
+    const core = keeper();
+    core.apply('https://x.example/p/1', row('https://x.example/p/1', NOW), NOW);
+    const version = core.version;
+    assert.equal(core.apply('https://x.example/p/1', row('https://x.example/p/1', NOW, { verified: false }), NOW), true);
+    assert.equal(core.version, version + 1);
+    assert.equal(core.describe('https://x.example/p/1', NOW)?.verified, false);
+  });
+
+  it('holds a row without a finite due time as due in the minute of its arrival', () => {
+    const core = keeper();
+    core.apply('https://x.example/p/1', row('https://x.example/p/1', NaN), NOW + 30_000);
+    assert.equal(core.heldValue('https://x.example/p/1')?.nextRenderTime, NOW);
+    assert.equal(core.matches('https://x.example/p/1', row('https://x.example/p/1', NaN)), true);
+  });
+});
+
+describe('KeeperCore.describe, heldValue and matches', () => {
+  it('describes a held row in table terms with its score', () => {
+    const core = keeper();
+    const key = 'https://x.example/news/a';
+    core.apply(key, row(key, NOW - 2 * HOUR + 10, { fromSitemap: true, effectiveInterval: 4 * HOUR, changedAt: 1 }), NOW);
+    assert.deepEqual(core.describe(key, NOW), {
+      route: 'news',
+      cadenceMs: 4 * HOUR,
+      fromSitemap: true,
+      verified: true,
+      mark: 'changed',
+      dueMs: NOW - 2 * HOUR,
+      score: 0.5 * 2 + 1 * 2,
+      due: true,
+    });
+    assert.deepEqual(core.heldValue(key), {
+      nextRenderTime: NOW - 2 * HOUR,
+      route: 'news',
+      cadenceMs: 4 * HOUR,
+      effectiveInterval: 4 * HOUR,
+      fromSitemap: true,
+      verified: true,
+      mark: 'changed',
+    });
+    assert.equal(core.describe('https://x.example/none', NOW), null);
+    assert.equal(core.heldValue('https://x.example/none'), null);
+  });
+
+  it('matches only the row apply would store, and null only when nothing is held', () => {
+    const core = keeper();
+    const key = 'https://x.example/news/a';
+    const held = row(key, NOW, { effectiveInterval: HOUR });
+    core.apply(key, held, NOW);
+    assert.equal(core.matches(key, { ...held, nextRenderTime: NOW + 59_999 }), true);
+    assert.equal(core.matches(key, { ...held, nextRenderTime: NOW + MINUTE_MS }), false);
+    assert.equal(core.matches(key, { ...held, effectiveInterval: null }), false);
+    assert.equal(core.matches(key, { ...held, urgentAt: NOW }), false);
+    assert.equal(core.matches(key, { ...held, fromSitemap: true }), false);
+    assert.equal(core.matches(key, null), false);
+    assert.equal(core.matches('https://x.example/other', null), true);
+    assert.equal(core.matches('https://x.example/other', held), false);
+  });
+});
+
+describe('KeeperCore.reclassify', () => {
+  it('keeps every row and its minute while moving rows to the classes the new config gives', () => {
+    const core = keeper();
+    const blog = 'https://x.example/blog/a';
+    const own = 'https://x.example/blog/own';
+    const plain = 'https://x.example/p/b';
+    core.apply(blog, row(blog, NOW - HOUR), NOW);
+    core.apply(own, row(own, NOW - HOUR, { effectiveInterval: 4 * HOUR }), NOW);
+    core.apply(plain, row(plain, NOW - HOUR, { fromSitemap: true }), NOW);
+    const version = core.version;
+    // New config: /blog/ loses its interval (rows fall back to their own, else the default 2 h), and
+    // /p/ becomes its own route.
+    const next: Classify = (u, ownInterval) => {
+      const path = new URL(u).pathname;
+      if (path.startsWith('/blog/')) return { route: 'blog', cadenceMs: ownInterval ?? 2 * HOUR };
+      if (path.startsWith('/p/')) return { route: 'pages', cadenceMs: 30 * MINUTE_MS };
+      return { route: 'unrouted', cadenceMs: ownInterval ?? 2 * HOUR };
+    };
+    core.reclassify(next, { ...OPTIONS, sitemapBoost: 3 });
+    assert.ok(core.version > version);
+    assert.equal(core.size, 3);
+    assert.deepEqual(
+      [blog, own, plain].map((k) => [core.describe(k, NOW)?.route, core.describe(k, NOW)?.cadenceMs, core.describe(k, NOW)?.dueMs]),
+      [
+        ['blog', 2 * HOUR, NOW - HOUR],
+        ['blog', 4 * HOUR, NOW - HOUR],
+        ['pages', 30 * MINUTE_MS, NOW - HOUR],
+      ],
+    );
+    assert.deepEqual(
+      core.topK(10, NOW).entries.map((e) => [e.key, e.score]),
+      [
+        [plain, 2 * 3],
+        [blog, 0.5],
+        [own, 0.25],
+      ],
+    );
+    assert.equal(core.matches(own, row(own, NOW - HOUR, { effectiveInterval: 4 * HOUR })), true);
+    assert.equal(core.dueSummary(NOW).due, 3);
+    assert.equal(core.state(NOW).now.due, 3);
+  });
+});
+
+describe('KeeperCore ownership and queues', () => {
+  it('drops the rows a predicate names and keeps the rest', () => {
+    const core = keeper();
+    for (let i = 0; i < 20; i++) core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * MINUTE_MS), NOW);
+    const version = core.version;
+    assert.equal(core.dropWhere((key) => Number(key.split('/').pop()) % 2 === 0), 10);
+    assert.equal(core.size, 10);
+    assert.ok(core.version > version);
+    assert.ok(core.topK(100, NOW).entries.every((e) => Number(e.key.split('/').pop()) % 2 === 1));
+    assert.equal(core.dueSummary(NOW).due, 10);
+    assert.equal(core.dropWhere(() => false), 0);
+  });
+
+  it('finds the oldest due row of a queue, verified only and past the skip predicate', () => {
+    const core = keeper();
+    core.apply('https://x.example/blog/old', row('https://x.example/blog/old', NOW - 3 * HOUR, { verified: false }), NOW);
+    core.apply('https://x.example/blog/mid', row('https://x.example/blog/mid', NOW - 2 * HOUR, { fromSitemap: true }), NOW);
+    core.apply('https://x.example/blog/new', row('https://x.example/blog/new', NOW - HOUR), NOW);
+    core.apply('https://x.example/blog/future', row('https://x.example/blog/future', NOW + HOUR), NOW);
+    core.apply('https://x.example/p/other', row('https://x.example/p/other', NOW - 9 * HOUR), NOW);
+    assert.equal(core.oldestDue('blog', NOW)?.key, 'https://x.example/blog/old');
+    assert.deepEqual(core.oldestDue('blog', NOW, { verifiedOnly: true }), {
+      key: 'https://x.example/blog/mid',
+      dueMs: NOW - 2 * HOUR,
+      fromSitemap: true,
+      verified: true,
+      mark: 'none',
+    });
+    const skip = (key: string): boolean => key.endsWith('/mid');
+    assert.equal(core.oldestDue('blog', NOW, { verifiedOnly: true, skip })?.key, 'https://x.example/blog/new');
+    assert.equal(core.oldestDue('blog', NOW - 2.5 * HOUR, { verifiedOnly: true }), null);
+    assert.equal(core.oldestDue('nope', NOW), null);
+    const summary = core.dueSummary(NOW);
+    assert.deepEqual(summary.byQueue.get('blog'), {
+      due: 3,
+      dueVerified: 2,
+      oldestVerifiedDue: {
+        key: 'https://x.example/blog/mid',
+        dueMs: NOW - 2 * HOUR,
+        fromSitemap: true,
+        verified: true,
+        mark: 'none',
+      },
+    });
+    assert.equal(summary.due, 4);
+    assert.equal(summary.dueVerified, 3);
+  });
+});

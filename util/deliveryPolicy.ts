@@ -1,0 +1,146 @@
+// The pure rules of webhook delivery (SPEC §6): what an attempt's outcome means, how long to wait before
+// the next, how fast one hook may be called, and the bounded hand-off queue. Clock passed in, in ms.
+
+export type AttemptOutcome = { status: number } | { error: 'timeout' | 'network' | 'refused' };
+export type AttemptVerdict = 'success' | 'retry' | 'fail';
+
+/**
+ * Retry only what may heal by itself: the network, timeouts, 408, 429 and 5xx. A 3xx is final because
+ * redirects are never followed (a redirect is how an allowed host points us at a refused one); other 4xx
+ * say the receiver rejects this request; a refused address will be refused again.
+ */
+export function classifyResponse(outcome: AttemptOutcome): AttemptVerdict {
+  if ('error' in outcome) return outcome.error === 'refused' ? 'fail' : 'retry';
+  const s = outcome.status;
+  if (s >= 200 && s < 300) return 'success';
+  if (s === 408 || s === 429 || (s >= 500 && s < 600)) return 'retry';
+  return 'fail';
+}
+
+/** Pause after attempt 1, after attempt 2; later attempts reuse the last step. */
+export const RETRY_DELAYS_MS: readonly number[] = [1000, 5000];
+/** ±20 % spreads the retries of many hooks that failed together, so they do not return in a wave. */
+export const RETRY_JITTER = 0.2;
+
+/** The wait before the next attempt. `random` is in [0, 1) (Math.random in production, fixed in tests). */
+export function retryDelayMs(attemptJustFailed: number, random: () => number): number {
+  const i = Math.min(Math.max(1, Math.floor(attemptJustFailed)), RETRY_DELAYS_MS.length) - 1;
+  const base = RETRY_DELAYS_MS[i]!;
+  return Math.round(base * (1 - RETRY_JITTER + 2 * RETRY_JITTER * random()));
+}
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+/**
+ * Per-hook token bucket: up to `perMinute` at once, refilled evenly over the minute. A bucket that has
+ * refilled to full carries no information and is pruned, so memory follows active hooks only.
+ */
+export class RateLimiter {
+  private readonly buckets = new Map<string, Bucket>();
+  private perMinute: number;
+
+  constructor(perMinute: number) {
+    this.perMinute = RateLimiter.checked(perMinute);
+  }
+
+  private static checked(perMinute: number): number {
+    if (!Number.isFinite(perMinute) || perMinute <= 0) throw new RangeError('rate must be a positive number');
+    return perMinute;
+  }
+
+  /** A config change applies to the next take; tokens already earned are capped at the new ceiling. */
+  setRate(perMinute: number): void {
+    this.perMinute = RateLimiter.checked(perMinute);
+  }
+
+  private level(b: Bucket, now: number): number {
+    const earned = (Math.max(0, now - b.at) * this.perMinute) / 60_000;
+    return Math.min(this.perMinute, b.tokens + earned);
+  }
+
+  /** Takes one delivery slot for `hookId` at `now`; false means over the rate (the caller drops or waits). */
+  tryTake(hookId: string, now: number): boolean {
+    const b = this.buckets.get(hookId);
+    const tokens = b === undefined ? this.perMinute : this.level(b, now);
+    if (tokens < 1) return false;
+    this.buckets.set(hookId, { tokens: tokens - 1, at: now });
+    return true;
+  }
+
+  /** Forgets a deleted hook. */
+  forget(hookId: string): void {
+    this.buckets.delete(hookId);
+  }
+
+  /** Drops buckets that have refilled; returns how many remain. */
+  prune(now: number): number {
+    for (const [id, b] of this.buckets) if (this.level(b, now) >= this.perMinute) this.buckets.delete(id);
+    return this.buckets.size;
+  }
+}
+
+/** At most one warning per this many ms about dropped deliveries, however fast they drop. */
+export const DROP_WARN_INTERVAL_MS = 10_000;
+
+/**
+ * FIFO of pending deliveries with a hard capacity. When full the NEW item is refused and counted: a
+ * wake-up hint is cheap to lose (the stall ledger catches the queue later) and memory is not.
+ */
+export class BoundedQueue<T> {
+  private readonly ring: (T | undefined)[];
+  private head = 0;
+  private count = 0;
+  private drops = 0;
+  private unwarned = 0;
+  private lastWarnAt = -Infinity;
+
+  constructor(readonly capacity: number) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be a positive integer');
+    this.ring = new Array<T | undefined>(capacity);
+  }
+
+  get size(): number {
+    return this.count;
+  }
+
+  /** Every drop since creation (for metrics). */
+  get dropped(): number {
+    return this.drops;
+  }
+
+  /** Appends; false (and a counted drop) when full. */
+  push(item: T): boolean {
+    if (this.count === this.capacity) {
+      this.drops++;
+      this.unwarned++;
+      return false;
+    }
+    this.ring[(this.head + this.count) % this.capacity] = item;
+    this.count++;
+    return true;
+  }
+
+  /** Removes and returns the oldest item. */
+  shift(): T | undefined {
+    if (this.count === 0) return undefined;
+    const item = this.ring[this.head];
+    this.ring[this.head] = undefined; // release the reference for GC
+    this.head = (this.head + 1) % this.capacity;
+    this.count--;
+    return item;
+  }
+
+  /**
+   * True when drops happened since the last warning and the last warning is at least 10 s old; answering
+   * true consumes those drops, so a burst yields one warning and a later burst another.
+   */
+  shouldWarn(now: number): boolean {
+    if (this.unwarned === 0 || now - this.lastWarnAt < DROP_WARN_INTERVAL_MS) return false;
+    this.unwarned = 0;
+    this.lastWarnAt = now;
+    return true;
+  }
+}

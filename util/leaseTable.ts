@@ -1,0 +1,460 @@
+// The lease table: which keys are out with a renderer right now, shared by every worker thread of one
+// process through a plain ArrayBuffer (SPEC §3). Lock-free apart from a per-slot write section of a
+// handful of stores (see leaseSlots.ts for the layout and the seqlock reads).
+//
+// Keys live by open addressing over the 64-bit key hash with a probe window of 8 and no tombstones:
+// every lookup walks the whole window, so a slot emptied or reused in place never breaks another key's
+// chain. A slot of a key that is dead for good (released past its grace, expired past the grace, an
+// ended hold) may be taken over in place by another key when its window has no empty slot.
+import {
+  BUSY,
+  EMPTY,
+  EXPIRED,
+  H_OCCUPANCY,
+  H_REC_AT,
+  H_REC_DONE,
+  H_REC_OCCUPANCY,
+  H_REC_OLDEST_EXPIRY,
+  H_REC_OLDEST_TOKEN_HI,
+  H_REC_OLDEST_TOKEN_LO,
+  HEADER_WORDS,
+  HELD,
+  INT32_MAX,
+  LEASED,
+  LeaseSlots,
+  NO_DUE,
+  PROBE_WINDOW,
+  RELEASE_GRACE_MS,
+  RELEASED,
+  S_DUE,
+  S_EXPIRY,
+  S_MISSES,
+  SLOT_WORDS,
+  STATE_MASK,
+  TOKEN_SPLIT,
+  blocks,
+  fromSec,
+  nextWord,
+  slotCountFor,
+  toMinute,
+  toSec,
+} from './leaseSlots.js';
+
+export { LEASE_EPOCH_MS, PROBE_WINDOW, RELEASE_GRACE_MS } from './leaseSlots.js';
+
+/**
+ * Reconcile empties slots dead for this long. Grants already take over dead slots in place, so this is
+ * housekeeping; the hour keeps a wedged key's miss history and a late result's token readable meanwhile.
+ */
+export const DEAD_SLOT_RETENTION_MS = 60 * 60_000;
+/** A grant retries when a CAS loses to another writer in its window; past this it refuses as full. */
+const MAX_ATTEMPTS = 16;
+
+export interface GrantOptions {
+  leaseMs: number;
+  dueMs: number;
+  cadenceMs: number;
+  fastRetries: number;
+}
+export type GrantResult =
+  | { ok: true; token: number; expiresAt: number; misses: number; requeued: boolean }
+  | {
+      ok: false;
+      reason: 'leased' | 'grace' | 'held' | 'full';
+      expiresAt?: number;
+      heldUntil?: number;
+      misses?: number;
+    };
+export type TokenCheck = 'current' | 'superseded' | 'none';
+export type LeaseState = 'leased' | 'grace' | 'held' | 'expired' | 'released' | 'none';
+export interface LeaseView {
+  state: LeaseState;
+  token: number | null;
+  /** When the current state stops blocking: lease end, grace end or hold end. */
+  expiresAt: number | null;
+  misses: number;
+  dueMs: number | null;
+}
+export interface ReconcileResult {
+  occupancy: number;
+  oldestExpiresAt: number | null;
+  oldestGrantedAt: number | null;
+  reclaimed: number;
+}
+/** Where a test may interleave another worker's grant: before the claim CAS, before publish, before rescan. */
+export type GrantStep = 'scanned' | 'claimed' | 'published';
+export interface LeaseTableOptions {
+  onGrantStep?: (step: GrantStep, slot: number) => void;
+}
+
+export class LeaseTable extends LeaseSlots {
+  /** Bytes needed for `maxLeases`; allocate the shared buffer with this. */
+  static byteLength(maxLeases: number): number {
+    return (HEADER_WORDS + slotCountFor(maxLeases) * SLOT_WORDS) * 4;
+  }
+
+  private readonly onGrantStep: ((step: GrantStep, slot: number) => void) | undefined;
+  private readonly undo = new Int32Array(SLOT_WORDS);
+  private stuckSeen = new Map<number, number>();
+
+  constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number, options: LeaseTableOptions = {}) {
+    super(buffer, maxLeases);
+    this.onGrantStep = options.onGrantStep;
+  }
+
+  /** Gauge of leases out: exact for grants and releases, high by leases that expired since reconcile. */
+  occupancy(): number {
+    return Atomics.load(this.words, H_OCCUPANCY);
+  }
+
+  /**
+   * Grants `key` exclusively, or says why not. An expired lease of the key counts a miss and reports
+   * `requeued`; enough misses hold the key instead (SPEC §3).
+   */
+  grant(key: string, now: number, options: GrantOptions): GrantResult {
+    if (!(options.leaseMs > 0)) throw new RangeError('leaseMs must be positive');
+    this.hash(key);
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const result = this.tryGrant(now, options);
+      if (result !== undefined) return result;
+    }
+    return { ok: false, reason: 'full' };
+  }
+
+  /** Releases the grant that `token` names, once; clears a hold and the miss count. */
+  release(key: string, token: number, now: number): boolean {
+    if (!Number.isSafeInteger(token) || token < 0) return false;
+    this.hash(key);
+    const a = this.words;
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      let lostRace = false;
+      for (let k = 0; k < PROBE_WINDOW && !lostRace; k++) {
+        const base = this.base(k);
+        const word = this.read(base, true);
+        const state = word & STATE_MASK;
+        if (state === EMPTY || state === BUSY || !this.readIsKey() || this.tokenRead !== token) continue;
+        if (state === RELEASED) return false;
+        if (Atomics.compareExchange(a, base, word, nextWord(word, BUSY)) !== word) {
+          lostRace = true;
+          continue;
+        }
+        if (state === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
+        a[base + S_EXPIRY] = toSec(now + RELEASE_GRACE_MS);
+        a[base + S_MISSES] = 0;
+        Atomics.store(a, base, nextWord(nextWord(word, BUSY), RELEASED));
+        return true;
+      }
+      if (!lostRace) return false;
+    }
+    return false;
+  }
+
+  /** Is `token` the key's latest grant? A late result of an expired, not re-granted lease is current. */
+  check(key: string, token: number): TokenCheck {
+    this.hash(key);
+    const latest = this.latestToken(true);
+    if (latest < 0) return 'none';
+    return latest === token ? 'current' : 'superseded';
+  }
+
+  /** The keeper's skip predicate: a live lease, a release grace or an active hold. */
+  isLeased(key: string, now: number): boolean {
+    this.hash(key);
+    for (let k = 0; k < PROBE_WINDOW; k++) {
+      const word = this.read(this.base(k), false);
+      if (this.readIsKey() && blocks(word & STATE_MASK, this.expiryRead, now)) return true;
+    }
+    return false;
+  }
+
+  /** The key's latest grant as explain shows it. */
+  lookup(key: string, now: number): LeaseView {
+    this.hash(key);
+    let token = -1;
+    let state = EMPTY;
+    let expiry = 0;
+    let misses = 0;
+    let due = NO_DUE;
+    for (let k = 0; k < PROBE_WINDOW; k++) {
+      const slotState = this.read(this.base(k), true) & STATE_MASK;
+      if (slotState === EMPTY || slotState === BUSY || !this.readIsKey() || this.tokenRead <= token) continue;
+      token = this.tokenRead;
+      state = slotState;
+      expiry = this.expiryRead;
+      misses = this.missesRead;
+      due = this.dueRead;
+    }
+    if (token < 0) return { state: 'none', token: null, expiresAt: null, misses: 0, dueMs: null };
+    const end = fromSec(expiry);
+    const live = end > now;
+    const view: LeaseState =
+      state === LEASED
+        ? live
+          ? 'leased'
+          : 'expired'
+        : state === RELEASED
+          ? live
+            ? 'grace'
+            : 'released'
+          : state === HELD && live
+            ? 'held'
+            : 'expired';
+    return { state: view, token, expiresAt: end, misses, dueMs: due === NO_DUE ? null : due * 60_000 };
+  }
+
+  /**
+   * Full slot scan (run on every status sync): counts live leases, moves expired ones out of the gauge,
+   * empties slots dead longer than DEAD_SLOT_RETENTION_MS, and stores the figures in the header.
+   */
+  reconcile(now: number): ReconcileResult {
+    const a = this.words;
+    let occupancy = 0;
+    let oldestExpiry = INT32_MAX;
+    let oldestToken = Infinity;
+    let reclaimed = 0;
+    const stuck = new Map<number, number>();
+    for (let slot = 0; slot < this.slotCount; slot++) {
+      const base = HEADER_WORDS + slot * SLOT_WORDS;
+      let word = this.read(base, false);
+      let state = word & STATE_MASK;
+      if (state === EMPTY) continue;
+      if (state === BUSY) {
+        // A writer that stayed BUSY across two reconciles died mid-write (a terminated worker): free it.
+        if (
+          this.stuckSeen.get(slot) === word &&
+          Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word
+        ) {
+          reclaimed++;
+        } else stuck.set(slot, word);
+        continue;
+      }
+      const end = fromSec(this.expiryRead);
+      if (state === LEASED && end > now) {
+        occupancy++;
+        oldestExpiry = Math.min(oldestExpiry, this.expiryRead);
+        oldestToken = Math.min(oldestToken, this.tokenRead);
+        continue;
+      }
+      if (state === LEASED) {
+        const expired = nextWord(word, EXPIRED);
+        if (Atomics.compareExchange(a, base, word, expired) !== word) continue;
+        Atomics.sub(a, H_OCCUPANCY, 1);
+        word = expired;
+        state = EXPIRED;
+      }
+      if (state === HELD && end > now) continue;
+      const deadSince = state === EXPIRED ? end + RELEASE_GRACE_MS : end;
+      if (
+        now - deadSince >= DEAD_SLOT_RETENTION_MS &&
+        Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word
+      ) {
+        reclaimed++;
+      }
+    }
+    this.stuckSeen = stuck;
+    // Plain stores: a reader racing two reconciles may mix their figures, which a gauge tolerates.
+    a[H_REC_OCCUPANCY] = occupancy;
+    a[H_REC_AT] = toSec(now);
+    a[H_REC_OLDEST_EXPIRY] = oldestExpiry;
+    a[H_REC_OLDEST_TOKEN_HI] = occupancy > 0 ? Math.floor(oldestToken / TOKEN_SPLIT) : -1;
+    a[H_REC_OLDEST_TOKEN_LO] = occupancy > 0 ? oldestToken % TOKEN_SPLIT : 0;
+    Atomics.store(a, H_REC_DONE, 1);
+    return {
+      occupancy,
+      oldestExpiresAt: occupancy > 0 ? fromSec(oldestExpiry) : null,
+      oldestGrantedAt: occupancy > 0 ? oldestToken : null,
+      reclaimed,
+    };
+  }
+
+  /** The figures the last reconcile stored (by any worker), with when it ran; null before the first. */
+  lastReconcile(): (Omit<ReconcileResult, 'reclaimed'> & { at: number }) | null {
+    const a = this.words;
+    if (Atomics.load(a, H_REC_DONE) === 0) return null;
+    const hi = a[H_REC_OLDEST_TOKEN_HI]!;
+    return {
+      occupancy: a[H_REC_OCCUPANCY]!,
+      at: fromSec(a[H_REC_AT]!),
+      oldestExpiresAt: hi < 0 ? null : fromSec(a[H_REC_OLDEST_EXPIRY]!),
+      oldestGrantedAt: hi < 0 ? null : hi * TOKEN_SPLIT + (a[H_REC_OLDEST_TOKEN_LO]! >>> 0),
+    };
+  }
+
+  private tryGrant(now: number, options: GrantOptions): GrantResult | undefined {
+    let own = -1;
+    let ownWord = 0;
+    let ownToken = -1;
+    let ownDue = 0;
+    let ownMisses = 0;
+    let empty = -1;
+    let emptyWord = 0;
+    let spare = -1;
+    let spareWord = 0;
+    let spareRank = 3;
+    let spareEnd = Infinity;
+    for (let k = 0; k < PROBE_WINDOW; k++) {
+      const base = this.base(k);
+      const word = this.read(base, false);
+      const state = word & STATE_MASK;
+      // A slot still BUSY after the spins is a stalled writer; skipping it is safe because a grant
+      // racing through it rescans after publishing, and one of the two gives its slot back.
+      if (state === BUSY) continue;
+      if (state === EMPTY) {
+        if (empty < 0) {
+          empty = base;
+          emptyWord = word;
+        }
+        continue;
+      }
+      const end = fromSec(this.expiryRead);
+      if (this.readIsKey()) {
+        const refusal = this.refusal(state, now);
+        if (refusal !== undefined) return refusal;
+        if (this.tokenRead > ownToken) {
+          own = base;
+          ownWord = word;
+          ownToken = this.tokenRead;
+          ownDue = this.dueRead;
+          ownMisses = this.missesRead;
+        }
+        continue;
+      }
+      // Another key's slot can be taken over once it is dead for good; released ones go first, then
+      // expired, then ended holds, whose miss history is worth the most. Oldest first within a rank.
+      const rank =
+        state === RELEASED && end <= now
+          ? 0
+          : state !== HELD && end + RELEASE_GRACE_MS <= now
+            ? 1
+            : state === HELD && end <= now
+              ? 2
+              : 3;
+      if (rank < 3 && (rank < spareRank || (rank === spareRank && end < spareEnd))) {
+        spare = base;
+        spareWord = word;
+        spareRank = rank;
+        spareEnd = end;
+      }
+    }
+    const dueMinute = toMinute(options.dueMs);
+    if (own >= 0) {
+      const ownState = ownWord & STATE_MASK;
+      const sameDue = ownDue === dueMinute;
+      if (ownState === HELD) {
+        // The hold ran out: this grant is the probe, and its own expiry will count the next miss.
+        return this.take(
+          own,
+          ownWord,
+          Math.max(Math.floor(now), ownToken + 1),
+          now,
+          options,
+          sameDue ? ownMisses : 0,
+          false,
+        );
+      }
+      const requeued = ownState !== RELEASED;
+      const misses = requeued ? (sameDue ? ownMisses : 0) + 1 : sameDue ? ownMisses + 1 : 0;
+      if (misses >= options.fastRetries + 2) return this.hold(own, ownWord, now, options, misses, dueMinute);
+      return this.take(own, ownWord, Math.max(Math.floor(now), ownToken + 1), now, options, misses, requeued);
+    }
+    if (empty >= 0) return this.take(empty, emptyWord, Math.floor(now), now, options, 0, false);
+    if (spare >= 0) return this.take(spare, spareWord, Math.floor(now), now, options, 0, false);
+    return { ok: false, reason: 'full' };
+  }
+
+  /** Claims the slot at `base` for this key, publishes the lease, and keeps it only if no rival did. */
+  private take(
+    base: number,
+    word: number,
+    token: number,
+    now: number,
+    options: GrantOptions,
+    misses: number,
+    requeued: boolean,
+  ): GrantResult | undefined {
+    const a = this.words;
+    const slot = (base - HEADER_WORDS) / SLOT_WORDS;
+    this.onGrantStep?.('scanned', slot);
+    const claimed = nextWord(word, BUSY);
+    // The claim CAS: of two grants that picked this slot, one wins and the other rescans from the top.
+    if (Atomics.compareExchange(a, base, word, claimed) !== word) return undefined;
+    if ((word & STATE_MASK) === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
+    for (let w = 1; w < SLOT_WORDS; w++) this.undo[w] = a[base + w]!;
+    const expiry = toSec(now + options.leaseMs);
+    this.writeFields(base, expiry, toMinute(options.dueMs), misses, token);
+    this.onGrantStep?.('claimed', slot);
+    // Count before publishing and uncount after unpublishing, so the gauge can only run high.
+    Atomics.add(a, H_OCCUPANCY, 1);
+    const published = nextWord(claimed, LEASED);
+    Atomics.store(a, base, published);
+    this.onGrantStep?.('published', slot);
+    // Two grants of one key on different slots each publish, then rescan: sequentially consistent
+    // atomics guarantee at least one sees the other and gives its slot back. Without this rescan both
+    // would hand the job out.
+    for (let k = 0; k < PROBE_WINDOW; k++) {
+      const other = this.base(k);
+      if (other === base) continue;
+      const otherWord = this.read(other, false);
+      if (!this.readIsKey() || !blocks(otherWord & STATE_MASK, this.expiryRead, now)) continue;
+      const refusal = this.refusal(otherWord & STATE_MASK, now);
+      this.giveBack(base, published, word);
+      return refusal;
+    }
+    return { ok: true, token, expiresAt: fromSec(expiry), misses, requeued };
+  }
+
+  /** Puts a slot this grant published back the way it found it. */
+  private giveBack(base: number, published: number, original: number): void {
+    const a = this.words;
+    const busy = nextWord(published, BUSY);
+    // Nothing else writes a live slot whose token only this grant knows, so the exchange cannot lose.
+    if (Atomics.compareExchange(a, base, published, busy) !== published) return;
+    Atomics.sub(a, H_OCCUPANCY, 1);
+    for (let w = 1; w < SLOT_WORDS; w++) a[base + w] = this.undo[w]!;
+    const state = original & STATE_MASK;
+    if (state === LEASED) Atomics.add(a, H_OCCUPANCY, 1);
+    Atomics.store(a, base, nextWord(busy, state));
+  }
+
+  private hold(
+    base: number,
+    word: number,
+    now: number,
+    options: GrantOptions,
+    misses: number,
+    dueMinute: number,
+  ): GrantResult | undefined {
+    const a = this.words;
+    if (Atomics.compareExchange(a, base, word, nextWord(word, BUSY)) !== word) return undefined;
+    if ((word & STATE_MASK) === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
+    // 2 leases at the first hold, then 4, 8 … never longer than the cadence.
+    const holdMs = Math.min(
+      options.cadenceMs,
+      options.leaseMs * 2 ** Math.min(misses - options.fastRetries - 1, 40),
+    );
+    const until = toSec(now + holdMs);
+    a[base + S_EXPIRY] = until;
+    a[base + S_DUE] = dueMinute;
+    a[base + S_MISSES] = misses;
+    Atomics.store(a, base, nextWord(nextWord(word, BUSY), HELD));
+    return { ok: false, reason: 'held', heldUntil: fromSec(until), misses };
+  }
+
+  private refusal(state: number, now: number): GrantResult | undefined {
+    if (!blocks(state, this.expiryRead, now)) return undefined;
+    const end = fromSec(this.expiryRead);
+    if (state === HELD) return { ok: false, reason: 'held', heldUntil: end, misses: this.missesRead };
+    return { ok: false, reason: state === LEASED ? 'leased' : 'grace', expiresAt: end };
+  }
+
+  /** Highest token among this key's slots, or -1 when it has none. */
+  private latestToken(patient: boolean): number {
+    let latest = -1;
+    for (let k = 0; k < PROBE_WINDOW; k++) {
+      const state = this.read(this.base(k), patient) & STATE_MASK;
+      if (state !== EMPTY && state !== BUSY && this.readIsKey() && this.tokenRead > latest)
+        latest = this.tokenRead;
+    }
+    return latest;
+  }
+}
