@@ -1,5 +1,8 @@
 // Heap per held row (SPEC §10: ≤ 170 B with ~100-char URLs, the key string included).
 // Run: node --expose-gc dist/bench/keeper-heap.js [rows...]   — prints one JSON object.
+// Each size is measured in its own child process, so one run's leftovers never blur the next.
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { type Classify, KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
 import { MINUTE_MS } from '../util/score.js';
 
@@ -7,6 +10,16 @@ const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 const SIZES = process.argv.length > 2 ? process.argv.slice(2).map(Number) : [250_000, 1_000_000];
+
+if (SIZES.length > 1) {
+  const result: Record<string, unknown> = { node: process.version };
+  for (const rows of SIZES) {
+    const out = execFileSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), String(rows)]);
+    Object.assign(result, JSON.parse(out.toString()) as Record<string, unknown>);
+  }
+  console.log(JSON.stringify(result));
+  process.exit(0);
+}
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (gc === undefined) throw new Error('run with node --expose-gc');
@@ -57,7 +70,7 @@ function heapUsed(): number {
   return process.memoryUsage().heapUsed;
 }
 
-const result: Record<string, unknown> = { node: process.version };
+const result: Record<string, unknown> = {};
 for (const rows of SIZES) {
   const before = heapUsed();
   const core = new KeeperCore({ classify, score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 } });
@@ -86,4 +99,4 @@ for (const rows of SIZES) {
   strings.length = 0;
   if (core.size !== rows) throw new Error('lost rows');
 }
-console.log(JSON.stringify(result, null, 2));
+console.log(JSON.stringify(result));

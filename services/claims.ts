@@ -57,7 +57,11 @@ export function parseClaimLimit(body: unknown): number {
   const obj = requireObject(body, ['limit']);
   if (obj.limit === undefined) return Math.min(20, config().queue.maxClaimLimit);
   if (typeof obj.limit !== 'number' || !Number.isInteger(obj.limit) || obj.limit < 1)
-    throw new HttpError(400, 'invalid_limit', `limit must be an integer of at least 1, not ${JSON.stringify(obj.limit)}`);
+    throw new HttpError(
+      400,
+      'invalid_limit',
+      `limit must be an integer of at least 1, not ${JSON.stringify(obj.limit)}`,
+    );
   return Math.min(obj.limit, config().queue.maxClaimLimit);
 }
 
@@ -98,12 +102,20 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
       });
       if (!g.ok) {
         if (g.reason === 'held') wedged++;
-        if (g.reason === 'full') log.warn(`lease window full for a key; not granting it (queue.maxLeases ${cfg.queue.maxLeases})`);
+        if (g.reason === 'full')
+          log.warn(`lease window full for a key; not granting it (queue.maxLeases ${cfg.queue.maxLeases})`);
         continue;
       }
       if (g.requeued) for (const l of requeuedListeners) l(route, entry.key);
       queues.add(route);
-      jobs.push({ id: entry.key, url: entry.key, queue: route, isFromSitemap: row.fromSitemap, expiresAt: g.expiresAt, leaseToken: g.token });
+      jobs.push({
+        id: entry.key,
+        url: entry.key,
+        queue: route,
+        isFromSitemap: row.fromSitemap,
+        expiresAt: g.expiresAt,
+        leaseToken: g.token,
+      });
     }
   }
   if (exhausted && view.due > 0) pokeKeeper(now);
@@ -116,7 +128,16 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
 }
 
 const OUTCOMES: readonly Outcome[] = ['rendered', 'failed', 'redirected', 'non-indexable'];
-const RESULT_FIELDS = ['id', 'leaseToken', 'outcome', 'statusCode', 'renderTimeMs', 'contentType', 'body', 'error'];
+const RESULT_FIELDS = [
+  'id',
+  'leaseToken',
+  'outcome',
+  'statusCode',
+  'renderTimeMs',
+  'contentType',
+  'body',
+  'error',
+];
 
 export interface CheckedResult {
   id: string;
@@ -130,22 +151,44 @@ export interface CheckedResult {
 /** Validates one result; throws HttpError (400, or 413 for a body over render.maxBodyBytes). */
 export function checkResult(input: unknown): CheckedResult {
   const o = requireObject(input, RESULT_FIELDS, 'result');
-  if (typeof o.id !== 'string' || o.id.length === 0) throw new HttpError(400, 'invalid_body', 'id must be the job id string');
+  if (typeof o.id !== 'string' || o.id.length === 0)
+    throw new HttpError(400, 'invalid_body', 'id must be the job id string');
   if (typeof o.leaseToken !== 'number' || !Number.isFinite(o.leaseToken))
-    throw new HttpError(400, 'invalid_body', `leaseToken must be a number, not ${describeType(o.leaseToken)}`);
+    throw new HttpError(
+      400,
+      'invalid_body',
+      `leaseToken must be a number, not ${describeType(o.leaseToken)}`,
+    );
   if (typeof o.outcome !== 'string' || !(OUTCOMES as readonly string[]).includes(o.outcome))
     throw new HttpError(400, 'invalid_body', `outcome must be one of ${OUTCOMES.join(', ')}`);
-  if (o.statusCode !== undefined && o.statusCode !== null && (typeof o.statusCode !== 'number' || !Number.isInteger(o.statusCode) || o.statusCode < 0 || o.statusCode > 999))
+  if (
+    o.statusCode !== undefined &&
+    o.statusCode !== null &&
+    (typeof o.statusCode !== 'number' ||
+      !Number.isInteger(o.statusCode) ||
+      o.statusCode < 0 ||
+      o.statusCode > 999)
+  )
     throw new HttpError(400, 'invalid_body', 'statusCode must be an integer HTTP status');
-  if (o.renderTimeMs !== undefined && o.renderTimeMs !== null && (typeof o.renderTimeMs !== 'number' || o.renderTimeMs < 0))
+  if (
+    o.renderTimeMs !== undefined &&
+    o.renderTimeMs !== null &&
+    (typeof o.renderTimeMs !== 'number' || o.renderTimeMs < 0)
+  )
     throw new HttpError(400, 'invalid_body', 'renderTimeMs must be a non-negative number');
   if (o.contentType !== undefined && o.contentType !== null && typeof o.contentType !== 'string')
     throw new HttpError(400, 'invalid_body', 'contentType must be a string');
-  if (o.body !== undefined && o.body !== null && typeof o.body !== 'string') throw new HttpError(400, 'invalid_body', 'body must be a string');
+  if (o.body !== undefined && o.body !== null && typeof o.body !== 'string')
+    throw new HttpError(400, 'invalid_body', 'body must be a string');
   if (o.error !== undefined && o.error !== null) {
-    if (o.outcome !== 'failed') throw new HttpError(400, 'invalid_body', 'error is only allowed with outcome "failed"');
+    if (o.outcome !== 'failed')
+      throw new HttpError(400, 'invalid_body', 'error is only allowed with outcome "failed"');
     const e = o.error as Record<string, unknown>;
-    if (typeof e !== 'object' || Array.isArray(e) || Object.keys(e).some((k) => k !== 'name' && k !== 'message'))
+    if (
+      typeof e !== 'object' ||
+      Array.isArray(e) ||
+      Object.keys(e).some((k) => k !== 'name' && k !== 'message')
+    )
       throw new HttpError(400, 'invalid_body', 'error must be {name, message}');
   }
   const body = typeof o.body === 'string' ? o.body : null;
@@ -164,27 +207,55 @@ export function checkResult(input: unknown): CheckedResult {
 
 export type ResultAnswer =
   | { id: string; accepted: true; nextRenderTime: number }
-  | { id: string; accepted: false; code: 'superseded' | 'unknown_job' | 'invalid'; error: string; status: number };
+  | {
+      id: string;
+      accepted: false;
+      code: 'superseded' | 'unknown_job' | 'invalid';
+      error: string;
+      status: number;
+    };
 
 /**
  * Applies checked results: token check first (a stale token writes and releases nothing), then the
  * schedule write, the page, and the one release point.
  */
-export async function applyCheckedResults(results: CheckedResult[], now = Date.now()): Promise<ResultAnswer[]> {
+export async function applyCheckedResults(
+  results: CheckedResult[],
+  now = Date.now(),
+): Promise<ResultAnswer[]> {
   const leases = leaseTable();
   const answers: Array<ResultAnswer | null> = results.map((r) =>
     leases.check(r.id, r.leaseToken) === 'current'
       ? null
-      : { id: r.id, accepted: false, code: 'superseded', error: 'the lease token is not the latest grant for this job', status: 409 },
+      : {
+          id: r.id,
+          accepted: false,
+          code: 'superseded',
+          error: 'the lease token is not the latest grant for this job',
+          status: 409,
+        },
   );
   const current = results.filter((_r, i) => answers[i] === null);
-  const applied = await applyResults(current.map((r) => ({ url: r.id, outcome: r.outcome, statusCode: r.statusCode, completedAt: now })));
+  const applied = await applyResults(
+    current.map((r) => ({ url: r.id, outcome: r.outcome, statusCode: r.statusCode, completedAt: now })),
+  );
   const pages = current.filter((r, i) => applied[i]!.found && r.outcome === 'rendered' && r.body !== null);
   if (pages.length) {
     await transaction(async (txn) => {
       const pageTable = table('render_queue', 'RenderedPage');
       for (const p of pages)
-        await pageTable.put(p.id, { id: p.id, url: p.id, statusCode: p.statusCode, contentType: p.contentType, body: p.body, renderedAt: now }, txn);
+        await pageTable.put(
+          p.id,
+          {
+            id: p.id,
+            url: p.id,
+            statusCode: p.statusCode,
+            contentType: p.contentType,
+            body: p.body,
+            renderedAt: now,
+          },
+          txn,
+        );
     });
   }
   let j = 0;
@@ -194,7 +265,13 @@ export async function applyCheckedResults(results: CheckedResult[], now = Date.n
     const done = applied[j++]!;
     if (!done.found) {
       leases.release(r.id, r.leaseToken, now);
-      return { id: r.id, accepted: false, code: 'unknown_job', error: 'no row for this job (deleted?)', status: 404 };
+      return {
+        id: r.id,
+        accepted: false,
+        code: 'unknown_job',
+        error: 'no row for this job (deleted?)',
+        status: 404,
+      };
     }
     // The one release point: the fast-retry lane keeps the lease until it expires (it paces the retry).
     if (!done.keepLease) leases.release(r.id, r.leaseToken, now);

@@ -34,7 +34,8 @@ const source: ScheduleSource = {
 /** The serving view every worker derives from the signal (stale keepers are reported, not enforced). */
 export function servingView(now: number) {
   const s = keeperSignal().read();
-  const stale = s.heartbeatAt === null || now - s.heartbeatAt > keeperStaleAfterMs(config().queue.keeper.publishInterval);
+  const stale =
+    s.heartbeatAt === null || now - s.heartbeatAt > keeperStaleAfterMs(config().queue.keeper.publishInterval);
   // A stale keeper's last set is drained first; only an empty set makes the node not serving.
   const serving = s.live && (!stale || readySet().snapshot().remaining > 0);
   return { serving, due: s.dueCount, complete: s.complete, stale, phase: s.phase };
@@ -81,7 +82,8 @@ export async function startKeeper(): Promise<void> {
     state: stateDoc(),
     config,
     isLeased: (k, now) => leases.isLeased(k, now),
-    inFlight: (now) => leases.reconcile(now).occupancy,
+    // The gauge (drifts only high) is cheap; the state timer reconciles it before each document.
+    inFlight: () => leases.occupancy(),
     nodeView: () => ({ paused: isPaused(), status: nodeStatusNow() }),
     log,
     metric: (name, v) => gauge(name, v),
@@ -93,7 +95,12 @@ export async function startKeeper(): Promise<void> {
   await syncStatus().catch((e) => log.error('status write failed', e));
 
   onConfigChange((_next, _prev, changed) => {
-    if (changed.some((p) => p.startsWith('render.routes') || p === 'render.defaultInterval' || p.startsWith('queue.ready.')))
+    if (
+      changed.some(
+        (p) =>
+          p.startsWith('render.routes') || p === 'render.defaultInterval' || p.startsWith('queue.ready.'),
+      )
+    )
       svc.reclassify();
   });
 
@@ -152,14 +159,25 @@ export async function startKeeper(): Promise<void> {
   every(
     () => config().queue.keeper.publishInterval,
     async () => {
-      signal.claimLeadership(ownerId, Date.now(), config().queue.keeper.publishInterval);
+      // A keeper that lost its leader slot (it stalled past the stale limit and a new worker 0 took
+      // over) must stop writing shared memory: two publishers would interleave sets.
+      if (!signal.claimLeadership(ownerId, Date.now(), config().queue.keeper.publishInterval)) {
+        if (svc.serving)
+          log.error('keeper lost its leadership slot to another worker 0; no longer publishing');
+        svc.serving = false;
+        return;
+      }
+      if (!svc.serving && svc.phase === 'live') svc.serving = true;
       svc.publishOnce(Date.now(), false);
       await syncStatus();
     },
   );
   every(
     () => config().queue.keeper.stateInterval,
-    () => svc.writeState(Date.now()),
+    () => {
+      leases.reconcile(Date.now());
+      svc.writeState(Date.now());
+    },
   );
   svc.writeState(Date.now());
   every(

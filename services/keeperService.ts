@@ -21,7 +21,13 @@ export interface EventStream extends AsyncIterable<ScheduleEvent> {
 
 export interface ScheduleSource {
   subscribe(): Promise<EventStream>;
-  walk(opts: { start?: string; end?: string; reverse?: boolean; limit?: number; exclusiveStart?: boolean }): Iterable<{
+  walk(opts: {
+    start?: string;
+    end?: string;
+    reverse?: boolean;
+    limit?: number;
+    exclusiveStart?: boolean;
+  }): Iterable<{
     key: string;
     row: ScheduleRow | undefined;
   }>;
@@ -49,7 +55,10 @@ export interface KeeperDeps {
   nodeView: () => { paused: boolean; status: string };
   owns?: (key: string) => boolean;
   log: KeeperLog;
-  metric?: (name: 'keeper_load_ms' | 'keeper_publish_ms' | 'keeper_verify_ms' | 'keeper_live', value: number) => void;
+  metric?: (
+    name: 'keeper_load_ms' | 'keeper_publish_ms' | 'keeper_verify_ms' | 'keeper_live',
+    value: number,
+  ) => void;
   countRepaired?: (n: number) => void;
   /** Yield to the event loop between chunks (tests pass a no-op). */
   yieldLoop?: () => Promise<void>;
@@ -128,7 +137,11 @@ export class KeeperService {
 
   private scoreOptions(cfg: QueueKeeperConfig) {
     const r = cfg.queue.ready;
-    return { sitemapBoost: r.sitemapBoost, urgentHeadStart: r.urgentHeadStart, changedHeadStart: r.changedHeadStart };
+    return {
+      sitemapBoost: r.sitemapBoost,
+      urgentHeadStart: r.urgentHeadStart,
+      changedHeadStart: r.changedHeadStart,
+    };
   }
 
   private owns(key: string): boolean {
@@ -182,13 +195,19 @@ export class KeeperService {
     this.stream = null;
     try {
       s?.end?.();
-      void s?.return?.();
+      // A stream's return() may hand back a promise that rejects; never let that go unhandled.
+      void Promise.resolve(s?.return?.()).catch(() => undefined);
     } catch {
       // already closed
     }
   }
 
-  private applyWalked(key: string, row: ScheduleRow | undefined, now: number, touched: Set<string> | null): void {
+  private applyWalked(
+    key: string,
+    row: ScheduleRow | undefined,
+    now: number,
+    touched: Set<string> | null,
+  ): void {
     // Events win: a key an event touched since the walk began keeps the event's value.
     if (touched?.has(key) || !row) return;
     if (!this.owns(key)) return;
@@ -209,13 +228,23 @@ export class KeeperService {
     let rows = 0;
     let lastKey: string | undefined;
     let forwardFailed: unknown = null;
+    // Rows are applied as the walk yields them, never after collecting a chunk: a walk that throws at an
+    // unreadable key must keep the rows it read before it, and lastKey must be the last one read, or the
+    // good rows beside the bad key would be dropped (and the top-down walk could not reach them either).
     try {
       for (;;) {
-        const chunk = [...this.deps.source.walk({ start: lastKey, exclusiveStart: lastKey !== undefined, limit: WALK_CHUNK })];
-        if (chunk.length === 0) break;
-        for (const { key, row } of chunk) this.applyWalked(key, row, now(), this.touched);
-        rows += chunk.length;
-        lastKey = chunk[chunk.length - 1]!.key;
+        let read = 0;
+        for (const { key, row } of this.deps.source.walk({
+          start: lastKey,
+          exclusiveStart: lastKey !== undefined,
+          limit: WALK_CHUNK,
+        })) {
+          this.applyWalked(key, row, now(), this.touched);
+          rows++;
+          read++;
+          lastKey = key;
+        }
+        if (read === 0) break;
         this.serving = true;
         this.publishOnce(now(), false);
         await this.yieldLoop();
@@ -224,24 +253,37 @@ export class KeeperService {
       forwardFailed = e;
     }
     if (forwardFailed) {
-      this.deps.log.error(`keeper load stopped at an unreadable row after ${rows} rows; reading the rest from the top down`, forwardFailed);
+      this.deps.log.error(
+        `keeper load stopped at an unreadable row after ${rows} rows; reading the rest from the top down`,
+        forwardFailed,
+      );
       let top: string | undefined;
       try {
         for (;;) {
-          const chunk = [
-            ...this.deps.source.walk({ start: top, end: lastKey, reverse: true, exclusiveStart: top !== undefined, limit: WALK_CHUNK }),
-          ];
-          if (chunk.length === 0) break;
-          for (const { key, row } of chunk) this.applyWalked(key, row, now(), this.touched);
-          rows += chunk.length;
-          top = chunk[chunk.length - 1]!.key;
+          let read = 0;
+          for (const { key, row } of this.deps.source.walk({
+            start: top,
+            end: lastKey,
+            reverse: true,
+            exclusiveStart: top !== undefined,
+            limit: WALK_CHUNK,
+          })) {
+            this.applyWalked(key, row, now(), this.touched);
+            rows++;
+            read++;
+            top = key;
+          }
+          if (read === 0) break;
           this.serving = true;
           await this.yieldLoop();
         }
       } catch (e) {
         this.partial = true;
         this.stats.lastError = `partial load: ${(e as Error)?.message ?? String(e)}`;
-        this.deps.log.error(`keeper load is partial: the top-down walk also stopped short; live on ${this.core.size} rows with exact=false`, e);
+        this.deps.log.error(
+          `keeper load is partial: the top-down walk also stopped short; live on ${this.core.size} rows with exact=false`,
+          e,
+        );
       }
     }
     this.touched = null;
@@ -273,10 +315,19 @@ export class KeeperService {
     const ms = performance.now() - t0;
     this.lastPublishKey = `${this.core.version}|${minute}|${this.deps.inFlight(now)}|${this.deps.ready.cursorPosition()}`;
     this.lastPublishAt = now;
-    this.stats.lastPublish = { at: now, ms, published: r.published, skippedLeased: top.skipped, complete: top.complete };
+    this.stats.lastPublish = {
+      at: now,
+      ms,
+      published: r.published,
+      skippedLeased: top.skipped,
+      complete: top.complete,
+    };
     this.deps.metric?.('keeper_publish_ms', ms);
     this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
-    this.headCheck(now, top.entries.slice(0, HEAD_CHECK_ROWS).map((e) => e.key));
+    this.headCheck(
+      now,
+      top.entries.slice(0, HEAD_CHECK_ROWS).map((e) => e.key),
+    );
     return true;
   }
 
@@ -347,7 +398,13 @@ export class KeeperService {
     let unowned = 0;
     let lastKey: string | undefined;
     for (;;) {
-      const chunk = [...this.deps.source.walk({ start: lastKey, exclusiveStart: lastKey !== undefined, limit: WALK_CHUNK })];
+      const chunk = [
+        ...this.deps.source.walk({
+          start: lastKey,
+          exclusiveStart: lastKey !== undefined,
+          limit: WALK_CHUNK,
+        }),
+      ];
       if (chunk.length === 0) break;
       for (const { key, row } of chunk) {
         if (touched.has(key) || !row) continue;
@@ -378,7 +435,15 @@ export class KeeperService {
       if (i % WALK_CHUNK === WALK_CHUNK - 1) await this.yieldLoop();
     }
     const repaired = missing + mismatched + phantom;
-    const result = { at: started, ms: performance.now() - t0, missing, mismatched, phantom, unowned, repaired };
+    const result = {
+      at: started,
+      ms: performance.now() - t0,
+      missing,
+      mismatched,
+      phantom,
+      unowned,
+      repaired,
+    };
     this.stats.lastVerify = result;
     this.stats.repairedTotal += repaired;
     this.deps.metric?.('keeper_verify_ms', result.ms);
@@ -393,7 +458,12 @@ export class KeeperService {
 
   /** Whether the keeper can vouch for its numbers right now. */
   exact(): boolean {
-    return this.phase === 'live' && !this.resyncing && !this.partial && (this.stats.lastVerify?.repaired ?? 0) === 0;
+    return (
+      this.phase === 'live' &&
+      !this.resyncing &&
+      !this.partial &&
+      (this.stats.lastVerify?.repaired ?? 0) === 0
+    );
   }
 
   /** Computes the queue-state document and writes it to shared memory. */

@@ -54,7 +54,10 @@ export function keeperSignal(): KeeperSignal {
 }
 
 export function stateDoc<T>(): StateDoc<T> {
-  state ??= new StateDoc(sharedBuffer('state-doc', StateDoc.byteLength(STATE_DOC_BYTES)).buffer, STATE_DOC_BYTES);
+  state ??= new StateDoc(
+    sharedBuffer('state-doc', StateDoc.byteLength(STATE_DOC_BYTES)).buffer,
+    STATE_DOC_BYTES,
+  );
   return state as StateDoc<T>;
 }
 

@@ -19,7 +19,7 @@ export interface PinnedAgentOptions {
   /** Resolve-and-check for one host, run on EVERY new connection (e.g. `validateHookHost` with the policy). */
   validate: (host: string) => Promise<HostVerdict>;
   connectTimeoutMs: number;
-  /** Extra trust roots for receivers behind a private CA (private deployments, tests). */
+  /** Trust roots that REPLACE Node's defaults, for receivers behind a private CA (private deployments, tests). */
   ca?: string | Buffer | (string | Buffer)[];
 }
 
@@ -48,36 +48,50 @@ function pinnedLookup(host: string, addresses: readonly string[]): LookupFunctio
   };
 }
 
+/** Validates the host, then dials only what the validation returned; every path ends in `callback`. */
+async function pinnedConnect(
+  opts: PinnedAgentOptions,
+  options: buildConnector.Options,
+  callback: buildConnector.Callback,
+): Promise<void> {
+  const host = unbracket(options.hostname);
+  let verdict: HostVerdict;
+  try {
+    verdict = await opts.validate(host);
+  } catch {
+    verdict = { ok: false, phrase: 'does not resolve' };
+  }
+  if (!verdict.ok) return callback(new AddressRefusedError(verdict.phrase), null);
+  // A literal IP is dialed as written (sockets skip the lookup), so the validator must have vouched for
+  // exactly that literal.
+  if (isIP(host) !== 0 && !verdict.addresses.includes(host)) {
+    return callback(new AddressRefusedError('does not resolve'), null);
+  }
+  try {
+    const dial = buildConnector({
+      timeout: opts.connectTimeoutMs,
+      lookup: pinnedLookup(host, verdict.addresses),
+      // SNI and certificate checks use the hook's host name, never the pinned address.
+      servername: isIP(host) === 0 ? host : undefined,
+      ca: opts.ca,
+      maxCachedSessions: 0,
+    });
+    dial(options, callback);
+  } catch (err) {
+    callback(err instanceof Error ? err : new Error(String(err)), null);
+  }
+}
+
 /**
  * An Agent for hook deliveries. No proxy (a plain Agent never reads HTTP(S)_PROXY), no redirect
  * interceptor (undici follows nothing without one), and no keep-alive: `pipelining: 0` closes each
  * connection after its response, so every attempt opens a new one and is validated again.
  */
 export function createPinnedAgent(opts: PinnedAgentOptions): Agent {
-  const connect: buildConnector.connector = (options, callback) => {
-    const host = unbracket(options.hostname);
-    opts.validate(host).then(
-      (verdict) => {
-        if (!verdict.ok) return callback(new AddressRefusedError(verdict.phrase), null);
-        // A literal IP is dialed as written (sockets skip the lookup), so the validator must have vouched
-        // for exactly that literal.
-        if (isIP(host) !== 0 && !verdict.addresses.includes(host)) {
-          return callback(new AddressRefusedError('does not resolve'), null);
-        }
-        const dial = buildConnector({
-          timeout: opts.connectTimeoutMs,
-          lookup: pinnedLookup(host, verdict.addresses),
-          // SNI and certificate checks use the hook's host name, never the pinned address.
-          servername: isIP(host) === 0 ? host : undefined,
-          ca: opts.ca,
-          maxCachedSessions: 0,
-        });
-        dial(options, callback);
-      },
-      () => callback(new AddressRefusedError('does not resolve'), null),
-    );
-  };
-  return new Agent({ connect, pipelining: 0 });
+  return new Agent({
+    connect: (options, callback) => void pinnedConnect(opts, options, callback),
+    pipelining: 0,
+  });
 }
 
 /** The platform resolver, every address of the answer (the policy refuses the host if ANY is refused). */
@@ -131,7 +145,12 @@ const REPLY_DRAIN_BYTES = 64 * 1024;
 
 /** One POST attempt. Never throws: every failure is an outcome for `classifyResponse`. */
 export async function deliver(req: DeliveryRequest): Promise<DeliveryOutcome> {
-  const url = typeof req.url === 'string' ? new URL(req.url) : req.url;
+  let url: URL;
+  try {
+    url = typeof req.url === 'string' ? new URL(req.url) : req.url;
+  } catch {
+    return { error: 'refused', phrase: 'is not a valid URL' };
+  }
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), req.timeoutMs);
   try {

@@ -46,8 +46,7 @@ export interface HookUrlPolicy extends HostPolicy {
 
 export type HostVerdict = { ok: true; addresses: string[] } | { ok: false; phrase: string };
 export type HookUrlVerdict =
-  | { ok: true; url: URL; addresses: string[] }
-  | { ok: false; code: 'invalid_url'; phrase: string };
+  { ok: true; url: URL; addresses: string[] } | { ok: false; code: 'invalid_url'; phrase: string };
 
 /** Longer URLs are refused outright; a hook URL is config, not data, and this keeps rows and logs small. */
 export const MAX_HOOK_URL_BYTES = 2048;

@@ -98,7 +98,8 @@ export class BoundedQueue<T> {
   private lastWarnAt = -Infinity;
 
   constructor(readonly capacity: number) {
-    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be a positive integer');
+    if (!Number.isInteger(capacity) || capacity < 1)
+      throw new RangeError('capacity must be a positive integer');
     this.ring = new Array<T | undefined>(capacity);
   }
 

@@ -1,6 +1,7 @@
 // The keeper's in-memory structure (SPEC §2): every row this node owns, grouped into classes and
 // bucketed by due minute, so the best K due rows come from a heap merge over class heads. Pure: no
 // Harper import, the clock is an argument. The lifecycle that feeds it lives in the keeper service.
+import { CHUNK, hashUrl, HeldRows } from './heldRows.js';
 import { type Bucket, KeeperClass } from './keeperClass.js';
 import { FlowLedger } from './keeperFlow.js';
 import { queueState, type QueueStateCounts } from './keeperState.js';
@@ -47,6 +48,24 @@ export interface TopK {
   /** True only when every due row that was not skipped is in `entries`. */
   complete: boolean;
   /** Due rows passed over because `skip` said so (including any met while checking `complete`). */
+  skipped: number;
+}
+
+/** What every row of one keeper class shares. */
+export interface HeldClass {
+  readonly route: string;
+  readonly cadenceMs: number;
+  readonly fromSitemap: boolean;
+  readonly verified: boolean;
+  readonly mark: Mark;
+}
+
+/** Receives the best rows in order; for callers that copy them straight out (no entry objects). */
+export type TopVisitor = (key: string, score: number, dueMs: number, heldClass: HeldClass) => void;
+
+export interface TopWalk {
+  visited: number;
+  complete: boolean;
   skipped: number;
 }
 
@@ -105,15 +124,13 @@ function ownInterval(value: number | null): number | null {
 }
 
 export class KeeperCore {
-  // One entry per held row: URL → its bucket. The bucket names both the class and the minute, and a
-  // reference costs a map slot like a small integer would, where a packed double would cost a 16-byte
-  // heap number per row (minute and class id do not fit in a 31-bit small integer together).
-  private readonly held = new Map<string, Bucket>();
+  private readonly rows = new HeldRows<Bucket>();
   private classes: KeeperClass[] = [];
   // route → own interval (NaN for none) → cadence → 12 flavours
   private registry = new Map<string, Map<number, Map<number, (KeeperClass | undefined)[]>>>();
   // Minute through which every class's `dueRows` is counted. Moving it forward is what counts cameDue.
   private dueCursor: number | null = null;
+  // Highest minute already counted as cameDue, so a clock that steps back and forward counts nothing twice.
   private cameDueThrough: number | null = null;
   private readonly flow = new FlowLedger();
   private classifier: Classify;
@@ -131,19 +148,20 @@ export class KeeperCore {
   }
 
   get size(): number {
-    return this.held.size;
+    return this.rows.size;
   }
 
   get classCount(): number {
     return this.classes.length;
   }
 
+  /** Every held key, snapshotted: the caller may apply and delete while iterating. */
   keys(): IterableIterator<string> {
-    return this.held.keys();
+    return this.rows.snapshotKeys().values();
   }
 
   has(key: string): boolean {
-    return this.held.has(key);
+    return this.rows.locate(key, hashUrl(key)) >= 0;
   }
 
   /**
@@ -153,11 +171,13 @@ export class KeeperCore {
    */
   apply(key: string, row: ScheduleRow | null, now: number): boolean {
     const nowMinute = floorMinute(now);
-    const held = this.held.get(key);
+    const hash = hashUrl(key);
+    const index = this.rows.locate(key, hash);
     if (row === null) {
-      if (held === undefined) return false;
-      this.unplace(key, held);
-      this.held.delete(key);
+      if (index < 0) return false;
+      const from = this.rows.bucketOf(this.rows.slotAt(index));
+      this.rows.delete(index);
+      this.afterRemoval(from);
       this.changes++;
       this.flow.count(nowMinute, 'removed');
       return true;
@@ -169,32 +189,59 @@ export class KeeperCore {
     const { route, cadenceMs } = this.classifier(key, own);
     const mark = markOf(row.urgentAt, row.changedAt);
     const target = this.classFor(route, own, cadenceMs, row.fromSitemap === true, row.verified === true, mark);
-    if (held !== undefined) {
-      if (held.owner === target && held.minute === minute) return false;
-      this.countMove(held, target, minute, nowMinute);
-      held.owner.remove(key, held, this.dueCursor);
-      // Re-inserting (not just overwriting) makes the map key the very string the new bucket holds;
-      // otherwise a moved row would keep two copies of its URL alive, one per structure.
-      this.held.delete(key);
+    if (index >= 0) {
+      const from = this.rows.bucketOf(this.rows.slotAt(index));
+      if (from.owner === target && from.minute === minute) return false;
+      this.countMove(from, target, minute, nowMinute);
+      const to = target.bucketFor(minute);
+      // The row keeps the URL string it was first stored with; the caller's copy is not retained.
+      this.rows.move(index, to);
+      target.added(to, this.dueCursor);
+      this.afterRemoval(from);
     } else {
+      const to = target.bucketFor(minute);
+      this.rows.insert(index, to, key, hash);
+      target.added(to, this.dueCursor);
       this.flow.count(nowMinute, 'added');
     }
-    this.held.set(key, target.insert(key, minute, this.dueCursor));
-    if (held !== undefined && held.owner.rows === 0) this.dropClass(held.owner);
     this.changes++;
     return true;
   }
 
-  /**
-   * The best `k` due rows by score. `skip` (leased rows) costs no place. Must not change the keeper.
-   * Within a class an earlier minute never scores lower, so each class is read front to back and the
-   * classes are merged by the score of their current bucket.
-   */
+  /** The best `k` due rows by score, best first. `skip` (leased rows) costs no place. */
   topK(k: number, now: number, skip?: (key: string) => boolean): TopK {
     const entries: TopEntry[] = [];
+    const walk = this.walkTop(
+      k,
+      now,
+      (key, score, dueMs, held) => {
+        entries.push({
+          key,
+          score,
+          dueMs,
+          fromSitemap: held.fromSitemap,
+          verified: held.verified,
+          route: held.route,
+          mark: held.mark,
+        });
+      },
+      skip,
+    );
+    return { entries, complete: walk.complete, skipped: walk.skipped };
+  }
+
+  /**
+   * `topK` without the entry objects: hands each of the best `k` due rows to `visit`, best first.
+   * Within a class an earlier minute never scores lower, so each class is read front to back and the
+   * classes are merged by the score of their current bucket: no row is scored, nothing is sorted.
+   * `skip` and `visit` must not change the keeper.
+   */
+  walkTop(k: number, now: number, visit: TopVisitor, skip?: (key: string) => boolean): TopWalk {
+    let visited = 0;
     let skipped = 0;
     const nowMinute = floorMinute(now);
-    if (!Number.isFinite(nowMinute)) return { entries, complete: true, skipped };
+    if (!Number.isFinite(nowMinute)) return { visited, complete: true, skipped };
+    const rows = this.rows;
     const heap = new HeadHeap();
     for (const cls of this.classes) {
       const at = cls.firstLive();
@@ -208,26 +255,20 @@ export class KeeperCore {
       const at = heap.topAt();
       const value = heap.topScore();
       const bucket = cls.order[at]!;
-      bucket.trimFront();
-      const { items, departed } = bucket;
       const dueMs = bucket.minute * MINUTE_MS;
-      for (let i = bucket.head; i < items.length; i++) {
-        const key = items[i]!;
-        if (departed !== null && departed.has(key)) continue;
-        if (skip !== undefined && skip(key)) {
-          skipped++;
-          continue;
+      for (let chunk = bucket.head, fill = HeldRows.headFill(bucket); chunk !== -1; fill = CHUNK) {
+        const base = chunk * CHUNK;
+        for (let i = 0; i < fill; i++) {
+          const key = rows.keyAt(base + i);
+          if (skip !== undefined && skip(key)) {
+            skipped++;
+            continue;
+          }
+          if (visited >= k) return { visited, complete: false, skipped };
+          visit(key, value, dueMs, cls);
+          visited++;
         }
-        if (entries.length >= k) return { entries, complete: false, skipped };
-        entries.push({
-          key,
-          score: value,
-          dueMs,
-          fromSitemap: cls.fromSitemap,
-          verified: cls.verified,
-          route: cls.route,
-          mark: cls.mark,
-        });
+        chunk = rows.nextChunk(chunk);
       }
       const next = cls.nextLive(at + 1);
       if (next < cls.order.length && cls.order[next]!.minute <= nowMinute) {
@@ -236,7 +277,7 @@ export class KeeperCore {
         heap.pop();
       }
     }
-    return { entries, complete: true, skipped };
+    return { visited, complete: true, skipped };
   }
 
   /** Due counts per queue and each queue's oldest due verified row; walks class heads, not rows. */
@@ -255,9 +296,9 @@ export class KeeperCore {
       if (!cls.verified || cls.dueRows === 0) continue;
       queue.dueVerified += cls.dueRows;
       summary.dueVerified += cls.dueRows;
-      const head = cls.order[cls.firstLive()]!; // dueRows > 0, so the first live bucket is due
+      const head = cls.order[cls.firstLive()]!; // dueRows > 0, so the first bucket with rows is due
       if (queue.oldestVerifiedDue === null || head.minute * MINUTE_MS < queue.oldestVerifiedDue.dueMs) {
-        queue.oldestVerifiedDue = this.firstRow(cls, head, undefined);
+        queue.oldestVerifiedDue = this.firstRow(head, undefined);
       }
     }
     return summary;
@@ -278,7 +319,7 @@ export class KeeperCore {
       for (let i = first; i < order.length; i = cls.nextLive(i + 1)) {
         const bucket = order[i]!;
         if (bucket.minute > nowMinute || (best !== null && bucket.minute * MINUTE_MS >= best.dueMs)) break;
-        const found = this.firstRow(cls, bucket, options.skip);
+        const found = this.firstRow(bucket, options.skip);
         if (found !== null) {
           best = found;
           break;
@@ -300,8 +341,8 @@ export class KeeperCore {
   }
 
   describe(key: string, now: number): HeldDescription | null {
-    const bucket = this.held.get(key);
-    if (bucket === undefined) return null;
+    const bucket = this.bucketOfKey(key);
+    if (bucket === null) return null;
     const cls = bucket.owner;
     const dueMs = bucket.minute * MINUTE_MS;
     return {
@@ -317,8 +358,8 @@ export class KeeperCore {
   }
 
   heldValue(key: string): HeldValue | null {
-    const bucket = this.held.get(key);
-    if (bucket === undefined) return null;
+    const bucket = this.bucketOfKey(key);
+    if (bucket === null) return null;
     const cls = bucket.owner;
     return {
       nextRenderTime: bucket.minute * MINUTE_MS,
@@ -336,8 +377,8 @@ export class KeeperCore {
    * A row without a finite due time matches any held minute, since apply places it by its own clock.
    */
   matches(key: string, row: ScheduleRow | null): boolean {
-    const bucket = this.held.get(key);
-    if (row === null || bucket === undefined) return row === null && bucket === undefined;
+    const bucket = this.bucketOfKey(key);
+    if (row === null || bucket === null) return row === null && bucket === null;
     const cls = bucket.owner;
     const own = ownInterval(row.effectiveInterval);
     const { route, cadenceMs } = this.classifier(key, own);
@@ -364,17 +405,16 @@ export class KeeperCore {
     this.classes = [];
     this.registry = new Map();
     for (const cls of previous) {
-      for (const bucket of cls.ensureOrder()) {
-        if (bucket.live === 0) continue;
-        bucket.forEachLive((key) => {
-          const { route, cadenceMs } = classify(key, cls.effectiveInterval);
+      for (const bucket of cls.order) {
+        // Draining from the newest row: a moved row's place is never refilled from behind the walk.
+        while (bucket.count > 0) {
+          const slot = HeldRows.lastSlot(bucket);
+          const { route, cadenceMs } = classify(this.rows.keyAt(slot), cls.effectiveInterval);
           const target = this.classFor(route, cls.effectiveInterval, cadenceMs, cls.fromSitemap, cls.verified, cls.mark);
-          // `key` is the map's own key string (apply keeps them identical), so this only swaps the value.
-          this.held.set(key, target.insert(key, bucket.minute, this.dueCursor));
-          return true;
-        });
-        // Release as we go, so the rebuild peaks near one copy of the bucket membership, not two.
-        bucket.items = [];
+          const to = target.bucketFor(bucket.minute);
+          this.rows.moveSlot(slot, to);
+          target.added(to, this.dueCursor);
+        }
       }
     }
     this.changes++;
@@ -382,15 +422,37 @@ export class KeeperCore {
 
   /** Drops every held row whose key `shouldDrop` names (ownership moved). Not counted as flow. */
   dropWhere(shouldDrop: (key: string) => boolean): number {
-    let dropped = 0;
-    for (const [key, bucket] of this.held) {
-      if (!shouldDrop(key)) continue;
-      this.unplace(key, bucket);
-      this.held.delete(key);
-      dropped++;
+    const doomed: string[] = [];
+    for (const cls of this.classes) {
+      for (const bucket of cls.order) {
+        this.forEachRow(bucket, (key) => {
+          if (shouldDrop(key)) doomed.push(key);
+          return true;
+        });
+      }
     }
-    if (dropped > 0) this.changes++;
-    return dropped;
+    for (const key of doomed) {
+      const index = this.rows.locate(key, hashUrl(key));
+      const from = this.rows.bucketOf(this.rows.slotAt(index));
+      this.rows.delete(index);
+      this.afterRemoval(from);
+    }
+    if (doomed.length > 0) this.changes++;
+    return doomed.length;
+  }
+
+  private bucketOfKey(key: string): Bucket | null {
+    const index = this.rows.locate(key, hashUrl(key));
+    return index < 0 ? null : this.rows.bucketOf(this.rows.slotAt(index));
+  }
+
+  /** Calls `visit` for each row of `bucket` until it returns false. */
+  private forEachRow(bucket: Bucket, visit: (key: string) => boolean): void {
+    const rows = this.rows;
+    for (let chunk = bucket.head, fill = HeldRows.headFill(bucket); chunk !== -1; fill = CHUNK) {
+      for (let i = 0; i < fill; i++) if (!visit(rows.keyAt(chunk * CHUNK + i))) return;
+      chunk = rows.nextChunk(chunk);
+    }
   }
 
   private bucketScore(cls: KeeperClass, minute: number, now: number): number {
@@ -401,14 +463,15 @@ export class KeeperCore {
     );
   }
 
-  private firstRow(cls: KeeperClass, bucket: Bucket, skip: ((key: string) => boolean) | undefined): DueRow | null {
+  private firstRow(bucket: Bucket, skip: ((key: string) => boolean) | undefined): DueRow | null {
     let found: string | null = null;
-    bucket.forEachLive((key) => {
+    this.forEachRow(bucket, (key) => {
       if (skip !== undefined && skip(key)) return true;
       found = key;
       return false;
     });
     if (found === null) return null;
+    const cls = bucket.owner;
     return {
       key: found,
       dueMs: bucket.minute * MINUTE_MS,
@@ -442,17 +505,16 @@ export class KeeperCore {
       return 0;
     }
     if (nowMinute === cursor) return 0;
-    // Minutes up to the high-water mark were counted as cameDue already, before the clock stepped back.
     const newFrom = Math.max(cursor, this.cameDueThrough ?? cursor);
     let cameDue = 0;
     for (const cls of this.classes) {
       if (nowMinute > cursor) {
-        const passed = cls.liveBetween(cursor, nowMinute);
+        const passed = cls.rowsBetween(cursor, nowMinute);
         cls.dueRows += passed;
         if (newFrom === cursor) cameDue += passed;
-        else if (nowMinute > newFrom) cameDue += cls.liveBetween(newFrom, nowMinute);
+        else if (nowMinute > newFrom) cameDue += cls.rowsBetween(newFrom, nowMinute);
       } else {
-        cls.dueRows -= cls.liveBetween(nowMinute, cursor);
+        cls.dueRows -= cls.rowsBetween(nowMinute, cursor);
       }
     }
     this.cameDueThrough = Math.max(nowMinute, this.cameDueThrough ?? nowMinute);
@@ -460,9 +522,9 @@ export class KeeperCore {
     return cameDue;
   }
 
-  private unplace(key: string, bucket: Bucket): void {
+  private afterRemoval(bucket: Bucket): void {
     const cls = bucket.owner;
-    cls.remove(key, bucket, this.dueCursor);
+    cls.removed(bucket, this.dueCursor);
     if (cls.rows === 0) this.dropClass(cls);
   }
 

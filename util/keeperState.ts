@@ -11,6 +11,7 @@ export const LATENESS_EDGES: readonly number[] = [0.25, 1, 2, 4];
 export const STATE_LIST_CAP = 200;
 
 const HOUR_MS = 60 * MINUTE_MS;
+const DAY_MS = 24 * HOUR_MS;
 
 export interface DueNow {
   due: number;
@@ -112,35 +113,45 @@ export function queueState(classes: readonly KeeperClass[], now: number, flow: F
       groups.set(groupKey, group);
     }
     group.rows += cls.rows;
-    const allBins = cls.fromSitemap ? sitemap : discovered;
-    const routeBins = cls.fromSitemap ? route.sitemap : route.discovered;
 
-    for (const bucket of cls.ensureOrder()) {
-      const rows = bucket.live;
+    // Buckets are in minute order: due ones first (oldest first), then the coming ones, and nothing
+    // past the 24 h horizon is counted, so the walk stops there.
+    const order = cls.ensureOrder();
+    const classBins = bins();
+    let due = 0;
+    let oldestDueAt: number | null = null;
+    for (let i = 0; i < order.length; i++) {
+      const bucket = order[i]!;
+      const rows = bucket.count;
       if (rows === 0) continue;
       const dueMs = bucket.minute * MINUTE_MS;
       if (dueMs <= now) {
-        dueNow.due += rows;
-        if (cls.fromSitemap) dueNow.dueSitemap += rows;
-        else dueNow.dueDiscovered += rows;
-        if (cls.mark !== 'none') dueNow.dueUrgent += rows;
-        const bin = latenessBin(latenessInCadences(now - dueMs, cls.cadenceMs));
-        allBins[bin]! += rows;
-        routeBins[bin]! += rows;
-        route.due += rows;
-        group.due += rows;
-        if (group.oldestDueAt === null || dueMs < group.oldestDueAt) group.oldestDueAt = dueMs;
-      } else {
-        const ahead = dueMs - now;
-        if (ahead < 15 * MINUTE_MS) coming.next15m += rows;
-        if (ahead < HOUR_MS) coming.next60m += rows;
-        const hour = Math.floor(ahead / HOUR_MS);
-        if (hour < 24) {
-          coming.byHour[hour]! += rows;
-          coming.next24h += rows;
-        }
+        due += rows;
+        oldestDueAt ??= dueMs;
+        classBins[latenessBin(latenessInCadences(now - dueMs, cls.cadenceMs))]! += rows;
+        continue;
       }
+      const ahead = dueMs - now;
+      if (ahead >= DAY_MS) break;
+      if (ahead < 15 * MINUTE_MS) coming.next15m += rows;
+      if (ahead < HOUR_MS) coming.next60m += rows;
+      coming.byHour[Math.floor(ahead / HOUR_MS)]! += rows;
+      coming.next24h += rows;
     }
+    if (due === 0) continue;
+    dueNow.due += due;
+    if (cls.fromSitemap) dueNow.dueSitemap += due;
+    else dueNow.dueDiscovered += due;
+    if (cls.mark !== 'none') dueNow.dueUrgent += due;
+    const allBins = cls.fromSitemap ? sitemap : discovered;
+    const routeBins = cls.fromSitemap ? route.sitemap : route.discovered;
+    for (let bin = 0; bin < classBins.length; bin++) {
+      allBins[bin]! += classBins[bin]!;
+      routeBins[bin]! += classBins[bin]!;
+    }
+    route.due += due;
+    group.due += due;
+    if (group.oldestDueAt === null || oldestDueAt! < group.oldestDueAt) group.oldestDueAt = oldestDueAt;
   }
 
   for (const group of groups.values()) {

@@ -32,12 +32,12 @@ const H_INIT = 2;
 const H_MAX_LEASES = 3;
 const H_SLOT_COUNT = 4;
 export const H_OCCUPANCY = 5;
-export const H_REC_OCCUPANCY = 6;
-export const H_REC_AT = 7;
-export const H_REC_OLDEST_EXPIRY = 8;
-export const H_REC_OLDEST_TOKEN_HI = 9;
-export const H_REC_OLDEST_TOKEN_LO = 10;
-export const H_REC_DONE = 11;
+const H_REC_OCCUPANCY = 6;
+const H_REC_AT = 7;
+const H_REC_OLDEST_EXPIRY = 8;
+const H_REC_OLDEST_TOKEN_HI = 9;
+const H_REC_OLDEST_TOKEN_LO = 10;
+const H_REC_DONE = 11;
 export const HEADER_WORDS = 16;
 // Slot words.
 const S_WORD = 0;
@@ -61,7 +61,7 @@ export const STATE_MASK = 7;
 
 export const INT32_MAX = 0x7fffffff;
 export const NO_DUE = -0x80000000;
-export const TOKEN_SPLIT = 0x1_0000_0000;
+const TOKEN_SPLIT = 0x1_0000_0000;
 /** Spins on a BUSY slot before giving up on it. A write section is a few stores, so this is plenty. */
 const SPIN_LIMIT = 1 << 12;
 /** check and release must not skip a slot whose writer was preempted: they nap 1 ms this many times. */
@@ -96,6 +96,14 @@ function windowHome(hi: number, lo: number, mask: number): number {
   h = Math.imul(h ^ (h >>> 16), 0x21f0aaad);
   h = Math.imul(h ^ (h >>> 15), 0x735a2d97);
   return (h ^ (h >>> 15)) & mask;
+}
+
+/** What reconcile leaves in the header for every worker (the overview's lease figures). */
+export interface StoredReconcile {
+  occupancy: number;
+  at: number;
+  oldestExpiresAt: number | null;
+  oldestGrantedAt: number | null;
 }
 
 /** The shared slots plus this thread's scratch: the current key's hash and the last slot read. */
@@ -218,6 +226,35 @@ export class LeaseSlots {
         nap(1);
       }
     }
+  }
+
+  /** The figures the last reconcile stored (by any worker), with when it ran; null before the first. */
+  lastReconcile(): StoredReconcile | null {
+    const a = this.words;
+    if (Atomics.load(a, H_REC_DONE) === 0) return null;
+    const hi = a[H_REC_OLDEST_TOKEN_HI]!;
+    return {
+      occupancy: a[H_REC_OCCUPANCY]!,
+      at: fromSec(a[H_REC_AT]!),
+      oldestExpiresAt: hi < 0 ? null : fromSec(a[H_REC_OLDEST_EXPIRY]!),
+      oldestGrantedAt: hi < 0 ? null : hi * TOKEN_SPLIT + (a[H_REC_OLDEST_TOKEN_LO]! >>> 0),
+    };
+  }
+
+  protected storeReconcile(
+    now: number,
+    occupancy: number,
+    oldestExpirySec: number,
+    oldestToken: number,
+  ): void {
+    const a = this.words;
+    // Plain stores: a reader racing two reconciles may mix their figures, which a gauge tolerates.
+    a[H_REC_OCCUPANCY] = occupancy;
+    a[H_REC_AT] = toSec(now);
+    a[H_REC_OLDEST_EXPIRY] = oldestExpirySec;
+    a[H_REC_OLDEST_TOKEN_HI] = occupancy > 0 ? Math.floor(oldestToken / TOKEN_SPLIT) : -1;
+    a[H_REC_OLDEST_TOKEN_LO] = occupancy > 0 ? oldestToken % TOKEN_SPLIT : 0;
+    Atomics.store(a, H_REC_DONE, 1);
   }
 
   /** Writes a whole slot's fields; only between a claim CAS to BUSY and the store that ends it. */

@@ -11,12 +11,6 @@ import {
   EMPTY,
   EXPIRED,
   H_OCCUPANCY,
-  H_REC_AT,
-  H_REC_DONE,
-  H_REC_OCCUPANCY,
-  H_REC_OLDEST_EXPIRY,
-  H_REC_OLDEST_TOKEN_HI,
-  H_REC_OLDEST_TOKEN_LO,
   HEADER_WORDS,
   HELD,
   INT32_MAX,
@@ -31,7 +25,6 @@ import {
   S_MISSES,
   SLOT_WORDS,
   STATE_MASK,
-  TOKEN_SPLIT,
   blocks,
   fromSec,
   nextWord,
@@ -47,6 +40,8 @@ export { LEASE_EPOCH_MS, PROBE_WINDOW, RELEASE_GRACE_MS } from './leaseSlots.js'
  * housekeeping; the hour keeps a wedged key's miss history and a late result's token readable meanwhile.
  */
 export const DEAD_SLOT_RETENTION_MS = 60 * 60_000;
+/** A slot BUSY with the same state word this long apart is abandoned (see reconcile). */
+const STUCK_WRITER_MS = 10_000;
 /** A grant retries when a CAS loses to another writer in its window; past this it refuses as full. */
 const MAX_ATTEMPTS = 16;
 
@@ -87,6 +82,13 @@ export interface LeaseTableOptions {
   onGrantStep?: (step: GrantStep, slot: number) => void;
 }
 
+/** What lookup calls a slot state while it still blocks, and after. */
+const VIEWS: Partial<Record<number, [LeaseState, LeaseState]>> = {
+  [LEASED]: ['leased', 'expired'],
+  [RELEASED]: ['grace', 'released'],
+  [HELD]: ['held', 'expired'],
+};
+
 export class LeaseTable extends LeaseSlots {
   /** Bytes needed for `maxLeases`; allocate the shared buffer with this. */
   static byteLength(maxLeases: number): number {
@@ -95,7 +97,7 @@ export class LeaseTable extends LeaseSlots {
 
   private readonly onGrantStep: ((step: GrantStep, slot: number) => void) | undefined;
   private readonly undo = new Int32Array(SLOT_WORDS);
-  private stuckSeen = new Map<number, number>();
+  private stuckSeen = new Map<number, { word: number; since: number }>();
 
   constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number, options: LeaseTableOptions = {}) {
     super(buffer, maxLeases);
@@ -187,19 +189,14 @@ export class LeaseTable extends LeaseSlots {
     if (token < 0) return { state: 'none', token: null, expiresAt: null, misses: 0, dueMs: null };
     const end = fromSec(expiry);
     const live = end > now;
-    const view: LeaseState =
-      state === LEASED
-        ? live
-          ? 'leased'
-          : 'expired'
-        : state === RELEASED
-          ? live
-            ? 'grace'
-            : 'released'
-          : state === HELD && live
-            ? 'held'
-            : 'expired';
-    return { state: view, token, expiresAt: end, misses, dueMs: due === NO_DUE ? null : due * 60_000 };
+    const [ifLive, ifOver] = VIEWS[state] ?? ['expired', 'expired'];
+    return {
+      state: live ? ifLive : ifOver,
+      token,
+      expiresAt: end,
+      misses,
+      dueMs: due === NO_DUE ? null : due * 60_000,
+    };
   }
 
   /**
@@ -212,20 +209,19 @@ export class LeaseTable extends LeaseSlots {
     let oldestExpiry = INT32_MAX;
     let oldestToken = Infinity;
     let reclaimed = 0;
-    const stuck = new Map<number, number>();
+    const stuck = new Map<number, { word: number; since: number }>();
     for (let slot = 0; slot < this.slotCount; slot++) {
       const base = HEADER_WORDS + slot * SLOT_WORDS;
       let word = this.read(base, false);
       let state = word & STATE_MASK;
       if (state === EMPTY) continue;
       if (state === BUSY) {
-        // A writer that stayed BUSY across two reconciles died mid-write (a terminated worker): free it.
-        if (
-          this.stuckSeen.get(slot) === word &&
-          Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word
-        ) {
-          reclaimed++;
-        } else stuck.set(slot, word);
+        // The same BUSY word STUCK_WRITER_MS later is a writer that died mid-section (a terminated
+        // worker); a live one finishes in microseconds. Freeing the slot loses at most that one lease.
+        const seen = this.stuckSeen.get(slot);
+        if (seen?.word !== word) stuck.set(slot, { word, since: now });
+        else if (now - seen.since < STUCK_WRITER_MS) stuck.set(slot, seen);
+        else if (Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word) reclaimed++;
         continue;
       }
       const end = fromSec(this.expiryRead);
@@ -252,31 +248,12 @@ export class LeaseTable extends LeaseSlots {
       }
     }
     this.stuckSeen = stuck;
-    // Plain stores: a reader racing two reconciles may mix their figures, which a gauge tolerates.
-    a[H_REC_OCCUPANCY] = occupancy;
-    a[H_REC_AT] = toSec(now);
-    a[H_REC_OLDEST_EXPIRY] = oldestExpiry;
-    a[H_REC_OLDEST_TOKEN_HI] = occupancy > 0 ? Math.floor(oldestToken / TOKEN_SPLIT) : -1;
-    a[H_REC_OLDEST_TOKEN_LO] = occupancy > 0 ? oldestToken % TOKEN_SPLIT : 0;
-    Atomics.store(a, H_REC_DONE, 1);
+    this.storeReconcile(now, occupancy, oldestExpiry, oldestToken);
     return {
       occupancy,
       oldestExpiresAt: occupancy > 0 ? fromSec(oldestExpiry) : null,
       oldestGrantedAt: occupancy > 0 ? oldestToken : null,
       reclaimed,
-    };
-  }
-
-  /** The figures the last reconcile stored (by any worker), with when it ran; null before the first. */
-  lastReconcile(): (Omit<ReconcileResult, 'reclaimed'> & { at: number }) | null {
-    const a = this.words;
-    if (Atomics.load(a, H_REC_DONE) === 0) return null;
-    const hi = a[H_REC_OLDEST_TOKEN_HI]!;
-    return {
-      occupancy: a[H_REC_OCCUPANCY]!,
-      at: fromSec(a[H_REC_AT]!),
-      oldestExpiresAt: hi < 0 ? null : fromSec(a[H_REC_OLDEST_EXPIRY]!),
-      oldestGrantedAt: hi < 0 ? null : hi * TOKEN_SPLIT + (a[H_REC_OLDEST_TOKEN_LO]! >>> 0),
     };
   }
 

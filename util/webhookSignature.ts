@@ -24,7 +24,9 @@ export function secretKey(secret: string): Buffer {
 }
 
 function sign(key: Buffer, msgId: string, timestampSec: number, body: string): string {
-  return 'v1,' + createHmac('sha256', key).update(`${msgId}.${timestampSec}.${body}`, 'utf8').digest('base64');
+  return (
+    'v1,' + createHmac('sha256', key).update(`${msgId}.${timestampSec}.${body}`, 'utf8').digest('base64')
+  );
 }
 
 /**

@@ -38,7 +38,10 @@ export function registerQueue(): void {
       const checked = checkResult(req.body);
       const [a] = await applyCheckedResults([checked]);
       if (!a!.accepted) {
-        const body = a!.code === 'superseded' ? { accepted: false, code: 'superseded', error: a!.error } : { error: a!.error, code: a!.code };
+        const body =
+          a!.code === 'superseded'
+            ? { accepted: false, code: 'superseded', error: a!.error }
+            : { error: a!.error, code: a!.code };
         return reply(body, a!.status);
       }
       return reply({ accepted: true, nextRenderTime: a!.nextRenderTime });
@@ -55,19 +58,21 @@ export function registerQueue(): void {
       if (!Array.isArray(obj.results) || obj.results.length < 1 || obj.results.length > MAX_BATCH)
         throw badRequest('invalid_body', `results must be an array of 1 to ${MAX_BATCH} results`);
       // Each result stands alone: a bad entry is answered `invalid` and never blocks the others.
-      const slots: Array<{ checked?: CheckedResult; invalid?: { id: unknown; error: string } }> = obj.results.map((r: unknown) => {
-        try {
-          return { checked: checkResult(r) };
-        } catch (e) {
-          const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
-          return { invalid: { id, error: e instanceof HttpError ? e.message : 'invalid result' } };
-        }
-      });
+      const slots: Array<{ checked?: CheckedResult; invalid?: { id: unknown; error: string } }> =
+        obj.results.map((r: unknown) => {
+          try {
+            return { checked: checkResult(r) };
+          } catch (e) {
+            const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
+            return { invalid: { id, error: e instanceof HttpError ? e.message : 'invalid result' } };
+          }
+        });
       const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
       const answers = await applyCheckedResults(valid);
       let k = 0;
       const results = slots.map((s) => {
-        if (s.invalid) return { id: s.invalid.id ?? null, accepted: false, code: 'invalid', error: s.invalid.error };
+        if (s.invalid)
+          return { id: s.invalid.id ?? null, accepted: false, code: 'invalid', error: s.invalid.error };
         const a = answers[k++]!;
         if (a.accepted) return a;
         return { id: a.id, accepted: false, code: a.code, error: a.error };
@@ -143,7 +148,11 @@ export function registerQueue(): void {
         {
           error: `the keeper cannot vouch for its numbers (${phase})`,
           code: 'unavailable',
-          now: { inFlight: leaseTable().reconcile(now).occupancy, paused: isPaused(), status: nodeStatusNow(now) },
+          now: {
+            inFlight: leaseTable().reconcile(now).occupancy,
+            paused: isPaused(),
+            status: nodeStatusNow(now),
+          },
           trust: { live: false, exact: false, phase },
         },
         503,

@@ -11,8 +11,10 @@ import {
 } from '../../util/deliveryPolicy.js';
 
 test('2xx is success; 408, 429 and 5xx retry; redirects and other 4xx fail', () => {
-  for (const s of [200, 201, 202, 204, 299]) assert.equal(classifyResponse({ status: s }), 'success', String(s));
-  for (const s of [408, 429, 500, 502, 503, 504, 599]) assert.equal(classifyResponse({ status: s }), 'retry', String(s));
+  for (const s of [200, 201, 202, 204, 299])
+    assert.equal(classifyResponse({ status: s }), 'success', String(s));
+  for (const s of [408, 429, 500, 502, 503, 504, 599])
+    assert.equal(classifyResponse({ status: s }), 'retry', String(s));
   for (const s of [100, 301, 302, 303, 307, 308, 400, 401, 403, 404, 410, 413, 422, 600]) {
     assert.equal(classifyResponse({ status: s }), 'fail', String(s));
   }
@@ -31,12 +33,25 @@ test('retries wait about 1 s, then about 5 s, always within ±20 %', () => {
       const second = retryDelayMs(2, () => r);
       assert.ok(first >= 800 && first <= 1200, String(first));
       assert.ok(second >= 4000 && second <= 6000, String(second));
-      assert.equal(retryDelayMs(3, () => r), second, 'later attempts reuse the last step');
+      assert.equal(
+        retryDelayMs(3, () => r),
+        second,
+        'later attempts reuse the last step',
+      );
     }),
   );
-  assert.equal(retryDelayMs(1, () => 0), 800);
-  assert.equal(retryDelayMs(1, () => 0.5), 1000);
-  assert.equal(retryDelayMs(2, () => 0.999999), 6000);
+  assert.equal(
+    retryDelayMs(1, () => 0),
+    800,
+  );
+  assert.equal(
+    retryDelayMs(1, () => 0.5),
+    1000,
+  );
+  assert.equal(
+    retryDelayMs(2, () => 0.999999),
+    6000,
+  );
 });
 
 test('a hook may take 120 deliveries at once, then refills two a second', () => {
@@ -106,23 +121,27 @@ test('the queue is FIFO, refuses and counts items beyond its capacity', () => {
 
 test('the queue behaves like an array capped at its capacity for any sequence of operations', () => {
   fc.assert(
-    fc.property(fc.integer({ min: 1, max: 8 }), fc.array(fc.option(fc.integer(), { nil: undefined })), (cap, ops) => {
-      const q = new BoundedQueue<number>(cap);
-      const model: number[] = [];
-      let drops = 0;
-      for (const op of ops) {
-        if (op === undefined) assert.equal(q.shift(), model.shift());
-        else if (model.length < cap) {
-          assert.equal(q.push(op), true);
-          model.push(op);
-        } else {
-          assert.equal(q.push(op), false);
-          drops++;
+    fc.property(
+      fc.integer({ min: 1, max: 8 }),
+      fc.array(fc.option(fc.integer(), { nil: undefined })),
+      (cap, ops) => {
+        const q = new BoundedQueue<number>(cap);
+        const model: number[] = [];
+        let drops = 0;
+        for (const op of ops) {
+          if (op === undefined) assert.equal(q.shift(), model.shift());
+          else if (model.length < cap) {
+            assert.equal(q.push(op), true);
+            model.push(op);
+          } else {
+            assert.equal(q.push(op), false);
+            drops++;
+          }
+          assert.equal(q.size, model.length);
         }
-        assert.equal(q.size, model.length);
-      }
-      assert.equal(q.dropped, drops);
-    }),
+        assert.equal(q.dropped, drops);
+      },
+    ),
   );
 });
 

@@ -54,7 +54,13 @@ test('the reference verifier accepts every delivery we sign, for any body', () =
     fc.property(fc.string({ unit: 'grapheme' }), fc.string({ minLength: 1, maxLength: 40 }), (text, id) => {
       const body = JSON.stringify({ type: 'render.ready', text });
       const msgId = 'msg_' + Buffer.from(id).toString('base64url');
-      const headers = webhookHeaders({ msgId, timestampSec: nowSec(), body, secrets: [secret], userAgent: 'qk/1' });
+      const headers = webhookHeaders({
+        msgId,
+        timestampSec: nowSec(),
+        body,
+        secrets: [secret],
+        userAgent: 'qk/1',
+      });
       assert.deepEqual(verify(secret, headers, body), JSON.parse(body));
     }),
     { numRuns: 200 },
@@ -64,7 +70,13 @@ test('the reference verifier accepts every delivery we sign, for any body', () =
 test('a changed body, id or timestamp, or another secret, fails reference verification', () => {
   const secret = mintSecret();
   const body = '{"type":"render.ready","attempt":1}';
-  const headers = webhookHeaders({ msgId: 'msg_1', timestampSec: nowSec(), body, secrets: [secret], userAgent: 'x' });
+  const headers = webhookHeaders({
+    msgId: 'msg_1',
+    timestampSec: nowSec(),
+    body,
+    secrets: [secret],
+    userAgent: 'x',
+  });
   assert.throws(() => verify(secret, headers, body.replace('1', '2')));
   assert.throws(() => verify(secret, { ...headers, 'webhook-id': 'msg_2' }, body));
   const ts = String(Number(headers['webhook-timestamp']) - 1);

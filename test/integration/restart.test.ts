@@ -1,0 +1,70 @@
+// A restart of Harper on the same root: config overrides survive, the keeper reloads every row and
+// queue-state answers the same counts (503 until it can vouch for them).
+import { after, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarper, type HarperInstance } from '../harness.js';
+
+let h: HarperInstance | undefined;
+after(async () => {
+  await h?.destroy();
+});
+
+const MIN = 60_000;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function settledState(
+  inst: HarperInstance,
+  want: (s: { now: { due: number }; coming: { next24h: number } }) => boolean,
+) {
+  const seen: number[] = [];
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const r = await inst.fetch('/prerender_admin/queue-state');
+    seen.push(r.status);
+    if (r.status === 503) {
+      assert.equal(r.json.trust.live, false);
+      assert.equal(r.json.trust.exact, false);
+      assert.equal(typeof r.json.trust.phase, 'string');
+      assert.equal(r.json.now.due, undefined, 'a 503 carries no counts');
+    } else {
+      assert.equal(r.status, 200, r.text);
+      if (want(r.json)) return { state: r.json, seen };
+    }
+    if (Date.now() > deadline) assert.fail(`queue-state never settled; statuses ${seen.join(',')}`);
+    await sleep(100);
+  }
+}
+
+test('after a restart the config overrides and every row are back with the same queue-state counts', async () => {
+  h = await startHarper();
+  const set = await h.fetch('/prerender_admin/config', {
+    body: { stall: { after: 4000 }, queue: { keeper: { stateInterval: 1000 } } },
+  });
+  assert.equal(set.status, 200, set.text);
+  const now = Date.now();
+  const targets = [
+    ...Array.from({ length: 3000 }, (_, i) => ({
+      url: `https://restart.example.com/due/${i}`,
+      dueAt: now - 3 * MIN,
+    })),
+    ...Array.from({ length: 2000 }, (_, i) => ({
+      url: `https://restart.example.com/later/${i}`,
+      dueAt: now + 90 * MIN,
+    })),
+  ];
+  const filed = await h.fetch('/render_queue/targets', { body: { targets } });
+  assert.equal(filed.status, 200, filed.text);
+  const before = await settledState(h, (s) => s.now.due === 3000 && s.coming.next24h === 2000);
+
+  await h.stop();
+  const root = h.root;
+  h = await startHarper({ root });
+  const cfg = await h.fetch('/prerender_admin/config');
+  assert.equal(cfg.json.stall.after, 4000);
+  assert.equal(cfg.json.queue.keeper.stateInterval, 1000);
+  const afterRestart = await settledState(h, (s) => s.now.due === 3000 && s.coming.next24h === 2000);
+  assert.deepEqual(afterRestart.state.now.due, before.state.now.due);
+  assert.deepEqual(afterRestart.state.coming.byHour, before.state.coming.byHour);
+  assert.deepEqual(afterRestart.state.lateness.discovered, before.state.lateness.discovered);
+  assert.equal(afterRestart.state.trust.exact, true);
+});

@@ -1,0 +1,499 @@
+// Service tests of the keeper lifecycle (SPEC §2) over a fake table: an in-memory sorted map walked with
+// lmdb getRange semantics, an event stream the test pushes into, and the real shared structures over
+// plain ArrayBuffers. The clock is a number the test moves; `yieldLoop` is where a test interleaves
+// writes and events with the walk, between chunks.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { applyValues, checkPartial, defaultConfig, type QueueKeeperConfig } from '../../util/configSchema.js';
+import { KeeperSignal } from '../../util/keeperSignal.js';
+import { ReadySet } from '../../util/readySet.js';
+import { toScheduleRow, type ScheduleRow } from '../../util/scheduleRules.js';
+import { StateDoc } from '../../util/stateDoc.js';
+import {
+  KeeperService,
+  type EventStream,
+  type ScheduleEvent,
+  type ScheduleSource,
+} from '../../services/keeperService.js';
+
+const MINUTE = 60_000;
+const HOUR = 60 * MINUTE;
+const NOW = Date.UTC(2025, 5, 1, 12, 0, 0); // minute-aligned, so NOW + 9_999 stays in NOW's minute
+
+type Stored = Record<string, unknown>;
+
+const keyOf = (i: number): string => `https://example.com/p/${String(i).padStart(6, '0')}`;
+
+function stored(dueMs: number, extra: Stored = {}): Stored {
+  return {
+    nextRenderTime: dueMs,
+    fromSitemap: false,
+    effectiveInterval: null,
+    verified: true,
+    urgentAt: null,
+    changedAt: null,
+    ...extra,
+  };
+}
+
+/** Index of the first key >= `key` in an ascending array. */
+function lowerBound(keys: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = keys.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (keys[mid]! < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * How a key fails to read. 'key' does not decode in either direction (what walkSchedule documents);
+ * 'forwardCursor' breaks only a forward walk that reaches it (a cursor fault, the row itself is fine).
+ */
+type Fault = 'key' | 'forwardCursor';
+
+class FakeTable {
+  private rows = new Map<string, Stored>();
+  private sorted: string[] | null = null;
+  private frozen: { rows: Map<string, Stored>; sorted: string[] } | null = null;
+  readonly faults = new Map<string, Fault>();
+  walkCalls = 0;
+  /** Forward walks started from the bottom of the table: one per load or verification pass. */
+  fullWalks = 0;
+  reads = 0;
+
+  put(key: string, value: Stored): void {
+    if (!this.rows.has(key)) this.sorted = null;
+    this.rows.set(key, value);
+  }
+
+  delete(key: string): void {
+    if (this.rows.delete(key)) this.sorted = null;
+  }
+
+  /** Walks read this copy from now on while point reads see every later write (an old read snapshot). */
+  freezeWalks(): void {
+    this.frozen = { rows: new Map(this.rows), sorted: this.keys() };
+  }
+
+  private keys(): string[] {
+    this.sorted ??= [...this.rows.keys()].sort();
+    return this.sorted;
+  }
+
+  // lmdb getRange: forward is [start, end), reverse runs from start (high) down to end (exclusive low).
+  *walk(
+    opts: Parameters<ScheduleSource['walk']>[0],
+  ): Generator<{ key: string; row: ScheduleRow | undefined }> {
+    this.walkCalls++;
+    const reverse = opts.reverse === true;
+    if (!reverse && opts.start === undefined) this.fullWalks++;
+    const rows = this.frozen?.rows ?? this.rows;
+    const keys = this.frozen?.sorted ?? this.keys();
+    let i: number;
+    if (!reverse) {
+      i = opts.start === undefined ? 0 : lowerBound(keys, opts.start);
+      if (opts.exclusiveStart === true && keys[i] === opts.start) i++;
+    } else {
+      if (opts.start === undefined) i = keys.length - 1;
+      else {
+        i = lowerBound(keys, opts.start);
+        if (keys[i] !== opts.start || opts.exclusiveStart === true) i--;
+      }
+    }
+    const limit = opts.limit ?? Infinity;
+    for (let n = 0; n < limit && i >= 0 && i < keys.length; n++, i += reverse ? -1 : 1) {
+      const key = keys[i]!;
+      if (opts.end !== undefined && (reverse ? key <= opts.end : key >= opts.end)) return;
+      const fault = this.faults.get(key);
+      if (fault === 'key' || (fault === 'forwardCursor' && !reverse)) throw new Error(`unreadable at ${key}`);
+      yield { key, row: toScheduleRow(key, rows.get(key)!) };
+    }
+  }
+
+  read(key: string): ScheduleRow | undefined {
+    this.reads++;
+    const v = this.rows.get(key);
+    return v === undefined ? undefined : toScheduleRow(key, v);
+  }
+}
+
+/** A subscription the test pushes into. One that ignores end() keeps delivering, as a stream may. */
+class FakeStream implements EventStream {
+  ended = false;
+  private buffered: ScheduleEvent[] = [];
+  private head = 0;
+  private waiting: ((r: IteratorResult<ScheduleEvent>) => void) | null = null;
+  private finished = false;
+
+  constructor(private readonly honoursEnd: boolean) {}
+
+  push(ev: ScheduleEvent): void {
+    if (this.finished) return;
+    const w = this.waiting;
+    this.waiting = null;
+    if (w) w({ value: ev, done: false });
+    else this.buffered.push(ev);
+  }
+
+  finish(): void {
+    this.finished = true;
+    const w = this.waiting;
+    this.waiting = null;
+    w?.({ value: undefined, done: true });
+  }
+
+  end = (): void => {
+    this.ended = true;
+    if (this.honoursEnd) this.finish();
+  };
+
+  [Symbol.asyncIterator](): AsyncIterator<ScheduleEvent> {
+    return {
+      next: () => {
+        if (this.head < this.buffered.length) {
+          const value = this.buffered[this.head++]!;
+          if (this.head === this.buffered.length) [this.buffered, this.head] = [[], 0];
+          return Promise.resolve({ value, done: false });
+        }
+        if (this.finished) return Promise.resolve({ value: undefined, done: true });
+        return new Promise((resolve) => (this.waiting = resolve));
+      },
+    };
+  }
+}
+
+function withConfig(base: QueueKeeperConfig, partial: unknown): QueueKeeperConfig {
+  return applyValues(base, checkPartial(partial).values);
+}
+
+type Hook = (yieldNo: number) => void | Promise<void>;
+
+function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
+  const capacity = opts.capacity ?? 100;
+  let cfg = withConfig(defaultConfig(), { queue: { ready: { capacity } } });
+  const table = new FakeTable();
+  const streams: FakeStream[] = [];
+  const keyBytes = Math.max(2048, capacity * 64);
+  const ready = new ReadySet(new ArrayBuffer(ReadySet.byteLength(capacity, keyBytes)), capacity, keyBytes);
+  const signal = new KeeperSignal(new ArrayBuffer(KeeperSignal.byteLength()));
+  const state = new StateDoc<unknown>(new ArrayBuffer(StateDoc.byteLength(1 << 18)), 1 << 18);
+  const clock = { t: NOW, inFlight: 0 };
+  const now = (): number => clock.t;
+  const leased = new Set<string>();
+  const errors: unknown[][] = [];
+  const closed: unknown[] = [];
+  let hook: Hook | null = null;
+  let yields = 0;
+  const source: ScheduleSource = {
+    subscribe: async () => {
+      const s = new FakeStream(opts.streamsHonourEnd ?? true);
+      streams.push(s);
+      return s;
+    },
+    walk: (o) => table.walk(o),
+    read: (key) => table.read(key),
+  };
+  const svc = new KeeperService({
+    source,
+    ready,
+    signal,
+    state,
+    config: () => cfg,
+    isLeased: (key) => leased.has(key),
+    inFlight: () => clock.inFlight,
+    nodeView: () => ({ paused: false, status: 'queued' }),
+    log: { info: () => undefined, warn: () => undefined, error: (...a: unknown[]) => errors.push(a) },
+    yieldLoop: async () => {
+      yields++;
+      await hook?.(yields);
+    },
+  });
+  return {
+    svc,
+    table,
+    streams,
+    ready,
+    signal,
+    state,
+    clock,
+    now,
+    leased,
+    errors,
+    closed,
+    onClosed: (err?: unknown) => void closed.push(err ?? 'ended'),
+    setHook: (h: Hook | null) => {
+      hook = h;
+      yields = 0;
+    },
+    setConfig: (partial: unknown) => (cfg = withConfig(cfg, partial)),
+    fill(n: number, due: (i: number) => number): void {
+      for (let i = 0; i < n; i++) table.put(keyOf(i), stored(due(i)));
+    },
+    async start(): Promise<void> {
+      await svc.subscribe(now, this.onClosed);
+      await svc.load(now);
+    },
+  };
+}
+
+const turn = (): Promise<void> => new Promise((r) => setImmediate(r));
+
+/** Lets the background consumer run until `done` holds; events resolve in microtasks, so this is quick. */
+async function settle(done: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 100 && !done(); i++) await turn();
+  assert.ok(done(), `never happened: ${what}`);
+}
+
+const put = (key: string, value: Stored): ScheduleEvent => ({ id: key, type: 'put', value });
+
+// Race guard: `touched?.has(key)` in applyWalked. Removing it lets the walk's stale value win (checked).
+test('a write during the load is not reverted by the walk: events win', async () => {
+  const h = harness();
+  h.fill(2500, () => NOW + 2 * HOUR); // not due, so no head check reads K behind the walk's back
+  const k = keyOf(2200); // in the third chunk
+  h.table.freezeWalks(); // the walk reads a snapshot taken before the write below
+  h.setHook(async (n) => {
+    if (n !== 1) return;
+    h.table.put(k, stored(NOW + 5 * HOUR));
+    h.streams[0]!.push(put(k, stored(NOW + 5 * HOUR)));
+    await settle(() => h.svc.eventsApplied === 1, 'the event for K is applied');
+  });
+  await h.start();
+  assert.equal(h.svc.phase, 'live');
+  assert.equal(h.svc.core.size, 2500);
+  assert.equal(h.svc.core.describe(k, NOW)?.dueMs, NOW + 5 * HOUR);
+});
+
+test('250,000 re-sent events for unchanged rows are absorbed without moving the version', async () => {
+  const n = 250_000;
+  const h = harness();
+  const due = (i: number) => NOW - (i % 1440) * MINUTE;
+  h.fill(n, due);
+  await h.start();
+  assert.equal(h.svc.core.size, n);
+  const version = h.svc.core.version;
+  for (let i = 0; i < n; i++) h.streams[0]!.push(put(keyOf(i), stored(due(i))));
+  await settle(() => h.svc.eventsApplied === n, 'every re-sent event is consumed');
+  assert.equal(h.svc.core.size, n);
+  assert.equal(h.svc.core.version, version);
+});
+
+test('a forward walk that breaks at a key is finished from the top down and the load stays exact', async () => {
+  const h = harness();
+  h.fill(2500, () => NOW + HOUR);
+  h.table.faults.set(keyOf(1500), 'forwardCursor');
+  await h.start();
+  assert.equal(h.svc.core.size, 2500);
+  assert.equal(h.svc.partial, false);
+  assert.equal(h.svc.phase, 'live');
+  assert.equal(h.svc.exact(), true);
+  assert.equal(h.signal.read().complete, true);
+  assert.equal(h.errors.length, 1, 'the broken forward walk is logged once');
+});
+
+test('a key that does not decode ends the load partial, live on every other row with exact false', async () => {
+  const h = harness();
+  h.fill(2500, () => NOW + HOUR);
+  const bad = keyOf(1500);
+  h.table.faults.set(bad, 'key'); // both walks stop at it: the top-down walk stops short too
+  await h.start();
+  assert.equal(h.svc.partial, true);
+  assert.equal(h.svc.exact(), false);
+  assert.equal(h.svc.phase, 'live');
+  assert.equal(h.svc.serving, true);
+  assert.equal(h.signal.read().live, true);
+  assert.equal(h.signal.read().complete, false);
+  // Rows on either side of the bad key in its chunk were read before the throw and must be kept.
+  assert.equal(h.svc.core.size, 2499);
+  assert.equal(h.svc.core.has(bad), false);
+  assert.equal(h.svc.core.has(keyOf(1499)), true);
+  assert.equal(h.svc.core.has(keyOf(1501)), true);
+  assert.equal(h.errors.length, 2, 'both stops are logged');
+});
+
+test('claims are served from the first chunk while the load goes on', async () => {
+  const h = harness();
+  h.fill(2500, (i) => NOW - (10 + (i % 30)) * MINUTE);
+  let seen = false;
+  h.setHook((n) => {
+    if (n !== 1) return;
+    seen = true;
+    assert.equal(h.svc.phase, 'loading');
+    const s = h.signal.read();
+    assert.equal(s.live, true);
+    assert.equal(s.phase, 'loading');
+    assert.equal(s.complete, false);
+    assert.equal(s.dueCount, 1000);
+    const taken = h.ready.take(10);
+    assert.equal(taken.length, 10);
+    for (const e of taken) assert.ok(e.key < keyOf(1000), `${e.key} comes from the first chunk`);
+  });
+  await h.start();
+  assert.ok(seen);
+  assert.equal(h.signal.read().complete, true);
+  assert.equal(h.signal.read().dueCount, 2500);
+});
+
+// Race guard: `this.stream !== stream` in the consumer. Without it the old stream's late event applies (checked).
+test('after a closed subscription is reopened only the new stream is listened to', async () => {
+  const h = harness({ streamsHonourEnd: false });
+  await h.svc.subscribe(h.now, h.onClosed);
+  const [old] = h.streams;
+  h.svc.closeSubscription();
+  assert.equal(old!.ended, true);
+  await h.svc.subscribe(h.now, h.onClosed);
+  assert.equal(h.svc.subscriptions, 2);
+  const fresh = h.streams[1]!;
+  old!.push(put(keyOf(1), stored(NOW))); // delivered after end(), as a stream may
+  fresh.push(put(keyOf(2), stored(NOW)));
+  await settle(() => h.svc.eventsApplied >= 1, 'the new stream is consumed');
+  await turn(); // the old stream's consumer has had its turn too
+  assert.equal(h.svc.eventsApplied, 1);
+  assert.equal(h.svc.core.has(keyOf(1)), false);
+  assert.equal(h.svc.core.has(keyOf(2)), true);
+  old!.finish();
+  await turn();
+  assert.deepEqual(h.closed, [], 'an abandoned stream ending is not a closed subscription');
+  fresh.finish();
+  await settle(() => h.closed.length === 1, 'the live stream ending is reported');
+});
+
+test('verification repairs a missing, a mismatched and a deleted row, and the next walk repairs none', async () => {
+  const h = harness();
+  h.fill(1500, () => NOW + HOUR);
+  await h.start();
+  h.table.put(keyOf(5000), stored(NOW + HOUR)); // added without an event
+  h.table.put(keyOf(700), stored(NOW + 3 * HOUR)); // changed without an event
+  h.table.delete(keyOf(1200)); // deleted without an event
+  const first = await h.svc.verify(h.now);
+  assert.deepEqual(
+    first && [first.missing, first.mismatched, first.phantom, first.unowned, first.repaired],
+    [1, 1, 1, 0, 3],
+  );
+  assert.equal(h.svc.core.describe(keyOf(700), NOW)?.dueMs, NOW + 3 * HOUR);
+  assert.equal(h.svc.core.has(keyOf(5000)), true);
+  assert.equal(h.svc.core.has(keyOf(1200)), false);
+  assert.equal(h.svc.exact(), false, 'a verification that repaired something leaves the numbers unvouched');
+  const second = await h.svc.verify(h.now);
+  assert.equal(second?.repaired, 0);
+  assert.equal(h.svc.exact(), true);
+  assert.equal(h.svc.stats.repairedTotal, 3);
+});
+
+// Race guard: the `while (this.verifyQueued)` loop in verify(). Without it the queued walk is dropped (checked).
+test('a walk requested during a verification is queued and run, not lost', async () => {
+  const h = harness();
+  h.fill(2500, () => NOW + HOUR);
+  await h.start();
+  const walksBefore = h.table.fullWalks;
+  let queued: Promise<unknown> | null = null;
+  h.setHook((n) => {
+    if (n !== 1) return;
+    queued = h.svc.verify(h.now);
+    h.table.put(keyOf(10), stored(NOW + 4 * HOUR)); // behind the running walk, which passed key 10
+  });
+  const result = await h.svc.verify(h.now);
+  assert.equal(await queued, null, 'the second request is queued, not run alongside');
+  assert.equal(h.table.fullWalks - walksBefore, 2);
+  assert.equal(result?.mismatched, 1, 'the queued walk found the change the first one had passed');
+  assert.equal(h.svc.core.describe(keyOf(10), NOW)?.dueMs, NOW + 4 * HOUR);
+});
+
+test('a route change reclassifies held rows in memory without a reload', async () => {
+  const h = harness();
+  for (let i = 0; i < 50; i++) {
+    h.table.put(`https://example.com/blog/${i}`, stored(NOW - MINUTE));
+    h.table.put(keyOf(i), stored(NOW - MINUTE));
+  }
+  await h.start();
+  const blog = 'https://example.com/blog/7';
+  assert.equal(h.svc.core.describe(blog, NOW)?.route, 'unrouted');
+  const walks = h.table.walkCalls;
+  const version = h.svc.core.version;
+  h.setConfig({
+    render: { routes: [{ name: 'blog', match: 'prefix', path: '/blog/', renderInterval: HOUR }] },
+  });
+  h.svc.reclassify();
+  assert.deepEqual(
+    [h.svc.core.describe(blog, NOW)?.route, h.svc.core.describe(blog, NOW)?.cadenceMs],
+    ['blog', HOUR],
+  );
+  assert.equal(h.svc.core.describe(keyOf(7), NOW)?.route, 'unrouted');
+  assert.equal(h.svc.core.size, 100);
+  assert.equal(h.table.walkCalls, walks, 'no walk');
+  assert.notEqual(h.svc.core.version, version, 'the next publish sees the change');
+});
+
+test('publishOnce skips leased rows, publishes only on change and forces a publish after 10 s', async () => {
+  const h = harness();
+  h.fill(5, (i) => NOW - (10 + i) * MINUTE);
+  h.leased.add(keyOf(4)); // the most overdue row
+  await h.start();
+  assert.equal(h.svc.stats.lastPublish?.skippedLeased, 1);
+  assert.equal(h.svc.publishOnce(NOW, false), false, 'nothing changed since the load published');
+  h.clock.t = NOW + 9_999;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), false);
+  h.clock.t = NOW + 10_000;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'forced after 10 s');
+  assert.equal(h.svc.publishOnce(h.clock.t, false), false);
+  const taken = h.ready.take(10).map((e) => e.key);
+  assert.deepEqual(taken.sort(), [keyOf(0), keyOf(1), keyOf(2), keyOf(3)]);
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'consumption is a change');
+  assert.equal(h.svc.publishOnce(h.clock.t, false), false);
+  h.clock.inFlight = 1;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'lease occupancy is a change');
+  h.streams[0]!.push(put(keyOf(9), stored(NOW - HOUR)));
+  await settle(() => h.svc.eventsApplied === 1, 'the event is applied');
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'a held-row change is a change');
+  assert.equal(h.ready.take(1)[0]?.key, keyOf(9));
+  h.clock.t = NOW + MINUTE;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'a minute boundary is a change');
+});
+
+test('the head check repairs a row held wrongly and reads each key at most once a minute', async () => {
+  const h = harness();
+  h.fill(10, (i) => NOW - (30 + i) * MINUTE);
+  await h.start(); // the load's publish checks the whole head
+  assert.deepEqual(h.svc.stats.headCheck, { at: NOW, checked: 10, repaired: 0 });
+  const readsAfterLoad = h.table.reads;
+  h.table.put(keyOf(3), stored(NOW - 90 * MINUTE)); // changed without an event
+  h.clock.t = NOW + 59_999;
+  h.svc.publishOnce(h.clock.t, true);
+  assert.equal(h.table.reads, readsAfterLoad, 'no key is read twice within a minute');
+  assert.equal(h.svc.core.describe(keyOf(3), NOW)?.dueMs, NOW - 33 * MINUTE);
+  h.clock.t = NOW + MINUTE;
+  h.svc.publishOnce(h.clock.t, true);
+  assert.equal(h.table.reads, readsAfterLoad + 10);
+  assert.deepEqual(h.svc.stats.headCheck, { at: NOW + MINUTE, checked: 10, repaired: 1 });
+  assert.equal(h.svc.core.describe(keyOf(3), NOW)?.dueMs, NOW - 90 * MINUTE);
+  assert.equal(h.svc.stats.repairedTotal, 1);
+});
+
+interface StateShape {
+  now: { due: number; inFlight: number; unclaimed: number; paused: boolean; status: string };
+  trust: { phase: string; live: boolean; exact: boolean; keeper: { rows: number } };
+}
+
+test('writeState writes a live document whose unclaimed count is due minus in-flight, never negative', async () => {
+  const h = harness();
+  h.fill(10, (i) => (i < 7 ? NOW - (i + 1) * MINUTE : NOW + (i + 1) * MINUTE));
+  await h.start();
+  h.clock.inFlight = 2;
+  assert.equal(h.svc.writeState(NOW), true);
+  const doc = h.state.read()?.doc as StateShape;
+  assert.equal(doc.trust.phase, 'live');
+  assert.equal(doc.trust.live, true);
+  assert.equal(doc.trust.exact, true);
+  assert.equal(doc.trust.keeper.rows, 10);
+  assert.deepEqual(
+    [doc.now.due, doc.now.inFlight, doc.now.unclaimed, doc.now.paused, doc.now.status],
+    [7, 2, 5, false, 'queued'],
+  );
+  h.clock.inFlight = 9;
+  h.svc.writeState(NOW);
+  const later = h.state.read()?.doc as StateShape;
+  assert.deepEqual([later.now.due, later.now.inFlight, later.now.unclaimed], [7, 9, 0]);
+});
