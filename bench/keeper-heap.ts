@@ -14,10 +14,14 @@ const SIZES = process.argv.length > 2 ? process.argv.slice(2).map(Number) : [250
 if (SIZES.length > 1) {
   const result: Record<string, unknown> = { node: process.version };
   for (const rows of SIZES) {
-    const out = execFileSync(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), String(rows)]);
+    const out = execFileSync(process.execPath, [
+      ...process.execArgv,
+      fileURLToPath(import.meta.url),
+      String(rows),
+    ]);
     Object.assign(result, JSON.parse(out.toString()) as Record<string, unknown>);
   }
-  console.log(JSON.stringify(result));
+  console.log(JSON.stringify(result, null, 2));
   process.exit(0);
 }
 
@@ -73,7 +77,10 @@ function heapUsed(): number {
 const result: Record<string, unknown> = {};
 for (const rows of SIZES) {
   const before = heapUsed();
-  const core = new KeeperCore({ classify, score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 } });
+  const core = new KeeperCore({
+    classify,
+    score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
+  });
   for (let i = 0; i < rows; i++) {
     const key = urlOf(i);
     core.apply(key, rowOf(key, i, 0), NOW);

@@ -2,8 +2,10 @@
 //
 // Why not a Map<string, …> plus an array per bucket: on a 2-core box a V8 Map costs ~29 B per entry and
 // ~1.6 µs per fresh insert at 1M entries, and per-bucket arrays cost ~200 B each with thousands of
-// sparse minute buckets — together well over the 170 B/row target (SPEC §10). Here a row costs one
-// 4-byte table entry (at ≤ 0.75 load), an 8-byte key slot and a 4-byte stored hash, plus the URL.
+// sparse minute buckets — together well over the 170 B/row target (SPEC §10). Here a row costs a
+// 4-byte table entry (the table is kept 38–75% full, so 5–11 B), an 8-byte key slot and a 4-byte
+// stored hash, plus the URL. Neither the table nor the slot pages shrink after mass deletions; freed
+// chunks are reused by later rows.
 //
 // Every row lives at a slot `g` inside a fixed-size chunk owned by one bucket, so `g` alone names both
 // the row's bucket (through the chunk) and its place, and removal is an O(1) swap with the bucket's
@@ -28,17 +30,24 @@ export interface ChunkList {
   head: number;
 }
 
-/** 32-bit FNV-1a over every UTF-16 unit, then a final mix so the low bits (the probe start) spread. */
-export function hashUrl(url: string): number {
-  let h = 0x811c9dc5 ^ url.length;
+/**
+ * 32-bit FNV-1a over every UTF-16 unit from a seeded basis, then a final mix so the low bits (the
+ * probe start) spread. The seed is per keeper and random by default: the low-trust discover role can
+ * file URLs, and with a known hash it could precompute URLs that pile into one probe run. (A defence
+ * against offline crafting, not a cryptographic one.)
+ */
+export function hashUrl(url: string, seed: number): number {
+  let h = (0x811c9dc5 ^ seed ^ url.length) | 0;
   for (let i = 0; i < url.length; i++) h = Math.imul(h ^ url.charCodeAt(i), 0x01000193);
   h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
+  h = Math.imul(h ^ seed, 0x85ebca6b);
   h ^= h >>> 13;
   return h | 0;
 }
 
 export class HeldRows<B extends ChunkList> {
+  /** Seed of `hash`; random unless a test fixes it. */
+  readonly seed: number;
   private table = new Int32Array(1024);
   private mask = 1023;
   private used = 0;
@@ -49,8 +58,16 @@ export class HeldRows<B extends ChunkList> {
   private chunks = 0;
   private freeChunk = -1;
 
+  constructor(seed = (Math.random() * 0x100000000) | 0) {
+    this.seed = seed | 0;
+  }
+
   get size(): number {
     return this.used;
+  }
+
+  hash(key: string): number {
+    return hashUrl(key, this.seed);
   }
 
   /** Table index of `key` (≥ 0), or the bitwise NOT of the empty index where it would go (< 0). */
@@ -204,7 +221,7 @@ export class HeldRows<B extends ChunkList> {
       this.freeChunk = this.chunkNext[chunk]!;
     } else {
       chunk = this.chunks++;
-      if ((chunk << CHUNK_SHIFT) > SLOT_MASK - CHUNK) throw new RangeError('keeper: too many held rows');
+      if (chunk << CHUNK_SHIFT > SLOT_MASK - CHUNK) throw new RangeError('keeper: too many held rows');
       if ((chunk << CHUNK_SHIFT) % PAGE === 0) {
         this.keyPages.push(new Array<string>(PAGE).fill(''));
         this.hashPages.push(new Int32Array(PAGE));

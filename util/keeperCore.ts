@@ -1,120 +1,29 @@
 // The keeper's in-memory structure (SPEC §2): every row this node owns, grouped into classes and
 // bucketed by due minute, so the best K due rows come from a heap merge over class heads. Pure: no
 // Harper import, the clock is an argument. The lifecycle that feeds it lives in the keeper service.
-import { CHUNK, hashUrl, HeldRows } from './heldRows.js';
-import { type Bucket, KeeperClass } from './keeperClass.js';
+import { CHUNK, HeldRows } from './heldRows.js';
+import type { Bucket, KeeperClass } from './keeperClass.js';
+import { HeadHeap, KeeperClasses, MARK_INDEX } from './keeperClasses.js';
 import { FlowLedger } from './keeperFlow.js';
 import { queueState, type QueueStateCounts } from './keeperState.js';
-import { floorMinute, type Mark, markOf, MINUTE_MS, score, type ScoreOptions } from './score.js';
+import type {
+  Classify,
+  DueRow,
+  DueSummary,
+  HeldDescription,
+  HeldValue,
+  KeeperOptions,
+  ScheduleRow,
+  TopEntry,
+  TopK,
+  TopVisitor,
+  TopWalk,
+} from './keeperTypes.js';
+import { floorMinute, markOf, MINUTE_MS, type ScoreOptions, scoreAt } from './score.js';
 
-/** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
-export interface ScheduleRow {
-  cacheKey: string;
-  nextRenderTime: number;
-  fromSitemap: boolean;
-  effectiveInterval: number | null;
-  verified: boolean;
-  urgentAt: number | null;
-  changedAt: number | null;
-}
+export type * from './keeperTypes.js';
+export type { Mark, ScoreOptions } from './score.js';
 
-export interface Classification {
-  /** The queue name: the matching route's name, `unrouted` when none matches. */
-  route: string;
-  cadenceMs: number;
-}
-
-/** Must be a function of its arguments only: the keeper calls it again for every row on reclassify. */
-export type Classify = (url: string, effectiveInterval: number | null) => Classification;
-
-export interface KeeperOptions {
-  classify: Classify;
-  score: ScoreOptions;
-}
-
-export interface TopEntry {
-  key: string;
-  score: number;
-  dueMs: number;
-  fromSitemap: boolean;
-  verified: boolean;
-  route: string;
-  mark: Mark;
-}
-
-export interface TopK {
-  /** Best first. Rows of equal score come in no promised order. */
-  entries: TopEntry[];
-  /** True only when every due row that was not skipped is in `entries`. */
-  complete: boolean;
-  /** Due rows passed over because `skip` said so (including any met while checking `complete`). */
-  skipped: number;
-}
-
-/** What every row of one keeper class shares. */
-export interface HeldClass {
-  readonly route: string;
-  readonly cadenceMs: number;
-  readonly fromSitemap: boolean;
-  readonly verified: boolean;
-  readonly mark: Mark;
-}
-
-/** Receives the best rows in order; for callers that copy them straight out (no entry objects). */
-export type TopVisitor = (key: string, score: number, dueMs: number, heldClass: HeldClass) => void;
-
-export interface TopWalk {
-  visited: number;
-  complete: boolean;
-  skipped: number;
-}
-
-export interface DueRow {
-  key: string;
-  dueMs: number;
-  fromSitemap: boolean;
-  verified: boolean;
-  mark: Mark;
-}
-
-export interface QueueDue {
-  due: number;
-  dueVerified: number;
-  oldestVerifiedDue: DueRow | null;
-}
-
-export interface DueSummary {
-  due: number;
-  dueVerified: number;
-  /** Every queue with held rows, due or not. */
-  byQueue: Map<string, QueueDue>;
-}
-
-export interface HeldDescription {
-  route: string;
-  cadenceMs: number;
-  fromSitemap: boolean;
-  verified: boolean;
-  mark: Mark;
-  dueMs: number;
-  score: number;
-  due: boolean;
-}
-
-/** What the keeper holds for a key, in table terms, for repair logs and `explain`. */
-export interface HeldValue {
-  /** Minute-floored, as every writer stores it. */
-  nextRenderTime: number;
-  route: string;
-  cadenceMs: number;
-  effectiveInterval: number | null;
-  fromSitemap: boolean;
-  verified: boolean;
-  mark: Mark;
-}
-
-const FLAVOURS = 12; // fromSitemap × verified × mark
-const MARK_INDEX: Record<Mark, number> = { none: 0, changed: 1, urgent: 2 };
 // Gaining a stronger mark is a trigger; urgent outranks changed as it does in the score.
 const MARK_RANK = MARK_INDEX;
 
@@ -124,14 +33,8 @@ function ownInterval(value: number | null): number | null {
 }
 
 export class KeeperCore {
-  private readonly rows = new HeldRows<Bucket>();
-  private classes: KeeperClass[] = [];
-  // route → own interval (NaN for none) → cadence → 12 flavours
-  private registry = new Map<string, Map<number, Map<number, (KeeperClass | undefined)[]>>>();
-  // Minute through which every class's `dueRows` is counted. Moving it forward is what counts cameDue.
-  private dueCursor: number | null = null;
-  // Highest minute already counted as cameDue, so a clock that steps back and forward counts nothing twice.
-  private cameDueThrough: number | null = null;
+  private readonly rows: HeldRows<Bucket>;
+  private readonly classes = new KeeperClasses();
   private readonly flow = new FlowLedger();
   private classifier: Classify;
   private scoreOptions: ScoreOptions;
@@ -140,6 +43,7 @@ export class KeeperCore {
   constructor(options: KeeperOptions) {
     this.classifier = options.classify;
     this.scoreOptions = options.score;
+    this.rows = new HeldRows<Bucket>(options.hashSeed);
   }
 
   /** Bumped by every change to what is held (and by reclassify), so publish can skip idle rounds. */
@@ -152,7 +56,7 @@ export class KeeperCore {
   }
 
   get classCount(): number {
-    return this.classes.length;
+    return this.classes.list.length;
   }
 
   /** Every held key, snapshotted: the caller may apply and delete while iterating. */
@@ -161,7 +65,7 @@ export class KeeperCore {
   }
 
   has(key: string): boolean {
-    return this.rows.locate(key, hashUrl(key)) >= 0;
+    return this.rows.locate(key, this.rows.hash(key)) >= 0;
   }
 
   /**
@@ -171,24 +75,31 @@ export class KeeperCore {
    */
   apply(key: string, row: ScheduleRow | null, now: number): boolean {
     const nowMinute = floorMinute(now);
-    const hash = hashUrl(key);
+    const hash = this.rows.hash(key);
     const index = this.rows.locate(key, hash);
     if (row === null) {
       if (index < 0) return false;
       const from = this.rows.bucketOf(this.rows.slotAt(index));
       this.rows.delete(index);
-      this.afterRemoval(from);
+      this.classes.removed(from);
       this.changes++;
       this.flow.count(nowMinute, 'removed');
       return true;
     }
-    if (this.dueCursor === null) this.syncDue(now);
+    if (this.classes.dueCursor === null) this.classes.syncDue(now, this.flow);
     const minute = Number.isFinite(row.nextRenderTime) ? floorMinute(row.nextRenderTime) : nowMinute;
     if (!Number.isFinite(minute)) throw new RangeError(`keeper: no finite due minute for ${key}`);
     const own = ownInterval(row.effectiveInterval);
     const { route, cadenceMs } = this.classifier(key, own);
     const mark = markOf(row.urgentAt, row.changedAt);
-    const target = this.classFor(route, own, cadenceMs, row.fromSitemap === true, row.verified === true, mark);
+    const target = this.classes.classFor(
+      route,
+      own,
+      cadenceMs,
+      row.fromSitemap === true,
+      row.verified === true,
+      mark,
+    );
     if (index >= 0) {
       const from = this.rows.bucketOf(this.rows.slotAt(index));
       if (from.owner === target && from.minute === minute) return false;
@@ -196,12 +107,12 @@ export class KeeperCore {
       const to = target.bucketFor(minute);
       // The row keeps the URL string it was first stored with; the caller's copy is not retained.
       this.rows.move(index, to);
-      target.added(to, this.dueCursor);
-      this.afterRemoval(from);
+      this.classes.added(to);
+      this.classes.removed(from);
     } else {
       const to = target.bucketFor(minute);
       this.rows.insert(index, to, key, hash);
-      target.added(to, this.dueCursor);
+      this.classes.added(to);
       this.flow.count(nowMinute, 'added');
     }
     this.changes++;
@@ -243,7 +154,7 @@ export class KeeperCore {
     if (!Number.isFinite(nowMinute)) return { visited, complete: true, skipped };
     const rows = this.rows;
     const heap = new HeadHeap();
-    for (const cls of this.classes) {
+    for (const cls of this.classes.list) {
       const at = cls.firstLive();
       const order = cls.order;
       if (at < order.length && order[at]!.minute <= nowMinute) {
@@ -284,8 +195,8 @@ export class KeeperCore {
   dueSummary(now: number): DueSummary {
     const summary: DueSummary = { due: 0, dueVerified: 0, byQueue: new Map() };
     if (!Number.isFinite(floorMinute(now))) return summary;
-    this.syncDue(now);
-    for (const cls of this.classes) {
+    this.classes.syncDue(now, this.flow);
+    for (const cls of this.classes.list) {
       let queue = summary.byQueue.get(cls.route);
       if (queue === undefined) {
         queue = { due: 0, dueVerified: 0, oldestVerifiedDue: null };
@@ -312,7 +223,7 @@ export class KeeperCore {
   ): DueRow | null {
     const nowMinute = floorMinute(now);
     let best: DueRow | null = null;
-    for (const cls of this.classes) {
+    for (const cls of this.classes.list) {
       if (cls.route !== queue || (options.verifiedOnly === true && !cls.verified)) continue;
       const first = cls.firstLive();
       const order = cls.order;
@@ -331,13 +242,13 @@ export class KeeperCore {
 
   /** The counting parts of the queue-state document (SPEC §5). Also advances the cameDue count. */
   state(now: number): QueueStateCounts {
-    this.syncDue(now);
-    return queueState(this.classes, now, this.flow);
+    this.classes.syncDue(now, this.flow);
+    return queueState(this.classes.list, now, this.flow);
   }
 
   /** Closes the flow minute: counts rows whose due minute passed since the last call. Returns that count. */
   tick(now: number): number {
-    return this.syncDue(now);
+    return this.classes.syncDue(now, this.flow);
   }
 
   describe(key: string, now: number): HeldDescription | null {
@@ -401,19 +312,23 @@ export class KeeperCore {
   reclassify(classify: Classify, scoreOptions: ScoreOptions): void {
     this.classifier = classify;
     this.scoreOptions = scoreOptions;
-    const previous = this.classes;
-    this.classes = [];
-    this.registry = new Map();
-    for (const cls of previous) {
+    for (const cls of this.classes.takeAll()) {
       for (const bucket of cls.order) {
         // Draining from the newest row: a moved row's place is never refilled from behind the walk.
         while (bucket.count > 0) {
           const slot = HeldRows.lastSlot(bucket);
           const { route, cadenceMs } = classify(this.rows.keyAt(slot), cls.effectiveInterval);
-          const target = this.classFor(route, cls.effectiveInterval, cadenceMs, cls.fromSitemap, cls.verified, cls.mark);
+          const target = this.classes.classFor(
+            route,
+            cls.effectiveInterval,
+            cadenceMs,
+            cls.fromSitemap,
+            cls.verified,
+            cls.mark,
+          );
           const to = target.bucketFor(bucket.minute);
           this.rows.moveSlot(slot, to);
-          target.added(to, this.dueCursor);
+          this.classes.added(to);
         }
       }
     }
@@ -423,7 +338,7 @@ export class KeeperCore {
   /** Drops every held row whose key `shouldDrop` names (ownership moved). Not counted as flow. */
   dropWhere(shouldDrop: (key: string) => boolean): number {
     const doomed: string[] = [];
-    for (const cls of this.classes) {
+    for (const cls of this.classes.list) {
       for (const bucket of cls.order) {
         this.forEachRow(bucket, (key) => {
           if (shouldDrop(key)) doomed.push(key);
@@ -432,17 +347,17 @@ export class KeeperCore {
       }
     }
     for (const key of doomed) {
-      const index = this.rows.locate(key, hashUrl(key));
+      const index = this.rows.locate(key, this.rows.hash(key));
       const from = this.rows.bucketOf(this.rows.slotAt(index));
       this.rows.delete(index);
-      this.afterRemoval(from);
+      this.classes.removed(from);
     }
     if (doomed.length > 0) this.changes++;
     return doomed.length;
   }
 
   private bucketOfKey(key: string): Bucket | null {
-    const index = this.rows.locate(key, hashUrl(key));
+    const index = this.rows.locate(key, this.rows.hash(key));
     return index < 0 ? null : this.rows.bucketOf(this.rows.slotAt(index));
   }
 
@@ -456,11 +371,7 @@ export class KeeperCore {
   }
 
   private bucketScore(cls: KeeperClass, minute: number, now: number): number {
-    return score(
-      { dueMs: minute * MINUTE_MS, cadenceMs: cls.cadenceMs, fromSitemap: cls.fromSitemap, mark: cls.mark },
-      now,
-      this.scoreOptions,
-    );
+    return scoreAt(minute * MINUTE_MS, cls.cadenceMs, cls.fromSitemap, cls.mark, now, this.scoreOptions);
   }
 
   private firstRow(bucket: Bucket, skip: ((key: string) => boolean) | undefined): DueRow | null {
@@ -488,159 +399,5 @@ export class KeeperCore {
     } else if (minute > from.minute) {
       this.flow.count(nowMinute, 'rescheduled');
     }
-  }
-
-  /**
-   * Moves the due cursor to `now`'s minute, keeping each class's `dueRows` exact. Forward moves count
-   * the rows passed as cameDue; a clock stepping back only un-counts them.
-   */
-  private syncDue(now: number): number {
-    const nowMinute = floorMinute(now);
-    if (!Number.isFinite(nowMinute)) return 0;
-    const cursor = this.dueCursor;
-    this.dueCursor = nowMinute;
-    if (cursor === null) {
-      for (const cls of this.classes) cls.recountDue(nowMinute);
-      this.cameDueThrough = nowMinute;
-      return 0;
-    }
-    if (nowMinute === cursor) return 0;
-    const newFrom = Math.max(cursor, this.cameDueThrough ?? cursor);
-    let cameDue = 0;
-    for (const cls of this.classes) {
-      if (nowMinute > cursor) {
-        const passed = cls.rowsBetween(cursor, nowMinute);
-        cls.dueRows += passed;
-        if (newFrom === cursor) cameDue += passed;
-        else if (nowMinute > newFrom) cameDue += cls.rowsBetween(newFrom, nowMinute);
-      } else {
-        cls.dueRows -= cls.rowsBetween(nowMinute, cursor);
-      }
-    }
-    this.cameDueThrough = Math.max(nowMinute, this.cameDueThrough ?? nowMinute);
-    this.flow.count(nowMinute, 'cameDue', cameDue);
-    return cameDue;
-  }
-
-  private afterRemoval(bucket: Bucket): void {
-    const cls = bucket.owner;
-    cls.removed(bucket, this.dueCursor);
-    if (cls.rows === 0) this.dropClass(cls);
-  }
-
-  private classFor(
-    route: string,
-    own: number | null,
-    cadenceMs: number,
-    fromSitemap: boolean,
-    verified: boolean,
-    mark: Mark,
-  ): KeeperClass {
-    let byOwn = this.registry.get(route);
-    if (byOwn === undefined) this.registry.set(route, (byOwn = new Map()));
-    const ownKey = own ?? NaN; // Map keys compare NaN equal to NaN, and no finite interval is NaN
-    let byCadence = byOwn.get(ownKey);
-    if (byCadence === undefined) byOwn.set(ownKey, (byCadence = new Map()));
-    let flavours = byCadence.get(cadenceMs);
-    if (flavours === undefined) byCadence.set(cadenceMs, (flavours = new Array(FLAVOURS).fill(undefined)));
-    const index = (fromSitemap ? 6 : 0) + (verified ? 3 : 0) + MARK_INDEX[mark];
-    let cls = flavours[index];
-    if (cls === undefined) {
-      cls = new KeeperClass(route, own, cadenceMs, fromSitemap, verified, mark);
-      cls.slot = this.classes.length;
-      this.classes.push(cls);
-      flavours[index] = cls;
-    }
-    return cls;
-  }
-
-  /** An empty class leaves the list, so topK and state never walk classes that hold nothing. */
-  private dropClass(cls: KeeperClass): void {
-    const last = this.classes.pop()!;
-    if (last !== cls) {
-      this.classes[cls.slot] = last;
-      last.slot = cls.slot;
-    }
-    const flavours = this.registry.get(cls.route)?.get(cls.effectiveInterval ?? NaN)?.get(cls.cadenceMs);
-    if (flavours !== undefined) {
-      flavours[(cls.fromSitemap ? 6 : 0) + (cls.verified ? 3 : 0) + MARK_INDEX[cls.mark]] = undefined;
-    }
-  }
-}
-
-/** A binary max-heap of class heads (class, bucket index, score) on parallel arrays. */
-class HeadHeap {
-  private readonly classes: KeeperClass[] = [];
-  private readonly at: number[] = [];
-  private readonly scores: number[] = [];
-
-  get size(): number {
-    return this.classes.length;
-  }
-
-  topClass(): KeeperClass {
-    return this.classes[0]!;
-  }
-
-  topAt(): number {
-    return this.at[0]!;
-  }
-
-  topScore(): number {
-    return this.scores[0]!;
-  }
-
-  push(cls: KeeperClass, at: number, value: number): void {
-    this.classes.push(cls);
-    this.at.push(at);
-    this.scores.push(value);
-    let i = this.classes.length - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!(this.scores[parent]! < this.scores[i]!)) break;
-      this.swap(i, parent);
-      i = parent;
-    }
-  }
-
-  replaceTop(at: number, value: number): void {
-    this.at[0] = at;
-    this.scores[0] = value;
-    this.siftDown(0);
-  }
-
-  pop(): void {
-    const last = this.classes.length - 1;
-    this.swap(0, last);
-    this.classes.pop();
-    this.at.pop();
-    this.scores.pop();
-    this.siftDown(0);
-  }
-
-  private siftDown(start: number): void {
-    const n = this.classes.length;
-    let i = start;
-    for (;;) {
-      const left = 2 * i + 1;
-      if (left >= n) return;
-      const right = left + 1;
-      const child = right < n && this.scores[right]! > this.scores[left]! ? right : left;
-      if (!(this.scores[child]! > this.scores[i]!)) return;
-      this.swap(i, child);
-      i = child;
-    }
-  }
-
-  private swap(a: number, b: number): void {
-    const cls = this.classes[a]!;
-    this.classes[a] = this.classes[b]!;
-    this.classes[b] = cls;
-    const at = this.at[a]!;
-    this.at[a] = this.at[b]!;
-    this.at[b] = at;
-    const value = this.scores[a]!;
-    this.scores[a] = this.scores[b]!;
-    this.scores[b] = value;
   }
 }

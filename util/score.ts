@@ -39,13 +39,25 @@ export function floorMinute(ms: number): number {
  * outranks an unmarked sitemap row of the same lateness; a boost below 1 never shrinks the head start.
  */
 export function score(target: ScoreTarget, now: number, options: ScoreOptions): number {
-  if (!Number.isFinite(target.dueMs) || !Number.isFinite(now)) return 0;
-  const lateness = Math.max(0, now - target.dueMs);
+  return scoreAt(target.dueMs, target.cadenceMs, target.fromSitemap, target.mark, now, options);
+}
+
+/** `score` with its target spread out, for the keeper's per-bucket loop (no object per bucket). */
+export function scoreAt(
+  dueMs: number,
+  cadenceMs: number,
+  fromSitemap: boolean,
+  mark: Mark,
+  now: number,
+  options: ScoreOptions,
+): number {
+  if (!Number.isFinite(dueMs) || !Number.isFinite(now)) return 0;
+  const lateness = Math.max(0, now - dueMs);
   // A NaN cadence fails `> 0` too: a broken cadence degrades to raw lateness instead of poisoning the heap.
-  let value = target.cadenceMs > 0 ? lateness / target.cadenceMs : lateness;
-  if (target.fromSitemap) value *= options.sitemapBoost;
-  if (target.mark !== 'none') {
-    const headStart = target.mark === 'urgent' ? options.urgentHeadStart : options.changedHeadStart;
+  let value = cadenceMs > 0 ? lateness / cadenceMs : lateness;
+  if (fromSitemap) value *= options.sitemapBoost;
+  if (mark !== 'none') {
+    const headStart = mark === 'urgent' ? options.urgentHeadStart : options.changedHeadStart;
     value += headStart * Math.max(1, options.sitemapBoost);
   }
   return value;

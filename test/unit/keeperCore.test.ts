@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
+import { hashUrl } from '../../util/heldRows.js';
 import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeperCore.js';
 import { floorMinute, markOf, MINUTE_MS, score, type ScoreOptions } from '../../util/score.js';
 
@@ -97,7 +98,10 @@ const rowArb = (i: number): fc.Arbitrary<ScheduleRow> =>
       { weight: 6, arbitrary: fc.constant(null) },
       { weight: 1, arbitrary: fc.constantFrom(MINUTE_MS, 5 * MINUTE_MS, HOUR, DAY, 0, -5) },
     ),
-    verified: fc.oneof({ weight: 5, arbitrary: fc.constant(true) }, { weight: 1, arbitrary: fc.constant(false) }),
+    verified: fc.oneof(
+      { weight: 5, arbitrary: fc.constant(true) },
+      { weight: 1, arbitrary: fc.constant(false) },
+    ),
     urgentAt: fc.option(fc.constant(NOW - 1), { freq: 10 }),
     changedAt: fc.option(fc.constant(NOW - 2), { freq: 8 }),
   });
@@ -159,6 +163,14 @@ describe('KeeperCore.topK', () => {
             assert.equal(entry.route, classify(r.cacheKey, null).route);
           }
           assert.equal(core.size, model.size);
+          // The allocation-free walk sees exactly what topK returns, in the same order.
+          const walked: string[] = [];
+          const walk = core.walkTop(k, now, (key) => walked.push(key), skipped);
+          assert.deepEqual(
+            walked,
+            result.entries.map((e) => e.key),
+          );
+          assert.deepEqual([walk.complete, walk.skipped], [result.complete, result.skipped]);
         },
       ),
       { numRuns: 40 },
@@ -193,7 +205,8 @@ describe('KeeperCore.topK', () => {
 
   it('does not let a skipped row cost a place', () => {
     const core = keeper();
-    for (let i = 0; i < 10; i++) core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * MINUTE_MS), NOW);
+    for (let i = 0; i < 10; i++)
+      core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * MINUTE_MS), NOW);
     const leased = new Set(['https://x.example/p/9', 'https://x.example/p/8']);
     const result = core.topK(3, NOW, (key) => leased.has(key));
     assert.deepEqual(
@@ -206,7 +219,8 @@ describe('KeeperCore.topK', () => {
 
   it('is complete when the rows left over are all skipped, and incomplete when one is not', () => {
     const core = keeper();
-    for (const i of [1, 2, 3]) core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * HOUR), NOW);
+    for (const i of [1, 2, 3])
+      core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * HOUR), NOW);
     assert.equal(core.topK(2, NOW, (key) => key.endsWith('/1')).complete, true);
     assert.equal(core.topK(2, NOW).complete, false);
     assert.equal(core.topK(3, NOW).complete, true);
@@ -237,6 +251,78 @@ describe('KeeperCore.topK', () => {
   });
 });
 
+describe('KeeperCore storage', () => {
+  it('keeps a row findable when it is swapped into the place of a deleted row that shares its probe run', () => {
+    // Two URLs with the same probe start in the first 1024-entry table and the same 4-bit tag. B is
+    // filed after A into the same bucket, so deleting A moves B into A's place. If B's table entry were
+    // looked up after A's slot already held B's URL, A's entry (met first on the probe) would be
+    // rewritten instead of B's, and B would point at a freed slot. This test fails without that order.
+    const seed = 0x5eed;
+    const byProbe = new Map<number, string>();
+    let pair: [string, string] | undefined;
+    for (let i = 0; pair === undefined; i++) {
+      const u = `https://x.example/p/${i}`;
+      const h = hashUrl(u, seed);
+      const probe = ((h >>> 28) << 10) | (h & 1023);
+      const earlier = byProbe.get(probe);
+      if (earlier !== undefined) pair = [earlier, u];
+      else byProbe.set(probe, u);
+    }
+    const [a, b] = pair;
+    const core = new KeeperCore({ classify, score: OPTIONS, hashSeed: seed });
+    core.apply(a, row(a, NOW - HOUR), NOW);
+    core.apply(b, row(b, NOW - HOUR), NOW);
+    core.apply(a, null, NOW);
+    assert.equal(core.has(b), true);
+    assert.equal(core.heldValue(b)?.nextRenderTime, NOW - HOUR);
+    assert.deepEqual(
+      core.topK(10, NOW).entries.map((e) => e.key),
+      [b],
+    );
+    core.apply(b, row(b, NOW + HOUR), NOW);
+    assert.equal(core.heldValue(b)?.nextRenderTime, NOW + HOUR);
+    assert.equal(core.has(a), false);
+  });
+
+  it('sweeps and cuts drained minutes without losing or repeating a row', () => {
+    const core = keeper();
+    const key = (i: number): string => `https://x.example/p/${i}`;
+    // 200 rows, one per minute, all in one class and all due.
+    for (let i = 0; i < 200; i++) core.apply(key(i), row(key(i), NOW - (200 - i) * MINUTE_MS), NOW);
+    // Drain the 80 oldest minutes: a leading run of empty buckets, cut on the next read.
+    for (let i = 0; i < 80; i++) core.apply(key(i), null, NOW);
+    let top = core.topK(1000, NOW).entries.map((e) => e.key);
+    assert.deepEqual(
+      top,
+      Array.from({ length: 120 }, (_, i) => key(80 + i)),
+    );
+    // Drain most of the rest from the middle (a sweep once empties outnumber filled), refill some.
+    for (let i = 90; i < 190; i++) core.apply(key(i), null, NOW);
+    for (let i = 0; i < 10; i++) core.apply(key(i), row(key(i), NOW - (200 - i) * MINUTE_MS), NOW);
+    top = core.topK(1000, NOW).entries.map((e) => e.key);
+    const ten = (from: number): number[] => Array.from({ length: 10 }, (_, i) => from + i);
+    assert.deepEqual(top, [...ten(0), ...ten(80), ...ten(190)].map(key));
+    assert.equal(core.dueSummary(NOW).due, 30);
+    assert.equal(core.state(NOW).now.due, 30);
+    assert.equal(core.oldestDue('unrouted', NOW)?.key, key(0));
+  });
+
+  it('hands out keys as a snapshot, so rows can be deleted while walking them', () => {
+    const core = keeper();
+    for (let i = 0; i < 3000; i++)
+      core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW + i * 1000), NOW);
+    let seen = 0;
+    for (const key of core.keys()) {
+      seen++;
+      core.apply(key, null, NOW);
+    }
+    assert.equal(seen, 3000);
+    assert.equal(core.size, 0);
+    assert.equal(core.classCount, 0);
+    assert.deepEqual(core.topK(10, NOW + DAY), { entries: [], complete: true, skipped: 0 });
+  });
+});
+
 describe('KeeperCore.apply', () => {
   it('is idempotent: the same row twice changes nothing and leaves the version alone', () => {
     const core = keeper();
@@ -244,7 +330,10 @@ describe('KeeperCore.apply', () => {
     assert.equal(core.apply('https://x.example/p/1', r, NOW), true);
     const version = core.version;
     assert.equal(core.apply('https://x.example/p/1', { ...r }, NOW + HOUR), false);
-    assert.equal(core.apply(('https://x.example/p/' + '1').slice(0), { ...r, nextRenderTime: NOW - 1 }, NOW), false);
+    assert.equal(
+      core.apply(('https://x.example/p/' + '1').slice(0), { ...r, nextRenderTime: NOW - 1 }, NOW),
+      false,
+    );
     assert.equal(core.version, version);
     assert.equal(core.apply('https://x.example/p/2', null, NOW), false);
     assert.equal(core.version, version);
@@ -258,7 +347,10 @@ describe('KeeperCore.apply', () => {
     const core = keeper();
     core.apply('https://x.example/p/1', row('https://x.example/p/1', NOW), NOW);
     const version = core.version;
-    assert.equal(core.apply('https://x.example/p/1', row('https://x.example/p/1', NOW, { verified: false }), NOW), true);
+    assert.equal(
+      core.apply('https://x.example/p/1', row('https://x.example/p/1', NOW, { verified: false }), NOW),
+      true,
+    );
     assert.equal(core.version, version + 1);
     assert.equal(core.describe('https://x.example/p/1', NOW)?.verified, false);
   });
@@ -275,7 +367,11 @@ describe('KeeperCore.describe, heldValue and matches', () => {
   it('describes a held row in table terms with its score', () => {
     const core = keeper();
     const key = 'https://x.example/news/a';
-    core.apply(key, row(key, NOW - 2 * HOUR + 10, { fromSitemap: true, effectiveInterval: 4 * HOUR, changedAt: 1 }), NOW);
+    core.apply(
+      key,
+      row(key, NOW - 2 * HOUR + 10, { fromSitemap: true, effectiveInterval: 4 * HOUR, changedAt: 1 }),
+      NOW,
+    );
     assert.deepEqual(core.describe(key, NOW), {
       route: 'news',
       cadenceMs: 4 * HOUR,
@@ -337,7 +433,11 @@ describe('KeeperCore.reclassify', () => {
     assert.ok(core.version > version);
     assert.equal(core.size, 3);
     assert.deepEqual(
-      [blog, own, plain].map((k) => [core.describe(k, NOW)?.route, core.describe(k, NOW)?.cadenceMs, core.describe(k, NOW)?.dueMs]),
+      [blog, own, plain].map((k) => [
+        core.describe(k, NOW)?.route,
+        core.describe(k, NOW)?.cadenceMs,
+        core.describe(k, NOW)?.dueMs,
+      ]),
       [
         ['blog', 2 * HOUR, NOW - HOUR],
         ['blog', 4 * HOUR, NOW - HOUR],
@@ -361,20 +461,35 @@ describe('KeeperCore.reclassify', () => {
 describe('KeeperCore ownership and queues', () => {
   it('drops the rows a predicate names and keeps the rest', () => {
     const core = keeper();
-    for (let i = 0; i < 20; i++) core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * MINUTE_MS), NOW);
+    for (let i = 0; i < 20; i++)
+      core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * MINUTE_MS), NOW);
     const version = core.version;
-    assert.equal(core.dropWhere((key) => Number(key.split('/').pop()) % 2 === 0), 10);
+    assert.equal(
+      core.dropWhere((key) => Number(key.split('/').pop()) % 2 === 0),
+      10,
+    );
     assert.equal(core.size, 10);
     assert.ok(core.version > version);
     assert.ok(core.topK(100, NOW).entries.every((e) => Number(e.key.split('/').pop()) % 2 === 1));
     assert.equal(core.dueSummary(NOW).due, 10);
-    assert.equal(core.dropWhere(() => false), 0);
+    assert.equal(
+      core.dropWhere(() => false),
+      0,
+    );
   });
 
   it('finds the oldest due row of a queue, verified only and past the skip predicate', () => {
     const core = keeper();
-    core.apply('https://x.example/blog/old', row('https://x.example/blog/old', NOW - 3 * HOUR, { verified: false }), NOW);
-    core.apply('https://x.example/blog/mid', row('https://x.example/blog/mid', NOW - 2 * HOUR, { fromSitemap: true }), NOW);
+    core.apply(
+      'https://x.example/blog/old',
+      row('https://x.example/blog/old', NOW - 3 * HOUR, { verified: false }),
+      NOW,
+    );
+    core.apply(
+      'https://x.example/blog/mid',
+      row('https://x.example/blog/mid', NOW - 2 * HOUR, { fromSitemap: true }),
+      NOW,
+    );
     core.apply('https://x.example/blog/new', row('https://x.example/blog/new', NOW - HOUR), NOW);
     core.apply('https://x.example/blog/future', row('https://x.example/blog/future', NOW + HOUR), NOW);
     core.apply('https://x.example/p/other', row('https://x.example/p/other', NOW - 9 * HOUR), NOW);
@@ -387,7 +502,10 @@ describe('KeeperCore ownership and queues', () => {
       mark: 'none',
     });
     const skip = (key: string): boolean => key.endsWith('/mid');
-    assert.equal(core.oldestDue('blog', NOW, { verifiedOnly: true, skip })?.key, 'https://x.example/blog/new');
+    assert.equal(
+      core.oldestDue('blog', NOW, { verifiedOnly: true, skip })?.key,
+      'https://x.example/blog/new',
+    );
     assert.equal(core.oldestDue('blog', NOW - 2.5 * HOUR, { verifiedOnly: true }), null);
     assert.equal(core.oldestDue('nope', NOW), null);
     const summary = core.dueSummary(NOW);

@@ -72,12 +72,60 @@ describe('queue state counts', () => {
     ]);
     const lateBy = (dueAt: number, cadence: number): number => (now - dueAt) / cadence;
     assert.deepEqual(state.lateness.classes, [
-      { route: 'blog', cadenceMs: HOUR, fromSitemap: false, rows: 3, due: 3, oldestDueAt: NOW - 5 * HOUR, oldestLatenessCadences: lateBy(NOW - 5 * HOUR, HOUR) },
-      { route: 'blog', cadenceMs: HOUR, fromSitemap: true, rows: 2, due: 2, oldestDueAt: NOW - 3 * HOUR, oldestLatenessCadences: lateBy(NOW - 3 * HOUR, HOUR) },
-      { route: 'news', cadenceMs: DAY, fromSitemap: true, rows: 1, due: 1, oldestDueAt: NOW - 12 * HOUR, oldestLatenessCadences: lateBy(NOW - 12 * HOUR, DAY) },
-      { route: 'unrouted', cadenceMs: 2 * HOUR, fromSitemap: false, rows: 1, due: 1, oldestDueAt: NOW, oldestLatenessCadences: lateBy(NOW, 2 * HOUR) },
-      { route: 'unrouted', cadenceMs: DAY, fromSitemap: false, rows: 6, due: 0, oldestDueAt: null, oldestLatenessCadences: null },
-      { route: 'news', cadenceMs: DAY, fromSitemap: false, rows: 1, due: 0, oldestDueAt: null, oldestLatenessCadences: null },
+      {
+        route: 'blog',
+        cadenceMs: HOUR,
+        fromSitemap: false,
+        rows: 3,
+        due: 3,
+        oldestDueAt: NOW - 5 * HOUR,
+        oldestLatenessCadences: lateBy(NOW - 5 * HOUR, HOUR),
+      },
+      {
+        route: 'blog',
+        cadenceMs: HOUR,
+        fromSitemap: true,
+        rows: 2,
+        due: 2,
+        oldestDueAt: NOW - 3 * HOUR,
+        oldestLatenessCadences: lateBy(NOW - 3 * HOUR, HOUR),
+      },
+      {
+        route: 'news',
+        cadenceMs: DAY,
+        fromSitemap: true,
+        rows: 1,
+        due: 1,
+        oldestDueAt: NOW - 12 * HOUR,
+        oldestLatenessCadences: lateBy(NOW - 12 * HOUR, DAY),
+      },
+      {
+        route: 'unrouted',
+        cadenceMs: 2 * HOUR,
+        fromSitemap: false,
+        rows: 1,
+        due: 1,
+        oldestDueAt: NOW,
+        oldestLatenessCadences: lateBy(NOW, 2 * HOUR),
+      },
+      {
+        route: 'unrouted',
+        cadenceMs: DAY,
+        fromSitemap: false,
+        rows: 6,
+        due: 0,
+        oldestDueAt: null,
+        oldestLatenessCadences: null,
+      },
+      {
+        route: 'news',
+        cadenceMs: DAY,
+        fromSitemap: false,
+        rows: 1,
+        due: 0,
+        oldestDueAt: null,
+        oldestLatenessCadences: null,
+      },
     ]);
     assert.equal(state.lateness.listsTruncated, false);
     assert.equal(state.flow.length, 60);
@@ -95,7 +143,8 @@ describe('queue state counts', () => {
   it(`caps the route and class lists at ${STATE_LIST_CAP} and says so`, () => {
     const perPath: Classify = (url) => ({ route: new URL(url).pathname, cadenceMs: HOUR });
     const core = new KeeperCore({ classify: perPath, score: OPTIONS });
-    for (let i = 0; i <= STATE_LIST_CAP; i++) core.apply(`https://x.example/r${i}`, row(`https://x.example/r${i}`, NOW - i * MINUTE_MS), NOW);
+    for (let i = 0; i <= STATE_LIST_CAP; i++)
+      core.apply(`https://x.example/r${i}`, row(`https://x.example/r${i}`, NOW - i * MINUTE_MS), NOW);
     const { lateness } = core.state(NOW);
     assert.equal(lateness.byRoute.length, STATE_LIST_CAP);
     assert.equal(lateness.classes.length, STATE_LIST_CAP);
@@ -107,7 +156,9 @@ describe('queue state counts', () => {
 
   it('equals a row-by-row count of the same rows (property)', () => {
     const rowArb = fc.record({
-      cacheKey: fc.constantFrom('blog/', 'news/', 'p/').chain((p) => fc.nat(2000).map((n) => `https://x.example/${p}${n}`)),
+      cacheKey: fc
+        .constantFrom('blog/', 'news/', 'p/')
+        .chain((p) => fc.nat(2000).map((n) => `https://x.example/${p}${n}`)),
       nextRenderTime: fc.integer({ min: -3 * DAY, max: 2 * DAY }).map((d) => NOW + d),
       fromSitemap: fc.boolean(),
       effectiveInterval: fc.constantFrom(null, MINUTE_MS, HOUR, 3 * DAY, 0),
@@ -116,54 +167,61 @@ describe('queue state counts', () => {
       changedAt: fc.option(fc.constant(2), { freq: 5 }),
     });
     fc.assert(
-      fc.property(fc.array(rowArb, { maxLength: 1500, size: 'max' }), fc.integer({ min: -DAY, max: DAY }), (rows, shift) => {
-        const core = keeper();
-        const model = new Map<string, ScheduleRow>();
-        for (const r of rows) {
-          core.apply(r.cacheKey, r, NOW);
-          model.set(r.cacheKey, r);
-        }
-        const now = NOW + shift;
-        const state = core.state(now);
-        const expectNow = { due: 0, dueSitemap: 0, dueDiscovered: 0, dueUrgent: 0 };
-        const coming = { next15m: 0, next60m: 0, byHour: new Array<number>(24).fill(0), next24h: 0 };
-        const sitemap = [0, 0, 0, 0, 0];
-        const discovered = [0, 0, 0, 0, 0];
-        const routeDue = new Map<string, number>();
-        for (const r of model.values()) {
-          const dueMs = floorMinute(r.nextRenderTime) * MINUTE_MS;
-          const { route, cadenceMs } = classify(r.cacheKey, r.effectiveInterval);
-          if (dueMs <= now) {
-            expectNow.due++;
-            if (r.fromSitemap) expectNow.dueSitemap++;
-            else expectNow.dueDiscovered++;
-            if (markOf(r.urgentAt, r.changedAt) !== 'none') expectNow.dueUrgent++;
-            const late = cadenceMs > 0 ? (now - dueMs) / cadenceMs : now - dueMs;
-            (r.fromSitemap ? sitemap : discovered)[latenessBin(late)]!++;
-            routeDue.set(route, (routeDue.get(route) ?? 0) + 1);
-          } else {
-            const ahead = dueMs - now;
-            if (ahead < 15 * MINUTE_MS) coming.next15m++;
-            if (ahead < HOUR) coming.next60m++;
-            if (ahead < DAY) {
-              coming.byHour[Math.floor(ahead / HOUR)]!++;
-              coming.next24h++;
+      fc.property(
+        fc.array(rowArb, { maxLength: 1500, size: 'max' }),
+        fc.integer({ min: -DAY, max: DAY }),
+        (rows, shift) => {
+          const core = keeper();
+          const model = new Map<string, ScheduleRow>();
+          for (const r of rows) {
+            core.apply(r.cacheKey, r, NOW);
+            model.set(r.cacheKey, r);
+          }
+          const now = NOW + shift;
+          const state = core.state(now);
+          const expectNow = { due: 0, dueSitemap: 0, dueDiscovered: 0, dueUrgent: 0 };
+          const coming = { next15m: 0, next60m: 0, byHour: new Array<number>(24).fill(0), next24h: 0 };
+          const sitemap = [0, 0, 0, 0, 0];
+          const discovered = [0, 0, 0, 0, 0];
+          const routeDue = new Map<string, number>();
+          for (const r of model.values()) {
+            const dueMs = floorMinute(r.nextRenderTime) * MINUTE_MS;
+            const { route, cadenceMs } = classify(r.cacheKey, r.effectiveInterval);
+            if (dueMs <= now) {
+              expectNow.due++;
+              if (r.fromSitemap) expectNow.dueSitemap++;
+              else expectNow.dueDiscovered++;
+              if (markOf(r.urgentAt, r.changedAt) !== 'none') expectNow.dueUrgent++;
+              const late = cadenceMs > 0 ? (now - dueMs) / cadenceMs : now - dueMs;
+              (r.fromSitemap ? sitemap : discovered)[latenessBin(late)]!++;
+              routeDue.set(route, (routeDue.get(route) ?? 0) + 1);
+            } else {
+              const ahead = dueMs - now;
+              if (ahead < 15 * MINUTE_MS) coming.next15m++;
+              if (ahead < HOUR) coming.next60m++;
+              if (ahead < DAY) {
+                coming.byHour[Math.floor(ahead / HOUR)]!++;
+                coming.next24h++;
+              }
             }
           }
-        }
-        assert.deepEqual(state.now, expectNow);
-        assert.deepEqual(state.coming, coming);
-        assert.deepEqual(state.lateness.sitemap, sitemap);
-        assert.deepEqual(state.lateness.discovered, discovered);
-        for (const entry of state.lateness.byRoute) assert.equal(entry.due, routeDue.get(entry.route) ?? 0);
-        assert.equal(
-          state.lateness.classes.reduce((sum, c) => sum + c.rows, 0),
-          model.size,
-        );
-        const worst = state.lateness.classes.map((c) => c.oldestLatenessCadences ?? -1);
-        assert.deepEqual(worst, [...worst].sort((a, b) => b - a));
-        assert.equal(core.dueSummary(now).due, expectNow.due);
-      }),
+          assert.deepEqual(state.now, expectNow);
+          assert.deepEqual(state.coming, coming);
+          assert.deepEqual(state.lateness.sitemap, sitemap);
+          assert.deepEqual(state.lateness.discovered, discovered);
+          for (const entry of state.lateness.byRoute) assert.equal(entry.due, routeDue.get(entry.route) ?? 0);
+          assert.equal(
+            state.lateness.classes.reduce((sum, c) => sum + c.rows, 0),
+            model.size,
+          );
+          const worst = state.lateness.classes.map((c) => c.oldestLatenessCadences ?? -1);
+          assert.deepEqual(
+            worst,
+            [...worst].sort((a, b) => b - a),
+          );
+          assert.equal(core.dueSummary(now).due, expectNow.due);
+        },
+      ),
       { numRuns: 60 },
     );
   });
@@ -209,7 +267,14 @@ describe('flow counters', () => {
     assert.deepEqual(flowAt(core, now, M0), { ...blank, minute: M0, added: 3 });
     assert.deepEqual(flowAt(core, now, M0 + 1), { ...blank, minute: M0 + 1, rescheduled: 1, triggered: 1 });
     assert.deepEqual(flowAt(core, now, M0 + 2), { ...blank, minute: M0 + 2, cameDue: 1 });
-    assert.deepEqual(flowAt(core, now, M0 + 3), { ...blank, minute: M0 + 3, added: 1, removed: 1, triggered: 1, rescheduled: 1 });
+    assert.deepEqual(flowAt(core, now, M0 + 3), {
+      ...blank,
+      minute: M0 + 3,
+      added: 1,
+      removed: 1,
+      triggered: 1,
+      rescheduled: 1,
+    });
     assert.deepEqual(flowAt(core, now, M0 + 4), { ...blank, minute: M0 + 4 });
     assert.deepEqual(flowAt(core, now, M0 + 5), { ...blank, minute: M0 + 5, cameDue: 1 });
     assert.deepEqual(flowAt(core, now, M0 + 15), { ...blank, minute: M0 + 15, cameDue: 1 });
