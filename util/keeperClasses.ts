@@ -1,7 +1,6 @@
 // The set of keeper classes: finding a row's class, unlisting classes that empty, and the due cursor
 // that keeps every class's due count exact as the clock moves. Also the heap that merges class heads.
-import type { Bucket } from './keeperClass.js';
-import { KeeperClass } from './keeperClass.js';
+import { type Bucket, KeeperClass } from './keeperClass.js';
 import type { FlowLedger } from './keeperFlow.js';
 import { floorMinute, type Mark } from './score.js';
 
