@@ -297,12 +297,16 @@ export class KeeperService {
     this.publishOnce(now(), true);
   }
 
+  /** What a publish depends on: held version, minute, lease occupancy, consumption of the set. */
+  private changeKey(now: number): string {
+    return `${this.core.version}|${Math.floor(now / 60_000)}|${this.deps.inFlight(now)}|${this.deps.ready.cursorPosition()}`;
+  }
+
   /** Publishes the ready set when anything changed (or 10 s passed); always writes the heartbeat. */
   publishOnce(now: number, force: boolean): boolean {
     const cfg = this.deps.config();
     this.core.tick(now);
-    const minute = Math.floor(now / 60_000);
-    const key = `${this.core.version}|${minute}|${this.deps.inFlight(now)}|${this.deps.ready.cursorPosition()}`;
+    const key = this.changeKey(now);
     const due = this.core.dueSummary(now).due;
     const complete = this.loadComplete && !this.partial;
     if (!force && key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS) {
@@ -313,7 +317,8 @@ export class KeeperService {
     const top = this.core.topK(cfg.queue.ready.capacity, now, (k) => this.deps.isLeased(k, now));
     const r = this.deps.ready.publish(top.entries, now);
     const ms = performance.now() - t0;
-    this.lastPublishKey = `${this.core.version}|${minute}|${this.deps.inFlight(now)}|${this.deps.ready.cursorPosition()}`;
+    // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
+    this.lastPublishKey = this.changeKey(now);
     this.lastPublishAt = now;
     this.stats.lastPublish = {
       at: now,

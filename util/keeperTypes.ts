@@ -1,17 +1,13 @@
 // The keeper's public shapes: what callers hand it and what it hands back. `keeperCore.ts` re-exports
 // all of them, so callers import from one place.
+import type { ScheduleRow as FullScheduleRow } from './scheduleRules.js';
 import type { Mark, ScoreOptions } from './score.js';
 
 /** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
-export interface ScheduleRow {
-  cacheKey: string;
-  nextRenderTime: number;
-  fromSitemap: boolean;
-  effectiveInterval: number | null;
-  verified: boolean;
-  urgentAt: number | null;
-  changedAt: number | null;
-}
+export type ScheduleRow = Pick<
+  FullScheduleRow,
+  'cacheKey' | 'nextRenderTime' | 'fromSitemap' | 'effectiveInterval' | 'verified' | 'urgentAt' | 'changedAt'
+>;
 
 export interface Classification {
   /** The queue name: the matching route's name, `unrouted` when none matches. */
