@@ -2,22 +2,33 @@
 // loads configuration and, on worker 0, starts the queue keeper.
 import { registerAdmin } from './services/api/admin.js';
 import { registerFeeding } from './services/api/feeding.js';
+import { registerNotify } from './services/api/notify.js';
 import { registerQueue } from './services/api/queue.js';
+import { registerStall } from './services/api/stall.js';
 import { startConfig } from './services/config.js';
 import { log, workerIndex } from './services/harper.js';
 import { installHttp } from './services/http.js';
-import { startKeeper } from './services/keeper.js';
+import { startHeldAsks, startKeeper } from './services/keeper.js';
+import { startMaintenance } from './services/maintenance.js';
+import { secretCleanupDuty, startNotify, startRequeuedForwarding } from './services/notify.js';
 import { registerWorker } from './services/sharedMemory.js';
+import { stallSweepDuty } from './services/stallSweep.js';
 import { startControl } from './services/status.js';
 
 registerFeeding();
 registerAdmin();
 registerQueue();
+registerNotify();
+registerStall();
 installHttp();
 
 async function start(): Promise<void> {
   await startConfig();
+  startRequeuedForwarding();
+  startHeldAsks();
   if (workerIndex() === 0) {
+    startNotify();
+    startMaintenance([stallSweepDuty(), secretCleanupDuty()]);
     void startKeeper().catch((e: unknown) => log.error('queue keeper failed to start', e));
   } else {
     await startControl();

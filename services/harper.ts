@@ -9,6 +9,7 @@ const runtime = harperdb as unknown as {
   server: any;
   databases: Record<string, Record<string, any>>;
   logger: any;
+  threads?: any;
 };
 
 export interface HarperTable {
@@ -85,4 +86,13 @@ export const log = {
 
 export function workerIndex(): number | undefined {
   return server.workerIndex;
+}
+
+export interface ThreadPorts extends Array<{ postMessage(msg: unknown): void; threadId?: number }> {
+  onMessageByType?(type: string, fn: (msg: any, port?: { postMessage(msg: unknown): void }) => void): void;
+}
+
+/** MessagePorts to the other threads of this process (Harper's `threads`); empty outside Harper. */
+export function threads(): ThreadPorts {
+  return (runtime.threads ?? (globalThis as any).threads ?? []) as ThreadPorts;
 }

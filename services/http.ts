@@ -3,7 +3,7 @@
 // by one middleware registered after REST (request.user is already set there): we read and size-check
 // the raw body, parse JSON ourselves, check roles, and always answer `{error, code}` on failure.
 import { HttpError } from '../util/httpError.js';
-import { log, server, type HarperUser } from './harper.js';
+import { log, server, workerIndex, type HarperUser } from './harper.js';
 import { config } from './config.js';
 
 export type Caller = 'admin' | 'feeder' | 'discover' | 'fleet' | 'any';
@@ -141,6 +141,12 @@ function hasOurPrefix(pathname: string): boolean {
   return pathname.startsWith('/render_queue/') || pathname.startsWith('/prerender_admin/');
 }
 
+/** Which worker thread answered: an operator chasing one worker's behaviour (and the tests) read it. */
+function served(response: { headers: Headers }): { headers: Headers } {
+  response.headers.set('x-served-by', `worker-${workerIndex() ?? 'unknown'}`);
+  return response;
+}
+
 async function dispatch(request: any): Promise<any> {
   const url: string = request.url ?? '/';
   const q = url.indexOf('?');
@@ -205,7 +211,7 @@ export function installHttp(): void {
   server.http(async (request: any, next: (r: any) => Promise<any>) => {
     const url: string = request.url ?? '';
     if (!hasOurPrefix(url)) return next(request);
-    return dispatch(request);
+    return served(await dispatch(request));
   });
 }
 

@@ -1,18 +1,19 @@
 // Runs the keeper on worker 0: leadership (a briefly overlapping second worker 0 waits), timers for
 // publish / state / verify / status sync, resubscribe and failed-load backoff, and the exhausted-set
 // poke. The lifecycle itself is KeeperService.
+import type { HeldDescription } from '../util/keeperCore.js';
 import { keeperStaleAfterMs } from '../util/keeperSignal.js';
 import { config, onConfigChange } from './config.js';
-import { log } from './harper.js';
+import { log, threads, workerIndex } from './harper.js';
 import {
   KeeperService,
   LOAD_BACKOFF_MAX_MS,
   LOAD_BACKOFF_MS,
-  RESUBSCRIBE_BACKOFF_MS,
   VERIFY_RETRY_MS,
   type ScheduleSource,
 } from './keeperService.js';
 import { count, gauge } from './metrics.js';
+import { onDueSummary } from './notify.js';
 import { readRow, subscribeSchedule, walkSchedule } from './schedule.js';
 import { keeperSignal, leaseTable, onReadySetPoke, readySet, stateDoc } from './shared.js';
 import { deriveStatus, isPaused, publishStatus, startControl } from './status.js';
@@ -62,6 +63,58 @@ async function syncStatus(force = false): Promise<void> {
   await publishStatus(next, force);
 }
 
+const HELD_ASK = 'queue-keeper:held-ask';
+const HELD_REPLY = 'queue-keeper:held-reply';
+const HELD_ASK_TIMEOUT_MS = 1000;
+const heldAsks = new Map<number, (held: HeldDescription | null) => void>();
+let heldAskSeq = 0;
+let heldListening = false;
+
+function listenForHeldAsks(): void {
+  if (heldListening) return;
+  heldListening = true;
+  if (workerIndex() === 0) {
+    threads().onMessageByType?.(HELD_ASK, (msg: { id?: unknown; url?: unknown; now?: unknown }, port) => {
+      if (typeof msg.url !== 'string' || typeof msg.now !== 'number') return;
+      const held = service?.core.describe(msg.url, msg.now) ?? null;
+      port?.postMessage({ type: HELD_REPLY, id: msg.id, held });
+    });
+  } else {
+    threads().onMessageByType?.(HELD_REPLY, (msg: { id?: unknown; held?: HeldDescription | null }) => {
+      if (typeof msg.id !== 'number') return;
+      heldAsks.get(msg.id)?.(msg.held ?? null);
+      heldAsks.delete(msg.id);
+    });
+  }
+}
+
+/**
+ * What the keeper holds for a URL. The keeper lives on worker 0; any other worker asks it over the
+ * thread ports (null when worker 0 does not answer within a second, e.g. while it restarts).
+ */
+export async function describeHeld(url: string, now: number): Promise<HeldDescription | null> {
+  if (service) return service.core.describe(url, now);
+  if (workerIndex() === 0) return null;
+  listenForHeldAsks();
+  const id = ++heldAskSeq;
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      heldAsks.delete(id);
+      resolve(null);
+    }, HELD_ASK_TIMEOUT_MS);
+    heldAsks.set(id, (held) => {
+      clearTimeout(timer);
+      resolve(held);
+    });
+    for (const port of threads()) port.postMessage({ type: HELD_ASK, id, url, now });
+  });
+}
+
+/** Every worker: worker 0 answers held asks, the others listen for the replies. */
+export function startHeldAsks(): void {
+  listenForHeldAsks();
+}
+
 /** Starts the keeper on this worker once it holds leadership. Call on worker 0 only. */
 export async function startKeeper(): Promise<void> {
   const ownerId = (process.pid * 131 + Math.floor(Math.random() * 1000)) % 0x7fffffff;
@@ -88,6 +141,7 @@ export async function startKeeper(): Promise<void> {
     log,
     metric: (name, v) => gauge(name, v),
     countRepaired: (n) => count('keeper_repaired', n),
+    onDue: onDueSummary,
   });
   service = svc;
   svc.withdraw(Date.now());
@@ -117,25 +171,7 @@ export async function startKeeper(): Promise<void> {
     }, wait);
   });
 
-  const onClosed = (err?: unknown) => {
-    log.error('keeper subscription closed; resubscribing after backoff, then verifying', err);
-    svc.resyncing = true;
-    svc.stats.lastError = `subscription closed: ${(err as Error)?.message ?? 'ended'}`;
-    const retry = () => {
-      setTimeout(async () => {
-        try {
-          svc.closeSubscription();
-          await svc.subscribe(() => Date.now(), onClosed);
-          await svc.verify(() => Date.now());
-          svc.resyncing = false;
-        } catch (e) {
-          log.error('keeper resubscribe failed; retrying after backoff', e);
-          retry();
-        }
-      }, RESUBSCRIBE_BACKOFF_MS).unref?.();
-    };
-    retry();
-  };
+  const onClosed = (err?: unknown) => svc.subscriptionClosed(() => Date.now(), err);
 
   // Load with backoff: 30 s doubling to 10 min.
   let backoff = LOAD_BACKOFF_MS;

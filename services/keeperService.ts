@@ -2,7 +2,7 @@
 // loading, live, publish, head check, verify, state. Its table access comes through a ScheduleSource so
 // service tests can drive it with a fake table and a fake clock; services/keeper.ts wires the real one.
 import type { QueueKeeperConfig } from '../util/configSchema.js';
-import { KeeperCore, type ScheduleRow as KeeperRow } from '../util/keeperCore.js';
+import { KeeperCore, type DueSummary, type ScheduleRow as KeeperRow } from '../util/keeperCore.js';
 import type { KeeperPhase, KeeperSignal } from '../util/keeperSignal.js';
 import type { ReadySet } from '../util/readySet.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../util/scheduleRules.js';
@@ -60,8 +60,12 @@ export interface KeeperDeps {
     value: number,
   ) => void;
   countRepaired?: (n: number) => void;
+  /** Called on every publish tick with the per-queue due summary (the notify `created` edge reads it). */
+  onDue?: (summary: DueSummary, now: number) => void;
   /** Yield to the event loop between chunks (tests pass a no-op). */
   yieldLoop?: () => Promise<void>;
+  /** Runs `fn` after `ms` (setTimeout, unref'd, by default; tests pass a fake timer). */
+  later?: (fn: () => void, ms: number) => void;
 }
 
 export const WALK_CHUNK = 1000;
@@ -89,6 +93,8 @@ export interface KeeperStats {
   } | null;
   repairedTotal: number;
   lastError: string | null;
+  /** Time spent applying subscription events (decode + classify + move), for the per-write cost. */
+  apply: { events: number; ms: number };
 }
 
 function toKeeperRow(row: ScheduleRow): KeeperRow {
@@ -111,6 +117,7 @@ export class KeeperService {
     lastVerify: null,
     repairedTotal: 0,
     lastError: null,
+    apply: { events: 0, ms: 0 },
   };
   private touched: Set<string> | null = null;
   private verifyTouched: Set<string> | null = null;
@@ -121,6 +128,7 @@ export class KeeperService {
   private verifying = false;
   private verifyQueued = false;
   private readonly yieldLoop: () => Promise<void>;
+  private readonly later: (fn: () => void, ms: number) => void;
   /** Events applied; tests use it to wait for the consumer. */
   eventsApplied = 0;
   subscriptions = 0;
@@ -129,6 +137,11 @@ export class KeeperService {
     const cfg = deps.config();
     this.core = new KeeperCore({ classify: this.classifier(cfg), score: this.scoreOptions(cfg) });
     this.yieldLoop = deps.yieldLoop ?? (() => new Promise((r) => setImmediate(r)));
+    this.later =
+      deps.later ??
+      ((fn, ms) => {
+        setTimeout(fn, ms).unref?.();
+      });
   }
 
   private classifier(cfg: QueueKeeperConfig) {
@@ -181,13 +194,46 @@ export class KeeperService {
       try {
         for await (const ev of stream) {
           if (this.stream !== stream) return;
+          const t0 = performance.now();
           this.applyEvent(ev, now());
+          this.stats.apply.ms += performance.now() - t0;
+          this.stats.apply.events++;
         }
         if (this.stream === stream) onClosed();
       } catch (e) {
         if (this.stream === stream) onClosed(e);
       }
     })();
+  }
+
+  /**
+   * The subscription ended or failed: the keeper keeps serving what it holds but marks itself resyncing
+   * (`exact: false`), then after RESUBSCRIBE_BACKOFF_MS opens a new subscription and runs a verification
+   * walk to pick up what it missed meanwhile. A failed attempt waits the backoff again — never a tight
+   * loop against a store that is refusing subscriptions.
+   */
+  subscriptionClosed(now: () => number, err?: unknown): void {
+    this.deps.log.error('keeper subscription closed; resubscribing after backoff, then verifying', err);
+    this.resyncing = true;
+    this.stats.lastError = `subscription closed: ${(err as Error | undefined)?.message ?? 'ended'}`;
+    const onClosed = (e?: unknown) => this.subscriptionClosed(now, e);
+    const retry = (): void => {
+      this.later(() => {
+        void (async () => {
+          try {
+            this.closeSubscription();
+            await this.subscribe(now, onClosed);
+            await this.verify(now);
+            this.resyncing = false;
+          } catch (e) {
+            this.deps.log.error('keeper resubscribe failed; retrying after backoff', e);
+            this.stats.lastError = `resubscribe failed: ${(e as Error | undefined)?.message ?? String(e)}`;
+            retry();
+          }
+        })();
+      }, RESUBSCRIBE_BACKOFF_MS);
+    };
+    retry();
   }
 
   closeSubscription(): void {
@@ -307,7 +353,9 @@ export class KeeperService {
     const cfg = this.deps.config();
     this.core.tick(now);
     const key = this.changeKey(now);
-    const due = this.core.dueSummary(now).due;
+    const summary = this.core.dueSummary(now);
+    const due = summary.due;
+    if (this.serving) this.deps.onDue?.(summary, now);
     const complete = this.loadComplete && !this.partial;
     if (!force && key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS) {
       this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
@@ -503,6 +551,10 @@ export class KeeperService {
           headCheck: this.stats.headCheck,
           lastVerify: this.stats.lastVerify,
           repairedTotal: this.stats.repairedTotal,
+          apply: {
+            events: this.stats.apply.events,
+            avgUs: this.stats.apply.events ? (1000 * this.stats.apply.ms) / this.stats.apply.events : null,
+          },
           resyncing: this.resyncing,
           lastError: this.stats.lastError,
         },

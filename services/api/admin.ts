@@ -15,14 +15,14 @@ export interface ExplainExtras {
   lease: unknown;
 }
 
-let explainExtras: (url: string, now: number) => ExplainExtras = () => ({
+let explainExtras: (url: string, now: number) => Promise<ExplainExtras> = async () => ({
   held: null,
   score: null,
   lease: null,
 });
 
 /** The keeper and lease modules fill in the held entry, its score and the lease of an explained URL. */
-export function setExplainExtras(fn: (url: string, now: number) => ExplainExtras): void {
+export function setExplainExtras(fn: (url: string, now: number) => Promise<ExplainExtras>): void {
   explainExtras = fn;
 }
 
@@ -59,7 +59,7 @@ export function registerAdmin(): void {
     const url = checkSingleUrl(req.body);
     const now = Date.now();
     const row = readRow(url) ?? null;
-    const extras = explainExtras(url, now);
+    const extras = await explainExtras(url, now);
     return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
   });
 }

@@ -5,7 +5,7 @@ import { setExplainExtras } from './admin.js';
 import { applyCheckedResults, checkResult, claim, parseClaimLimit, type CheckedResult } from '../claims.js';
 import { config } from '../config.js';
 import { route, reply } from '../http.js';
-import { keeper, nodeStatusNow, servingView } from '../keeper.js';
+import { describeHeld, nodeStatusNow, servingView } from '../keeper.js';
 import { nodeName } from '../node.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../shared.js';
 import { isPaused, publishStatus, setPause } from '../status.js';
@@ -163,9 +163,8 @@ export function registerQueue(): void {
     return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
   });
 
-  setExplainExtras((url, now) => {
-    const k = keeper();
-    const held = k?.core.describe(url, now) ?? null;
+  setExplainExtras(async (url, now) => {
+    const held = await describeHeld(url, now);
     const lease = leaseTable().lookup(url, now);
     return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
   });

@@ -11,6 +11,7 @@ import { toScheduleRow, type ScheduleRow } from '../../util/scheduleRules.js';
 import { StateDoc } from '../../util/stateDoc.js';
 import {
   KeeperService,
+  RESUBSCRIBE_BACKOFF_MS,
   type EventStream,
   type ScheduleEvent,
   type ScheduleSource,
@@ -187,8 +188,14 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
   const closed: unknown[] = [];
   let hook: Hook | null = null;
   let yields = 0;
+  const timers: Array<{ fn: () => void; ms: number }> = [];
+  const failures = { subscribe: 0 };
   const source: ScheduleSource = {
     subscribe: async () => {
+      if (failures.subscribe > 0) {
+        failures.subscribe--;
+        throw new Error('subscribe refused');
+      }
       const s = new FakeStream(opts.streamsHonourEnd ?? true);
       streams.push(s);
       return s;
@@ -210,6 +217,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
       yields++;
       await hook?.(yields);
     },
+    later: (fn, ms) => void timers.push({ fn, ms }),
   });
   return {
     svc,
@@ -223,6 +231,8 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
     leased,
     errors,
     closed,
+    timers,
+    failures,
     onClosed: (err?: unknown) => void closed.push(err ?? 'ended'),
     setHook: (h: Hook | null) => {
       hook = h;
@@ -496,4 +506,36 @@ test('writeState writes a live document whose unclaimed count is due minus in-fl
   h.svc.writeState(NOW);
   const later = h.state.read()?.doc as StateShape;
   assert.deepEqual([later.now.due, later.now.inFlight, later.now.unclaimed], [7, 9, 0]);
+});
+
+test('a closed subscription is retried only after the backoff, and a failed retry waits the backoff again', async () => {
+  const h = harness();
+  h.fill(10, () => NOW - MINUTE);
+  const reopen = (err?: unknown) => h.svc.subscriptionClosed(h.now, err);
+  await h.svc.subscribe(h.now, reopen);
+  await h.svc.load(h.now);
+  assert.equal(h.svc.subscriptions, 1);
+
+  h.streams[0]!.finish();
+  await settle(() => h.svc.resyncing, 'the close is noticed');
+  // Nothing is retried at once: one timer, armed with the backoff, and no new subscription yet.
+  assert.deepEqual(
+    h.timers.map((t) => t.ms),
+    [RESUBSCRIBE_BACKOFF_MS],
+  );
+  assert.equal(h.svc.subscriptions, 1);
+
+  h.failures.subscribe = 1;
+  h.timers.shift()!.fn();
+  await settle(() => h.timers.length === 1, 'the failed retry arms the next one');
+  assert.equal(h.timers[0]!.ms, RESUBSCRIBE_BACKOFF_MS, 'a failed retry waits the backoff again');
+  assert.equal(h.svc.subscriptions, 1);
+  assert.equal(h.svc.resyncing, true);
+  assert.match(String(h.svc.stats.lastError), /resubscribe failed/);
+
+  h.timers.shift()!.fn();
+  await settle(() => !h.svc.resyncing, 'the retry subscribes and verifies');
+  assert.equal(h.svc.subscriptions, 2);
+  assert.equal(h.timers.length, 0);
+  assert.notEqual(h.svc.stats.lastVerify, null, 'a verification walk followed the new subscription');
 });

@@ -36,6 +36,14 @@ test('only the schedule owner reads or writes RenderSchedule', () => {
   assert.deepEqual(namers(/RenderSchedule|['"]render_schedule['"]/), ['services/schedule.ts']);
 });
 
+test('only the fleets module reads or writes Fleet and NotifyHook', () => {
+  assert.deepEqual(namers(/['"](Fleet|NotifyHook)['"]/), ['services/fleets.ts']);
+});
+
+test('only the stall ledger reads or writes QueueStallNudge', () => {
+  assert.deepEqual(namers(/['"]QueueStallNudge['"]/), ['services/stallLedger.ts']);
+});
+
 test('the check itself sees a file that names the table', () => {
   // Guard against a test that cannot fail: the owner must be found by the same scan.
   assert.ok(all.some((f) => f.endsWith(join('services', 'schedule.ts'))));
