@@ -42,7 +42,11 @@ function markClaimed(queues: Set<string>, now: number): void {
   if (due.length === 0) return;
   void transaction(async (txn) => {
     const marks = table('render_queue', 'QueueClaimMark');
-    for (const q of due) await marks.put(q, { id: q, lastClaimAt: now }, txn);
+    for (const q of due) {
+      // Never move a mark back: another worker may have written a later claim since this one.
+      const prev = Number((await marks.get(q, txn))?.lastClaimAt);
+      if (!(prev >= now)) await marks.put(q, { id: q, lastClaimAt: now }, txn);
+    }
   }).catch((e: unknown) => log.warn('could not write claim marks', e));
 }
 

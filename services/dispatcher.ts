@@ -5,7 +5,6 @@
 import { checkHookUrlShape } from '../util/addressPolicy.js';
 import type { QueueKeeperConfig } from '../util/configSchema.js';
 import {
-  BoundedQueue,
   DROP_WARN_INTERVAL_MS,
   RateLimiter,
   classifyResponse,
@@ -78,10 +77,18 @@ export const MAX_BODY_BYTES = 4096;
 export type DeliveryEnd = 'delivered' | 'failed' | 'abandoned';
 
 export class Dispatcher {
-  private readonly queue = new BoundedQueue<Delivery>(QUEUE_CAPACITY);
+  /** Deliveries waiting for a slot, oldest first; at most QUEUE_CAPACITY. */
+  private readonly queue: Delivery[] = [];
   private readonly limiter: RateLimiter;
-  private running = 0;
-  private readonly waiters: Array<() => void> = [];
+  /** Attempt slots in use; a delivery waiting out a retry delay holds none. */
+  private slotsInUse = 0;
+  /** Retries whose delay is over, waiting for a slot; served before new deliveries. */
+  private readonly slotWaiters: Array<() => void> = [];
+  /** Hooks with a delivery in progress (attempting or waiting to retry): one at a time per hook. */
+  private readonly busyHooks = new Set<string>();
+  private readonly idleWaiters: Array<() => void> = [];
+  private drops = 0;
+  private lastDropWarn = -Infinity;
   /** How each delivery ended, for tests and the log; bounded to the last few hundred. */
   readonly recent: Array<{ msgId: string; hookId: string; end: DeliveryEnd; attempts: number }> = [];
 
@@ -110,22 +117,21 @@ export class Dispatcher {
       if (wake.fleetId !== undefined && hook.fleetId !== wake.fleetId) continue;
       const fleet = fleets.get(hook.fleetId);
       if (!fleet || !canReceive(hook, fleet, wake.queue)) continue;
+      // Capacity first: a delivery refused for room must not spend the hook's rate.
+      if (this.queue.length >= QUEUE_CAPACITY) {
+        this.drop(now, `the delivery queue is full (${QUEUE_CAPACITY})`);
+        continue;
+      }
       if (!this.limiter.tryTake(hook.id, now)) {
         this.drop(now, `hook ${hook.id} is over notify.ratePerMinute`);
         continue;
       }
-      if (!this.queue.push(this.delivery(hook, wake))) {
-        this.drop(now, `the delivery queue is full (${QUEUE_CAPACITY})`);
-        continue;
-      }
+      this.queue.push({ msgId: mintMessageId(), hookId: hook.id, fleetId: hook.fleetId, wake });
       queued++;
     }
     this.pump();
     return queued;
   }
-
-  private drops = 0;
-  private lastDropWarn = -Infinity;
 
   /** Counts a dropped delivery; warns at most once per DROP_WARN_INTERVAL_MS however fast they drop. */
   private drop(now: number, why: string): void {
@@ -136,33 +142,63 @@ export class Dispatcher {
     this.deps.log.warn(`notify: dropped a delivery because ${why}; ${this.drops} dropped since start`);
   }
 
-  private delivery(hook: HookRecord, wake: Wake): Delivery {
-    return { msgId: mintMessageId(), hookId: hook.id, fleetId: hook.fleetId, wake };
+  /** Forgets rate buckets that have refilled (maintenance). */
+  prune(now: number): number {
+    return this.limiter.prune(now);
   }
 
-  /** Resolves when nothing is queued or in flight (tests and shutdown). */
+  /** Resolves when nothing is queued, attempting or waiting to retry (tests and shutdown). */
   idle(): Promise<void> {
-    if (this.running === 0 && this.queue.size === 0) return Promise.resolve();
-    return new Promise((r) => this.waiters.push(r));
+    if (this.pending === 0) return Promise.resolve();
+    return new Promise((r) => this.idleWaiters.push(r));
   }
 
   get pending(): number {
-    return this.queue.size + this.running;
+    return this.queue.length + this.busyHooks.size;
   }
 
+  /** Starts queued deliveries while slots are free, skipping hooks that already have one in progress. */
   private pump(): void {
-    while (this.running < CONCURRENCY) {
-      const d = this.queue.shift();
-      if (!d) break;
-      this.running++;
+    for (
+      let i = 0;
+      i < this.queue.length && this.slotsInUse < CONCURRENCY && this.slotWaiters.length === 0;
+    ) {
+      const d = this.queue[i]!;
+      if (this.busyHooks.has(d.hookId)) {
+        i++;
+        continue;
+      }
+      this.queue.splice(i, 1);
+      this.busyHooks.add(d.hookId);
+      this.slotsInUse++;
       void this.run(d)
         .catch((e: unknown) => this.deps.log.error('notify: delivery crashed', e))
         .finally(() => {
-          this.running--;
+          this.releaseSlot();
+          this.busyHooks.delete(d.hookId);
           this.pump();
-          if (this.running === 0 && this.queue.size === 0) for (const w of this.waiters.splice(0)) w();
+          if (this.pending === 0) for (const w of this.idleWaiters.splice(0)) w();
         });
     }
+  }
+
+  private releaseSlot(): void {
+    const next = this.slotWaiters.shift();
+    if (next)
+      next(); // the slot passes straight to a waiting retry
+    else this.slotsInUse--;
+  }
+
+  /** Waits out a retry delay without holding a slot, so one slow receiver cannot stall every other. */
+  private async pauseForRetry(ms: number): Promise<void> {
+    this.releaseSlot();
+    this.pump();
+    await this.deps.sleep(ms);
+    if (this.slotsInUse < CONCURRENCY) {
+      this.slotsInUse++;
+      return;
+    }
+    await new Promise<void>((r) => this.slotWaiters.push(r));
   }
 
   private remember(d: Delivery, end: DeliveryEnd, attempts: number): void {
@@ -186,8 +222,15 @@ export class Dispatcher {
         return;
       }
       const { hook, fleet, key } = ready;
+      const built = this.build(d, hook, fleet, key, attempt, now, cfg);
+      if ('problem' in built) {
+        // Our fault, not the receiver's: no attempt, no health write, nothing that could disable the hook.
+        deps.log.error(`notify: delivery ${d.msgId} to hook ${hook.id} not sent: ${built.problem}`);
+        this.remember(d, 'abandoned', attempts);
+        return;
+      }
       attempts = attempt;
-      last = await this.attempt(d, hook, fleet, key, attempt, now, cfg);
+      last = await deps.send(built.url, built.headers, built.body, cfg.notify.attemptTimeout);
       const verdict = classifyResponse(last);
       if (verdict === 'success') {
         deps.count('notify_delivered');
@@ -196,7 +239,7 @@ export class Dispatcher {
         return;
       }
       if (verdict === 'fail' || attempt >= cfg.notify.maxAttempts) break;
-      await deps.sleep(retryDelayMs(attempt, deps.random));
+      await this.pauseForRetry(retryDelayMs(attempt, deps.random));
     }
     const cfg = deps.config();
     deps.count('notify_failed');
@@ -229,7 +272,8 @@ export class Dispatcher {
     return { hook, fleet, key };
   }
 
-  private async attempt(
+  /** The signed request of one attempt, or why we cannot send one. */
+  private build(
     d: Delivery,
     hook: HookRecord,
     fleet: FleetRecord,
@@ -237,17 +281,15 @@ export class Dispatcher {
     attempt: number,
     now: number,
     cfg: QueueKeeperConfig,
-  ): Promise<SendOutcome> {
+  ): { url: URL; headers: Record<string, string>; body: string } | { problem: string } {
     const shape = checkHookUrlShape(hook.url, cfg.notify);
-    if (!shape.ok) return { error: 'refused', phrase: shape.phrase };
+    // A URL stored under looser rules (allowHttp since turned off) is refused: the receiver did nothing.
+    if (!shape.ok) return { problem: `the hook url ${shape.phrase}` };
     let secrets: string[];
     try {
       secrets = activeSecrets(this.deps.secrets(hook, key, now), now);
     } catch {
-      this.deps.log.error(
-        `notify: the secret of hook ${hook.id} does not open under QUEUE_KEEPER_SECRET_KEY`,
-      );
-      return { error: 'refused', phrase: 'secret does not open' };
+      return { problem: 'its secret does not open under QUEUE_KEEPER_SECRET_KEY (rotate the hook)' };
     }
     const body = JSON.stringify({
       type: 'render.ready',
@@ -258,7 +300,8 @@ export class Dispatcher {
       attempt,
       createdAt: d.wake.createdAt,
     });
-    if (Buffer.byteLength(body) > MAX_BODY_BYTES) return { error: 'refused', phrase: 'body too large' };
+    if (Buffer.byteLength(body) > MAX_BODY_BYTES)
+      return { problem: `the body would be ${Buffer.byteLength(body)} bytes (limit ${MAX_BODY_BYTES})` };
     const headers = webhookHeaders({
       msgId: d.msgId,
       timestampSec: Math.floor(now / 1000),
@@ -266,7 +309,7 @@ export class Dispatcher {
       secrets,
       userAgent: this.deps.userAgent,
     });
-    return this.deps.send(shape.url, headers, body, cfg.notify.attemptTimeout);
+    return { url: shape.url, headers, body };
   }
 }
 

@@ -6,6 +6,7 @@ import { mintSecret, type SigningSecrets } from '../util/webhookSignature.js';
 import { openSecret, parseSealKey, sealSecret } from '../util/secretSeal.js';
 import type { FleetView, HookView } from '../util/stallRules.js';
 import { log, table, transaction } from './harper.js';
+import { withStoreLock } from './storeLock.js';
 import { deleteLedgerForFleet } from './stallLedger.js';
 
 /** How long a rotated-out secret keeps signing, so receivers can roll over without losing a wake. */
@@ -42,6 +43,20 @@ export interface HookRecord {
 
 const fleets = () => table('render_queue', 'Fleet');
 const hooks = () => table('render_queue', 'NotifyHook');
+
+// Hook rows are read-decide-write (health counts, rotation, enable/disable) from several workers at
+// once; without a lock a health write racing a rotate would put the old secret back, or resurrect a
+// deleted hook. A per-hook lock serialises those; a per-fleet lock makes the ceiling check and the
+// revoke cascade atomic against hook creation. Order: fleet lock, then hook locks — never the reverse.
+const LOCK_WAIT_MS = 10_000;
+
+async function locked<T>(key: string, fn: () => Promise<T>): Promise<T> {
+  const r = await withStoreLock(hooks().primaryStore, 'NotifyHook', key, LOCK_WAIT_MS, fn);
+  if (!r.locked) throw new Error(`notify: lock ${key} not free after ${LOCK_WAIT_MS} ms`);
+  return r.value;
+}
+const underHookLock = <T>(id: string, fn: () => Promise<T>) => locked(`hook:${id}`, fn);
+const underFleetLock = <T>(fleetId: string, fn: () => Promise<T>) => locked(`fleet-hooks:${fleetId}`, fn);
 
 // ------------------------------------------------------------------ the sealing key
 
@@ -148,27 +163,28 @@ export async function listFleets(): Promise<FleetRecord[]> {
  * Revoking a revoked fleet is a no-op that answers the row.
  */
 export async function revokeFleet(id: string, now: number): Promise<FleetRecord | undefined> {
-  const hookIds: string[] = [];
-  for await (const r of hooks().search({})) if (r.fleetId === id) hookIds.push(String(r.id));
-  const result = await transaction(async (txn) => {
-    const r = await fleets().get(id, txn);
-    if (!r) return undefined;
-    const fleet = toFleet(r);
-    if (fleet.state === 'active') {
-      fleet.state = 'revoked';
-      fleet.revokedAt = now;
-      await fleets().put(id, { ...fleet }, txn);
-    }
-    for (const h of hookIds) await hooks().delete(h, txn);
-    const ledger = await deleteLedgerForFleet(id, txn);
-    return { fleet, ledger };
-  });
-  if (result) {
+  return underFleetLock(id, async () => {
+    const result = await transaction(async (txn) => {
+      const r = await fleets().get(id, txn);
+      if (!r) return undefined;
+      const fleet = toFleet(r);
+      if (fleet.state === 'active') {
+        fleet.state = 'revoked';
+        fleet.revokedAt = now;
+        await fleets().put(id, { ...fleet }, txn);
+      }
+      return { fleet, ledger: await deleteLedgerForFleet(id, txn) };
+    });
+    if (!result) return undefined;
+    // The fleet is revoked and holds its lock, so no hook can be added now; each delete takes the hook's
+    // lock so an in-flight health write cannot put the row back.
+    const hookIds = (await listHooks(id)).map((h) => h.id);
+    for (const h of hookIds) await deleteHook(h);
     log.info(
       `fleet revoked id=${id} hooksRemoved=${hookIds.length} ledgerRowsRemoved=${result.ledger} at=${now}`,
     );
-  }
-  return result?.fleet;
+    return result.fleet;
+  });
 }
 
 // ------------------------------------------------------------------ hooks
@@ -188,6 +204,7 @@ export async function listHooks(fleetId?: string): Promise<HookRecord[]> {
 }
 
 export class CeilingExceeded extends Error {}
+export class FleetNotActive extends Error {}
 
 /** Creates an enabled hook with a fresh secret; the plaintext secret is returned once, never stored. */
 export async function createHook(
@@ -196,8 +213,20 @@ export async function createHook(
   key: Buffer,
   now: number,
 ): Promise<{ hook: HookRecord; secret: string }> {
-  const existing = (await listHooks(input.fleetId)).length;
-  if (existing >= ceiling) throw new CeilingExceeded(String(existing));
+  return underFleetLock(input.fleetId, async () => {
+    const fleet = await fleets().get(input.fleetId);
+    if (!fleet || fleet.state !== 'active') throw new FleetNotActive(input.fleetId);
+    const existing = (await listHooks(input.fleetId)).length;
+    if (existing >= ceiling) throw new CeilingExceeded(String(existing));
+    return insertHook(input, key, now);
+  });
+}
+
+async function insertHook(
+  input: { fleetId: string; url: string; queues: string[] },
+  key: Buffer,
+  now: number,
+): Promise<{ hook: HookRecord; secret: string }> {
   const id = randomUUID();
   const secret = mintSecret();
   const hook: HookRecord = {
@@ -225,15 +254,17 @@ async function updateHook(
   id: string,
   change: (h: HookRecord) => HookRecord | null,
 ): Promise<HookRecord | undefined> {
-  return transaction(async (txn) => {
-    const r = await hooks().get(id, txn);
-    if (!r) return undefined;
-    const current = toHook(r);
-    const next = change(current);
-    if (next === null) return current;
-    await hooks().put(id, { ...next }, txn);
-    return next;
-  });
+  return underHookLock(id, () =>
+    transaction(async (txn) => {
+      const r = await hooks().get(id, txn);
+      if (!r) return undefined;
+      const current = toHook(r);
+      const next = change(current);
+      if (next === null) return current;
+      await hooks().put(id, { ...next }, txn);
+      return next;
+    }),
+  );
 }
 
 /**
@@ -248,10 +279,13 @@ export async function rotateHook(
   const secret = mintSecret();
   const hook = await updateHook(id, (h) => {
     const reenable = !h.enabled && h.disabledReason === 'failures';
+    // After a change of QUEUE_KEEPER_SECRET_KEY the old secret no longer opens; carrying it as the
+    // "previous" would make every delivery of the grace period fail to sign.
+    const keepPrevious = opens(key, h.sealedSecret, h.id);
     return {
       ...h,
-      sealedPreviousSecret: h.sealedSecret,
-      previousValidUntil: now + ROTATION_GRACE_MS,
+      sealedPreviousSecret: keepPrevious ? h.sealedSecret : null,
+      previousValidUntil: keepPrevious ? now + ROTATION_GRACE_MS : null,
       sealedSecret: sealSecret(key, secret, id),
       enabled: reenable ? true : h.enabled,
       disabledReason: reenable ? null : h.disabledReason,
@@ -266,22 +300,40 @@ export async function setHookEnabled(id: string, enabled: boolean): Promise<Hook
   return updateHook(id, (h) =>
     enabled
       ? { ...h, enabled: true, disabledReason: null, consecutiveFailures: 0 }
-      : { ...h, enabled: false, disabledReason: h.enabled ? 'operator' : h.disabledReason },
+      : // An operator's disable always reads as theirs, so a later rotate does not re-enable it.
+        { ...h, enabled: false, disabledReason: 'operator' },
   );
 }
 
 export async function deleteHook(id: string): Promise<boolean> {
-  return transaction(async (txn) => {
-    if (!(await hooks().get(id, txn))) return false;
-    await hooks().delete(id, txn);
-    return true;
-  });
+  return underHookLock(id, () =>
+    transaction(async (txn) => {
+      if (!(await hooks().get(id, txn))) return false;
+      await hooks().delete(id, txn);
+      return true;
+    }),
+  );
 }
 
-/** The secrets that sign a delivery now; throws SealError when a sealed value does not open. */
+function opens(key: Buffer, sealed: string, context: string): boolean {
+  try {
+    openSecret(key, sealed, context);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The secrets that sign a delivery now. Throws SealError when the current secret does not open (a changed
+ * sealing key); a previous secret that does not open is left out rather than failing the delivery.
+ */
 export function signingSecrets(h: HookRecord, key: Buffer, now: number): SigningSecrets {
   const previous =
-    h.sealedPreviousSecret && h.previousValidUntil !== null && now < h.previousValidUntil
+    h.sealedPreviousSecret &&
+    h.previousValidUntil !== null &&
+    now < h.previousValidUntil &&
+    opens(key, h.sealedPreviousSecret, h.id)
       ? openSecret(key, h.sealedPreviousSecret, h.id)
       : null;
   return {

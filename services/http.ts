@@ -119,6 +119,15 @@ async function readBody(nodeReq: any, limit: number): Promise<Buffer> {
   return Buffer.concat(chunks, size);
 }
 
+/** Path segments, percent-decoded; a malformed escape makes the path unknown (404), never a 500. */
+function decodeParams(rest: string): string[] | null {
+  try {
+    return rest.split('/').map(decodeURIComponent);
+  } catch {
+    return null;
+  }
+}
+
 function findRoute(
   method: string,
   pathname: string,
@@ -128,7 +137,7 @@ function findRoute(
     let params: string[] | null = null;
     if (r.prefix) {
       if (pathname.startsWith(r.path) && pathname.length > r.path.length)
-        params = pathname.slice(r.path.length).split('/').map(decodeURIComponent);
+        params = decodeParams(pathname.slice(r.path.length));
     } else if (pathname === r.path || pathname === r.path + '/') params = [];
     if (params === null) continue;
     pathKnown = true;

@@ -355,7 +355,8 @@ export class KeeperService {
     const key = this.changeKey(now);
     const summary = this.core.dueSummary(now);
     const due = summary.due;
-    if (this.serving) this.deps.onDue?.(summary, now);
+    // Only a complete load is a baseline: a queue first seen in a later chunk is not a new edge.
+    if (this.serving && this.loadComplete) this.deps.onDue?.(summary, now);
     const complete = this.loadComplete && !this.partial;
     if (!force && key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS) {
       this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);

@@ -1,66 +1,13 @@
-// The one metric catalogue (SPEC §5): name, kind, unit and help of every series. Counters are
-// cumulative per node: each lives in a slot of a process-wide shared buffer, so an increment on any
+// Metric values for the catalogue in util/metricCatalogue.ts. Counters are cumulative per node: each lives in a slot of a process-wide shared buffer, so an increment on any
 // worker shows in a scrape answered by any other. Every value is also recorded to Harper analytics.
-import { server } from './harper.js';
+import { LabelledCounters } from '../util/labelledCounters.js';
+import { exposition } from '../util/prometheus.js';
+import { log, server } from './harper.js';
 import { sharedBuffer } from './sharedMemory.js';
+import { METRICS, type MetricDef, type MetricName } from '../util/metricCatalogue.js';
 
-export type MetricKind = 'counter' | 'gauge';
+export { METRICS, type MetricDef, type MetricName };
 
-export interface MetricDef {
-  kind: MetricKind;
-  unit: string;
-  help: string;
-  labels?: readonly string[];
-}
-
-export const METRICS = {
-  keeper_load_ms: { kind: 'gauge', unit: 'ms', help: 'Duration of the last keeper load from the table.' },
-  keeper_publish_ms: {
-    kind: 'gauge',
-    unit: 'ms',
-    help: 'Duration of the last ready-set publish (top-K and write).',
-  },
-  keeper_verify_ms: { kind: 'gauge', unit: 'ms', help: 'Duration of the last verification walk.' },
-  keeper_repaired: {
-    kind: 'counter',
-    unit: 'rows',
-    help: 'Rows the keeper held wrongly and repaired (expected 0).',
-  },
-  keeper_live: { kind: 'gauge', unit: 'bool', help: '1 while the keeper is live and serving.' },
-  claim_granted: { kind: 'counter', unit: 'jobs', help: 'Leases granted to fleets.' },
-  claim_stale: {
-    kind: 'counter',
-    unit: 'jobs',
-    help: 'Ready entries skipped because the row was no longer due.',
-  },
-  claim_wedged: {
-    kind: 'counter',
-    unit: 'jobs',
-    help: 'Keys held instead of granted after repeated unreported leases.',
-  },
-  lease_occupancy: { kind: 'gauge', unit: 'leases', help: 'Live leases in the lease table.' },
-  overdue: { kind: 'gauge', unit: 'rows', help: 'Due rows not in flight (now.unclaimed).' },
-  notify_delivered: { kind: 'counter', unit: 'deliveries', help: 'Webhook deliveries answered with 2xx.' },
-  notify_failed: {
-    kind: 'counter',
-    unit: 'deliveries',
-    help: 'Webhook deliveries that failed every attempt.',
-  },
-  notify_dropped: {
-    kind: 'counter',
-    unit: 'deliveries',
-    help: 'Webhook deliveries dropped because the queue was full.',
-  },
-  notify_disabled: { kind: 'counter', unit: 'hooks', help: 'Hooks auto-disabled after repeated failures.' },
-  stall_nudges_total: {
-    kind: 'counter',
-    unit: 'nudges',
-    help: 'Stalled-queue wakes fired.',
-    labels: ['queue'],
-  },
-} as const satisfies Record<string, MetricDef>;
-
-export type MetricName = keyof typeof METRICS;
 const NAMES = Object.keys(METRICS) as MetricName[];
 const INDEX = new Map(NAMES.map((n, i) => [n, i]));
 
@@ -75,15 +22,26 @@ function gaugeSlots(): Float64Array {
   return gauges;
 }
 
-// Labelled series are kept per worker: the only labelled one (stall_nudges_total) is written by
-// worker 0's sweep alone.
-const labelled = new Map<string, number>();
+// Labelled series live in their own shared table (one slot per series), cross-worker like the rest.
+const LABELLED_SERIES = 64;
+let labelled: LabelledCounters | undefined;
+let labelledFullWarned = false;
+function labelledCounters(): LabelledCounters {
+  labelled ??= new LabelledCounters(
+    sharedBuffer('metrics:labelled', LabelledCounters.byteLength(LABELLED_SERIES)).buffer,
+  );
+  return labelled;
+}
 
 export function count(name: MetricName, n = 1, labels?: Record<string, string>): void {
   if (n === 0) return;
   if (labels) {
-    const key = `${name}${JSON.stringify(labels)}`;
-    labelled.set(key, (labelled.get(key) ?? 0) + n);
+    if (!labelledCounters().add(`${name}${JSON.stringify(labels)}`, n) && !labelledFullWarned) {
+      labelledFullWarned = true;
+      log.warn(
+        `metrics: no room for series ${name}${JSON.stringify(labels)} (${LABELLED_SERIES} labelled series at most)`,
+      );
+    }
   } else {
     Atomics.add(counterSlots(), INDEX.get(name)!, BigInt(n));
   }
@@ -115,7 +73,7 @@ export function samples(): MetricSample[] {
       value: def.kind === 'counter' ? Number(Atomics.load(counterSlots(), i)) : gaugeSlots()[i]!,
     });
   }
-  for (const [key, value] of labelled) {
+  for (const { key, value } of labelledCounters().entries()) {
     const at = key.indexOf('{');
     const name = key.slice(0, at) as MetricName;
     out.push({
@@ -126,4 +84,29 @@ export function samples(): MetricSample[] {
     });
   }
   return out;
+}
+
+/**
+ * The Prometheus exposition of every catalogue entry, in catalogue order. `live` replaces a gauge's last
+ * recorded value with a reading taken for this scrape (lease scan, keeper signal, state document).
+ */
+export function metricsText(live: Partial<Record<MetricName, number>> = {}): string {
+  const all = samples();
+  return exposition(
+    NAMES.map((name) => {
+      const def: MetricDef = METRICS[name];
+      const own = all.filter((s) => s.name === name);
+      const value = live[name];
+      return {
+        name,
+        kind: def.kind,
+        help: def.help,
+        unit: def.unit,
+        samples:
+          value !== undefined
+            ? [{ value }]
+            : own.map((s) => ({ value: s.value, ...(s.labels ? { labels: s.labels } : {}) })),
+      };
+    }),
+  );
 }

@@ -24,7 +24,7 @@ import {
 import { log, threads, workerIndex } from './harper.js';
 import { keeper } from './keeper.js';
 import { count } from './metrics.js';
-import { readRow } from './schedule.js';
+import { leaseTable } from './shared.js';
 import { createPinnedAgent, deliver, localAddresses, systemResolve } from './webhookTransport.js';
 import type { Agent } from 'undici';
 
@@ -57,14 +57,17 @@ export function hookPolicy(): HookUrlPolicy {
 function pinnedAgent(): Agent {
   agent ??= createPinnedAgent({
     validate: (host) => validateHookHost(host, hookPolicy()),
-    connectTimeoutMs: config().notify.attemptTimeout,
+    connectTimeoutMs: () => config().notify.attemptTimeout,
   });
   return agent;
 }
 
-/** False when nothing can be sent: no sealing key, or the notify.maxHooksPerFleet kill switch. */
+/**
+ * False when nothing can be sent from this worker: no dispatcher here (it runs on worker 0), no sealing
+ * key, or the notify.maxHooksPerFleet kill switch. The stall sweep charges nothing then.
+ */
 export function notifyAvailable(): boolean {
-  return sealKey() !== null && config().notify.maxHooksPerFleet > 0;
+  return dispatcher !== undefined && sealKey() !== null && config().notify.maxHooksPerFleet > 0;
 }
 
 export function dispatcherForTests(): Dispatcher | undefined {
@@ -111,20 +114,17 @@ export function onDueSummary(summary: DueSummary, now: number): void {
   queuesWithDue = next;
 }
 
-/** A requeued key, on worker 0: name it if it is verified, else the queue's oldest verified due row. */
-function onRequeuedHere(queue: string, key: string, now: number): void {
-  const row = readRow(key);
-  if (row && row.verified) {
-    fireEdge(
-      'requeued',
-      queue,
-      { id: key, url: key, dueAt: row.nextRenderTime, fromSitemap: row.fromSitemap },
-      now,
-    );
-    return;
-  }
-  const oldest = keeper()?.core.oldestDue(queue, now, { verifiedOnly: true });
-  // A queue whose due rows are all unverified triggers nothing (their URLs never reach a body).
+/**
+ * A requeued key, on worker 0. The key itself was just leased again by the claim that noticed the
+ * expiry, so the wake names the queue's oldest verified row nobody holds; with none there is nothing to
+ * wake anyone for (and a queue of unverified rows never names one).
+ */
+function onRequeuedHere(queue: string, _key: string, now: number): void {
+  const leases = leaseTable();
+  const oldest = keeper()?.core.oldestDue(queue, now, {
+    verifiedOnly: true,
+    skip: (k) => leases.isLeased(k, now),
+  });
   if (oldest) fireEdge('requeued', queue, wakeJob(oldest), now);
 }
 
@@ -177,6 +177,7 @@ export function secretCleanupDuty(): Duty {
   return {
     name: 'secret-cleanup',
     runOnce: async (now) => {
+      dispatcher?.prune(now);
       const destroyed = await destroyExpiredSecrets(now);
       if (destroyed > 0) log.info(`notify: destroyed ${destroyed} expired previous hook secret(s)`);
       return { destroyed };

@@ -13,7 +13,8 @@ import {
   type StallCharge,
   type StallConfig,
 } from '../util/stallRules.js';
-import { log, table, transaction, type HarperTable, type RawStore } from './harper.js';
+import { log, table, transaction, type HarperTable } from './harper.js';
+import { withStoreLock } from './storeLock.js';
 
 const ledgerTable = (): HarperTable => table('render_queue', 'QueueStallNudge');
 const claimMarkTable = (): HarperTable => table('render_queue', 'QueueClaimMark');
@@ -59,43 +60,6 @@ export async function readClaimMarks(): Promise<Map<string, number>> {
   return marks;
 }
 
-function lockStore(): RawStore & Required<Pick<RawStore, 'attemptLock' | 'unlock' | 'resetReadTxn'>> {
-  const store = ledgerTable().primaryStore;
-  if (!store.attemptLock || !store.unlock || !store.resetReadTxn)
-    // Without the lock a charge is a plain read-then-write and two sweeps could both wake a pair;
-    // refuse loudly rather than quietly lose "exactly once".
-    throw new Error('the QueueStallNudge store has no lmdb lock; stall charges need one (Harper 4.7 / lmdb)');
-  return store as RawStore & Required<Pick<RawStore, 'attemptLock' | 'unlock' | 'resetReadTxn'>>;
-}
-
-function acquire(store: ReturnType<typeof lockStore>, key: string, deadline: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const attempt = (): void => {
-      let settled = false;
-      const timer = setTimeout(
-        () => {
-          settled = true;
-          resolve(false);
-        },
-        Math.max(0, deadline - Date.now()),
-      );
-      // The callback runs once the holder unlocks; then we race for the lock again.
-      const got = store.attemptLock(key, 0, () => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        attempt();
-      });
-      if (got) {
-        settled = true;
-        clearTimeout(timer);
-        resolve(true);
-      }
-    };
-    attempt();
-  });
-}
-
 /**
  * Runs `fn` holding the pair's lock, after refreshing this thread's read snapshot so `fn` sees every
  * commit made before the lock was ours. `fn` must commit its own transaction before it returns: the lock
@@ -103,21 +67,19 @@ function acquire(store: ReturnType<typeof lockStore>, key: string, deadline: num
  * Answers undefined when the lock could not be had in time.
  */
 async function underPairLock<T>(pair: PairKey, fn: () => Promise<T>): Promise<T | undefined> {
-  const store = lockStore();
-  const key = LOCK_PREFIX + ledgerId(pair);
-  if (!(await acquire(store, key, Date.now() + LOCK_WAIT_MS))) {
-    log.warn(
-      `stall ledger: lock for fleet ${pair.fleetId} queue ${JSON.stringify(pair.queue)} not free after ` +
-        `${LOCK_WAIT_MS} ms; skipping the pair this tick`,
-    );
-    return undefined;
-  }
-  try {
-    store.resetReadTxn();
-    return await fn();
-  } finally {
-    store.unlock(key, 0);
-  }
+  const r = await withStoreLock(
+    ledgerTable().primaryStore,
+    'QueueStallNudge',
+    LOCK_PREFIX + ledgerId(pair),
+    LOCK_WAIT_MS,
+    fn,
+  );
+  if (r.locked) return r.value;
+  log.warn(
+    `stall ledger: lock for fleet ${pair.fleetId} queue ${JSON.stringify(pair.queue)} not free after ` +
+      `${LOCK_WAIT_MS} ms; skipping the pair this tick`,
+  );
+  return undefined;
 }
 
 /**

@@ -18,7 +18,8 @@ export class AddressRefusedError extends Error {
 export interface PinnedAgentOptions {
   /** Resolve-and-check for one host, run on EVERY new connection (e.g. `validateHookHost` with the policy). */
   validate: (host: string) => Promise<HostVerdict>;
-  connectTimeoutMs: number;
+  /** Read on every new connection, so a config change applies to the next attempt. */
+  connectTimeoutMs: number | (() => number);
   /** Trust roots that REPLACE Node's defaults, for receivers behind a private CA (private deployments, tests). */
   ca?: string | Buffer | (string | Buffer)[];
 }
@@ -69,7 +70,7 @@ async function pinnedConnect(
   }
   try {
     const dial = buildConnector({
-      timeout: opts.connectTimeoutMs,
+      timeout: typeof opts.connectTimeoutMs === 'function' ? opts.connectTimeoutMs() : opts.connectTimeoutMs,
       lookup: pinnedLookup(host, verdict.addresses),
       // SNI and certificate checks use the hook's host name, never the pinned address.
       servername: isIP(host) === 0 ? host : undefined,

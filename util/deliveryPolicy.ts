@@ -1,5 +1,5 @@
 // The pure rules of webhook delivery (SPEC §6): what an attempt's outcome means, how long to wait before
-// the next, how fast one hook may be called, and the bounded hand-off queue. Clock passed in, in ms.
+// the next, how fast one hook may be called, and the drop-warning interval. Clock passed in, in ms.
 
 export type AttemptOutcome = { status: number } | { error: 'timeout' | 'network' | 'refused' };
 export type AttemptVerdict = 'success' | 'retry' | 'fail';
@@ -84,64 +84,3 @@ export class RateLimiter {
 
 /** At most one warning per this many ms about dropped deliveries, however fast they drop. */
 export const DROP_WARN_INTERVAL_MS = 10_000;
-
-/**
- * FIFO of pending deliveries with a hard capacity. When full the NEW item is refused and counted: a
- * wake-up hint is cheap to lose (the stall ledger catches the queue later) and memory is not.
- */
-export class BoundedQueue<T> {
-  private readonly ring: (T | undefined)[];
-  private head = 0;
-  private count = 0;
-  private drops = 0;
-  private unwarned = 0;
-  private lastWarnAt = -Infinity;
-
-  constructor(readonly capacity: number) {
-    if (!Number.isInteger(capacity) || capacity < 1)
-      throw new RangeError('capacity must be a positive integer');
-    this.ring = new Array<T | undefined>(capacity);
-  }
-
-  get size(): number {
-    return this.count;
-  }
-
-  /** Every drop since creation (for metrics). */
-  get dropped(): number {
-    return this.drops;
-  }
-
-  /** Appends; false (and a counted drop) when full. */
-  push(item: T): boolean {
-    if (this.count === this.capacity) {
-      this.drops++;
-      this.unwarned++;
-      return false;
-    }
-    this.ring[(this.head + this.count) % this.capacity] = item;
-    this.count++;
-    return true;
-  }
-
-  /** Removes and returns the oldest item. */
-  shift(): T | undefined {
-    if (this.count === 0) return undefined;
-    const item = this.ring[this.head];
-    this.ring[this.head] = undefined; // release the reference for GC
-    this.head = (this.head + 1) % this.capacity;
-    this.count--;
-    return item;
-  }
-
-  /**
-   * True when drops happened since the last warning and the last warning is at least 10 s old; answering
-   * true consumes those drops, so a burst yields one warning and a later burst another.
-   */
-  shouldWarn(now: number): boolean {
-    if (this.unwarned === 0 || now - this.lastWarnAt < DROP_WARN_INTERVAL_MS) return false;
-    this.unwarned = 0;
-    this.lastWarnAt = now;
-    return true;
-  }
-}

@@ -6,6 +6,7 @@ import { describeType, requireObject } from '../../util/validateInput.js';
 import { config } from '../config.js';
 import {
   CeilingExceeded,
+  FleetNotActive,
   createFleet,
   createHook,
   deleteHook,
@@ -25,6 +26,8 @@ import { reply, route, type ApiRequest } from '../http.js';
 import { hookPolicy } from '../notify.js';
 
 const MAX_NAME_CHARS = 200;
+/** Ids are UUIDs; anything much longer cannot name a row (and would exceed the store's key limit). */
+const MAX_ID_CHARS = 200;
 const MAX_QUEUES = 100;
 
 function fleetView(f: FleetRecord) {
@@ -98,14 +101,14 @@ function requireKey(): Buffer {
 
 function oneParam(req: ApiRequest, what: string): string {
   const id = req.params[0] ?? '';
-  if (id === '' || req.params.length !== 1)
-    throw new HttpError(404, 'not_found', `no ${what} at ${req.path}`);
+  if (id === '' || req.params.length !== 1 || id.length > MAX_ID_CHARS)
+    throw new HttpError(404, 'not_found', `no ${what} at ${req.path.slice(0, 200)}`);
   return id;
 }
 
 async function existingHook(req: ApiRequest): Promise<HookRecord> {
   const id = req.params[0] ?? '';
-  const hook = id ? await getHook(id) : undefined;
+  const hook = id && id.length <= MAX_ID_CHARS ? await getHook(id) : undefined;
   if (!hook) throw new HttpError(404, 'not_found', `no hook with id ${JSON.stringify(id)}`);
   return hook;
 }
@@ -140,7 +143,7 @@ export function registerNotify(): void {
     if (typeof body.url !== 'string')
       throw badRequest('invalid_url', `url must be a string, not ${describeType(body.url)}`);
     const queues = checkQueues(body.queues);
-    const fleet = await getFleet(body.fleetId);
+    const fleet = body.fleetId.length <= MAX_ID_CHARS ? await getFleet(body.fleetId) : undefined;
     if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${JSON.stringify(body.fleetId)}`);
     if (fleet.state !== 'active') throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
     if (fleet.queues.length > 0) {
@@ -164,6 +167,8 @@ export function registerNotify(): void {
       );
       return reply({ ...hookView(hook), secret });
     } catch (e) {
+      if (e instanceof FleetNotActive)
+        throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
       if (e instanceof CeilingExceeded)
         throw new HttpError(
           409,

@@ -9,6 +9,8 @@ import { describeHeld, nodeStatusNow, servingView } from '../keeper.js';
 import { nodeName } from '../node.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../shared.js';
 import { isPaused, publishStatus, setPause } from '../status.js';
+import { metricsText } from '../metrics.js';
+import { PROMETHEUS_CONTENT_TYPE } from '../../util/prometheus.js';
 
 const MAX_BATCH = 100;
 
@@ -161,6 +163,24 @@ export function registerQueue(): void {
     }
     const doc = read.doc;
     return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
+  });
+
+  route('GET', '/prerender_admin/metrics', 'admin', async () => {
+    const now = Date.now();
+    const occupancy = leaseTable().reconcile(now).occupancy;
+    const read = stateDoc<StateDocShape>().read();
+    const signal = keeperSignal().read();
+    const view = servingView(now);
+    const fresh =
+      read !== null && now - read.doc.trust.stateAt <= 3 * config().queue.keeper.stateInterval + 5000;
+    const live = signal.phase === 'live' && view.serving && !view.stale;
+    const text = metricsText({
+      lease_occupancy: occupancy,
+      // Unknown while the keeper cannot vouch for its numbers: NaN, never a stale figure shown as live.
+      overdue: live && fresh ? Math.max(0, read.doc.now.due - occupancy) : NaN,
+      keeper_live: live ? 1 : 0,
+    });
+    return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
   });
 
   setExplainExtras(async (url, now) => {

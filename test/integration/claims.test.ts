@@ -2,6 +2,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { parseScrape, total } from '../promText.js';
 
 let h: HarperInstance;
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
@@ -362,4 +363,60 @@ test('explain shows the held entry whichever worker answers', async () => {
     assert.equal(r.json.row.cacheKey ?? url, url);
   }
   assert.deepEqual([...answeredBy].sort(), ['worker-0', 'worker-1']);
+});
+
+test('the Prometheus scrape parses, and claim counters from both workers show in the scrape of either worker', async () => {
+  const scrape = async () => {
+    const r = await h.fetch('/prerender_admin/metrics', { fresh: true });
+    assert.equal(r.status, 200, r.text);
+    assert.match(String(r.headers['content-type']), /^text\/plain; version=0\.0\.4/);
+    return { families: parseScrape(r.text), by: String(r.headers['x-served-by']) };
+  };
+  const before = await scrape();
+  assert.equal(before.families.get('claim_granted')?.type, 'COUNTER');
+  assert.equal(before.families.get('lease_occupancy')?.type, 'GAUGE');
+  const now = Date.now();
+  await file(
+    Array.from({ length: 60 }, (_, i) => ({ url: `https://scrape.example.com/${i}`, dueAt: now - MIN })),
+  );
+  await until(
+    'the rows to be due',
+    async () => (await h.fetch('/prerender_admin/overview')).json.keeper.dueCount >= 60,
+  );
+
+  const grantedBy = new Map<string, number>();
+  const jobs: Array<{ id: string; leaseToken: number }> = [];
+  for (let i = 0; i < 40 && grantedBy.size < 2; i++) {
+    const r = await h.fetch('/render_queue/claim', { body: { limit: 3 }, auth: fleet, fresh: true });
+    assert.equal(r.status, 200, r.text);
+    const got = r.json as Array<{ id: string; leaseToken: number }>;
+    if (got.length === 0) continue;
+    jobs.push(...got);
+    const by = String(r.headers['x-served-by']);
+    grantedBy.set(by, (grantedBy.get(by) ?? 0) + got.length);
+  }
+  assert.deepEqual(
+    [...grantedBy.keys()].sort(),
+    ['worker-0', 'worker-1'],
+    'claims were granted on both workers',
+  );
+
+  const seenBy = new Map<string, number>();
+  for (let i = 0; i < 20 && seenBy.size < 2; i++) {
+    const s = await scrape();
+    seenBy.set(s.by, total(s.families, 'claim_granted'));
+  }
+  assert.equal(seenBy.size, 2, 'both workers answered a scrape');
+  for (const [by, value] of seenBy)
+    assert.equal(
+      value - total(before.families, 'claim_granted'),
+      jobs.length,
+      `the scrape answered by ${by}`,
+    );
+  for (const j of jobs)
+    await h.fetch('/render_queue/job_result', {
+      auth: fleet,
+      body: { id: j.id, leaseToken: j.leaseToken, outcome: 'rendered', statusCode: 200 },
+    });
+  await drain('https://scrape.example.com/');
 });

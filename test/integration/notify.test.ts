@@ -161,6 +161,19 @@ test('fleets and hooks follow the contract: create, list without secrets, redact
   await bad({ fleetId: f.id, url: base + '/x' }, 409, 'ceiling_exceeded');
   await config({ notify: { maxHooksPerFleet: 5 } });
 
+  // Odd paths and ids are 404s with our error shape, never a 500.
+  for (const [path, method] of [
+    ['/prerender_admin/hooks/%E0/rotate', 'POST'],
+    [`/prerender_admin/hooks/${'x'.repeat(3000)}/enable`, 'POST'],
+    [`/prerender_admin/fleets/${'y'.repeat(3000)}`, 'DELETE'],
+    [`/prerender_admin/hooks/${made.id}/explode`, 'POST'],
+  ] as const) {
+    const r = await h.fetch(path, { method });
+    assert.equal(r.status, 404, `${method} ${path.slice(0, 60)}: ${r.text.slice(0, 200)}`);
+    assert.equal(r.json.code, 'not_found');
+  }
+  await bad({ fleetId: 'z'.repeat(3000), url: base + '/x' }, 404, 'not_found');
+
   const del = await h.fetch(`/prerender_admin/hooks/${made.id}`, { method: 'DELETE' });
   assert.equal(del.status, 200, del.text);
   assert.deepEqual(del.json, { deleted: true });

@@ -1,14 +1,8 @@
-// Delivery rules with plain values and a fake clock (ms): outcomes, retry pacing, per-hook rate, the queue.
+// Delivery rules with plain values and a fake clock (ms): outcomes, retry pacing, per-hook rate.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import {
-  BoundedQueue,
-  classifyResponse,
-  DROP_WARN_INTERVAL_MS,
-  RateLimiter,
-  retryDelayMs,
-} from '../../util/deliveryPolicy.js';
+import { classifyResponse, RateLimiter, retryDelayMs } from '../../util/deliveryPolicy.js';
 
 test('2xx is success; 408, 429 and 5xx retry; redirects and other 4xx fail', () => {
   for (const s of [200, 201, 202, 204, 299])
@@ -103,64 +97,4 @@ test('an idle hook is pruned once refilled, a forgotten hook starts full, and a 
   assert.equal(slow.tryTake('d', 0), true);
   assert.equal(slow.tryTake('d', 0), false);
   assert.throws(() => slow.setRate(0), RangeError);
-});
-
-test('the queue is FIFO, refuses and counts items beyond its capacity', () => {
-  const q = new BoundedQueue<number>(3);
-  assert.equal(q.push(1), true);
-  assert.equal(q.push(2), true);
-  assert.equal(q.push(3), true);
-  assert.equal(q.push(4), false);
-  assert.equal(q.dropped, 1);
-  assert.equal(q.size, 3);
-  assert.equal(q.shift(), 1);
-  assert.equal(q.push(5), true);
-  assert.deepEqual([q.shift(), q.shift(), q.shift(), q.shift()], [2, 3, 5, undefined]);
-  assert.equal(q.size, 0);
-});
-
-test('the queue behaves like an array capped at its capacity for any sequence of operations', () => {
-  fc.assert(
-    fc.property(
-      fc.integer({ min: 1, max: 8 }),
-      fc.array(fc.option(fc.integer(), { nil: undefined })),
-      (cap, ops) => {
-        const q = new BoundedQueue<number>(cap);
-        const model: number[] = [];
-        let drops = 0;
-        for (const op of ops) {
-          if (op === undefined) assert.equal(q.shift(), model.shift());
-          else if (model.length < cap) {
-            assert.equal(q.push(op), true);
-            model.push(op);
-          } else {
-            assert.equal(q.push(op), false);
-            drops++;
-          }
-          assert.equal(q.size, model.length);
-        }
-        assert.equal(q.dropped, drops);
-      },
-    ),
-  );
-});
-
-test('drops are warned about at most once per 10 s, and only when something dropped', () => {
-  const q = new BoundedQueue<string>(1);
-  const t0 = 5_000_000;
-  assert.equal(q.shouldWarn(t0), false, 'nothing dropped yet');
-  q.push('a');
-  q.push('b');
-  assert.equal(q.shouldWarn(t0), true);
-  q.push('c');
-  assert.equal(q.shouldWarn(t0 + 1), false);
-  assert.equal(q.shouldWarn(t0 + DROP_WARN_INTERVAL_MS - 1), false);
-  assert.equal(q.shouldWarn(t0 + DROP_WARN_INTERVAL_MS), true, 'the drop held back is warned about later');
-  assert.equal(q.shouldWarn(t0 + 3 * DROP_WARN_INTERVAL_MS), false, 'no new drops, no warning');
-  assert.equal(q.dropped, 2);
-});
-
-test('a queue capacity must be a positive integer', () => {
-  assert.throws(() => new BoundedQueue(0), RangeError);
-  assert.throws(() => new BoundedQueue(1.5), RangeError);
 });

@@ -49,7 +49,12 @@ function hook(id: string, fleetId: string, over: Partial<HookRecord> = {}): Hook
 }
 
 function world(
-  opts: { reply?: (attempt: number, s: Sent) => SendOutcome; cfg?: (c: QueueKeeperConfig) => void } = {},
+  opts: {
+    reply?: (attempt: number, s: Sent) => SendOutcome;
+    cfg?: (c: QueueKeeperConfig) => void;
+    /** Retry waits stay pending until the test releases them. */
+    manualSleep?: boolean;
+  } = {},
 ) {
   // Real time: the independent verifier refuses timestamps more than 5 minutes from its own clock.
   let clock = Date.now();
@@ -60,6 +65,7 @@ function world(
   const secrets = new Map<string, { current: string; previous?: string; previousValidUntil?: number }>();
   const sent: Sent[] = [];
   const sleeps: number[] = [];
+  const sleeping: Array<() => void> = [];
   const healths: Array<{ id: string; health: DeliveryHealth }> = [];
   const counts: Record<string, number> = {};
   const warnings: string[] = [];
@@ -72,6 +78,7 @@ function world(
     random: () => 0.5,
     sleep: async (ms) => {
       sleeps.push(ms);
+      if (opts.manualSleep) await new Promise<void>((r) => sleeping.push(r));
       clock += ms;
       betweenAttempts?.();
     },
@@ -82,7 +89,8 @@ function world(
     getFleet: async (id) => fleets.get(id),
     getHook: async (id) => hooks.get(id),
     secrets: (h) => {
-      const s = secrets.get(h.id)!;
+      const s = secrets.get(h.id);
+      if (!s) throw new Error('does not open');
       return {
         current: s.current,
         previous: s.previous ?? null,
@@ -127,6 +135,7 @@ function world(
     secrets,
     sent,
     sleeps,
+    sleeping,
     healths,
     counts,
     warnings,
@@ -317,4 +326,74 @@ test('during a rotation grace both secrets sign, so a receiver holding either ve
   assert.equal(s.headers['webhook-signature']!.split(' ').length, 2);
   assert.doesNotThrow(() => new Webhook(previous).verify(s.raw, s.headers));
   assert.doesNotThrow(() => new Webhook(w.secrets.get('h1')!.current).verify(s.raw, s.headers));
+});
+
+const turns = async (n = 20) => {
+  for (let i = 0; i < n; i++) await new Promise((r) => setImmediate(r));
+};
+
+test('hooks waiting out a retry hold no slot: a fifth hook is served while four receivers fail', async () => {
+  const w = world({
+    manualSleep: true,
+    reply: (_n, s) => (s.url.includes('/slow') ? { status: 503 } : { status: 204 }),
+  });
+  w.add(
+    fleet('a'),
+    ...[1, 2, 3, 4].map((i) => hook(`slow${i}`, 'a', { url: `https://hooks.example.com/slow${i}` })),
+  );
+  await w.d.fire(wake());
+  await turns();
+  assert.equal(w.sent.length, 4, 'four first attempts, now waiting to retry');
+  w.add(fleet('b'), hook('fast', 'b'));
+  await w.d.fire(wake({ reason: 'stalled', fleetId: 'b' }));
+  await turns();
+  assert.ok(
+    w.sent.some((s) => s.url.endsWith('/fast')),
+    'the other hook did not wait for the slow ones',
+  );
+  while (w.sleeping.length) {
+    for (const r of w.sleeping.splice(0)) r();
+    await turns();
+  }
+  await w.d.idle();
+  assert.equal(w.sent.filter((s) => s.url.includes('/slow')).length, 12);
+});
+
+test('one hook gets one delivery at a time, in order', async () => {
+  const w = world({ manualSleep: true, reply: (n) => (n === 1 ? { status: 500 } : { status: 204 }) });
+  w.add(fleet('a'), hook('h1', 'a'));
+  await w.d.fire(wake({ queue: 'product' }));
+  await w.d.fire(wake({ queue: 'product', createdAt: 2 }));
+  await turns();
+  assert.equal(w.sent.length, 1, 'the second delivery waits while the first waits to retry');
+  for (const r of w.sleeping.splice(0)) r();
+  await w.d.idle();
+  assert.deepEqual(
+    w.sent.map((s) => [s.body.createdAt, s.body.attempt]),
+    [
+      [1_767_225_600_000, 1],
+      [1_767_225_600_000, 2],
+      [2, 1],
+    ],
+  );
+});
+
+test('a fault of ours is not the receiver fault: a secret that will not open or an oversized body sends nothing and writes no health', async () => {
+  const w = world();
+  w.add(fleet('a'), hook('h1', 'a'));
+  w.secrets.delete('h1');
+  await w.d.fire(wake());
+  await w.d.idle();
+  const big = world();
+  big.add(fleet('a', { name: 'n'.repeat(3000) }), hook('h1', 'a'));
+  await big.d.fire(wake({ job: { ...job, url: 'https://example.com/' + '"'.repeat(1000) } }));
+  await big.d.idle();
+  for (const x of [w, big]) {
+    assert.equal(x.sent.length, 0);
+    assert.equal(x.healths.length, 0);
+    assert.deepEqual(
+      x.d.recent.map((r) => r.end),
+      ['abandoned'],
+    );
+  }
 });
