@@ -1,6 +1,7 @@
 // Harper's entry point (loaded on every worker, never on the main thread). It installs the HTTP front,
 // loads configuration and, on worker 0, starts the queue keeper.
 import { registerAdmin } from './services/api/admin.js';
+import { registerConsole } from './services/api/console.js';
 import { registerFeeding } from './services/api/feeding.js';
 import { registerNotify } from './services/api/notify.js';
 import { registerQueue } from './services/api/queue.js';
@@ -20,6 +21,7 @@ registerAdmin();
 registerQueue();
 registerNotify();
 registerStall();
+registerConsole();
 installHttp();
 
 async function start(): Promise<void> {

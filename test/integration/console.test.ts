@@ -1,0 +1,307 @@
+// The operator console in a real browser: headless Debian Chromium driven by playwright-core against a
+// real Harper (2 worker threads) with seeded rows. Every page test fails on any console error or
+// uncaught exception in the page, so a drawing bug cannot hide behind a passing assertion.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { ADMIN_PASS, ADMIN_USER, repoRoot, startHarper, type HarperInstance } from '../harness.js';
+
+const CONSOLE = '/prerender_admin/console';
+const MIN = 60_000;
+const HOUR = 60 * MIN;
+const DUE_SITEMAP = 25;
+const DUE_DISCOVERED = 15;
+const DUE = DUE_SITEMAP + DUE_DISCOVERED;
+// Not yet due, placed 10 and 20 minutes inside their hours so no hour boundary passes during the test.
+const COMING = [
+  { count: 10, at: 2 * HOUR + 10 * MIN, hour: 2 },
+  { count: 15, at: 4 * HOUR + 20 * MIN, hour: 4 },
+];
+const artifacts = join(repoRoot, 'test-artifacts');
+
+let h: HarperInstance;
+let browser: Browser;
+let context: BrowserContext;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+async function seed(): Promise<void> {
+  const config = await h.fetch('/prerender_admin/config', {
+    body: {
+      queue: { keeper: { publishInterval: 200, stateInterval: 1000 } },
+      render: { routes: [{ name: 'products', match: 'prefix', path: '/p/' }] },
+      // The hook below points at loopback; it is listed, never dialled (its fleet's queue has no rows).
+      notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
+    },
+  });
+  assert.equal(config.status, 200, config.text);
+  const now = Date.now();
+  const targets = [
+    ...Array.from({ length: DUE_SITEMAP }, (_, i) => ({
+      url: `https://console.example.com/p/${i}`,
+      fromSitemap: true,
+      dueAt: now - 2 * MIN,
+    })),
+    ...Array.from({ length: DUE_DISCOVERED }, (_, i) => ({
+      url: `https://console.example.com/blog/${i}`,
+      dueAt: now - 2 * MIN,
+    })),
+    ...COMING.flatMap((c) =>
+      Array.from({ length: c.count }, (_, i) => ({
+        url: `https://console.example.com/later/${c.hour}/${i}`,
+        fromSitemap: true,
+        dueAt: now + c.at,
+      })),
+    ),
+  ];
+  const filed = await h.fetch('/render_queue/targets', { body: { targets } });
+  assert.equal(filed.status, 200, filed.text);
+  assert.equal(filed.json.upserted, targets.length, filed.text);
+  const fleet = await h.fetch('/prerender_admin/fleets', {
+    body: { name: 'console-fleet', queues: ['console-quiet'] },
+  });
+  assert.equal(fleet.status, 200, fleet.text);
+  const hook = await h.fetch('/prerender_admin/hooks', {
+    body: { fleetId: fleet.json.id, url: 'http://127.0.0.1:9/console-hook' },
+  });
+  assert.equal(hook.status, 200, hook.text);
+  await until('queue-state with the seeded rows', async () => {
+    const r = await h.fetch('/prerender_admin/queue-state');
+    const total = COMING.reduce((a, c) => a + c.count, 0);
+    return r.status === 200 && r.json.now.due === DUE && r.json.coming.next24h === total;
+  });
+}
+
+before(async () => {
+  // Harper and Chromium boot side by side: each takes seconds, and the test's budget is ~40 s.
+  const [harper, chrome] = await Promise.all([
+    startHarper(),
+    chromium.launch({
+      executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
+      args: ['--no-sandbox'],
+    }),
+  ]);
+  h = harper;
+  browser = chrome;
+  context = await browser.newContext({
+    httpCredentials: { username: ADMIN_USER, password: ADMIN_PASS },
+    viewport: { width: 1280, height: 900 },
+  });
+  mkdirSync(artifacts, { recursive: true });
+  await seed();
+});
+
+after(async () => {
+  await browser?.close();
+  await h?.destroy();
+});
+
+interface OpenPage {
+  page: Page;
+  /** Console errors and uncaught page errors, as readable lines. */
+  problems: string[];
+}
+
+/** Opens the console in a fresh tab and records every console error and page error from the start. */
+async function openConsole(allow: (text: string, url: string) => boolean = () => false): Promise<OpenPage> {
+  const page = await context.newPage();
+  const problems: string[] = [];
+  page.on('console', (m) => {
+    if (m.type() !== 'error') return;
+    const url = m.location().url;
+    if (!allow(m.text(), url)) problems.push(`console error: ${m.text()} (${url})`);
+  });
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  const res = await page.goto(h.url + CONSOLE);
+  assert.ok(res, 'the console page answered');
+  assert.equal(res.status(), 200);
+  assert.match(res.headers()['content-type'] ?? '', /^text\/html/);
+  return { page, problems };
+}
+
+function byTestId(page: Page, id: string, extra = '') {
+  return page.locator(`[data-testid="${id}"]${extra}`);
+}
+
+async function dataCounts(page: Page, id: string, extra = ''): Promise<number[]> {
+  const out: number[] = [];
+  for (const bar of await byTestId(page, id, extra).all())
+    out.push(Number(await bar.getAttribute('data-count')));
+  return out;
+}
+
+test('with the operator credentials the console shows the seeded due count and the charts match queue-state', async () => {
+  const { page, problems } = await openConsole();
+  try {
+    await byTestId(page, 'due', `[data-value="${DUE}"]`).waitFor({ timeout: 10_000 });
+    assert.equal(await byTestId(page, 'due').textContent(), String(DUE));
+    assert.equal(await byTestId(page, 'due-sitemap').textContent(), String(DUE_SITEMAP));
+    assert.equal(await byTestId(page, 'due-discovered').textContent(), String(DUE_DISCOVERED));
+    assert.equal(await byTestId(page, 'state-banner').isVisible(), false);
+
+    const bars = await dataCounts(page, 'coming-bar');
+    const state = await h.fetch('/prerender_admin/queue-state');
+    assert.equal(state.status, 200, state.text);
+    assert.deepEqual(bars, state.json.coming.byHour);
+    const seeded = new Array<number>(24).fill(0);
+    for (const c of COMING) seeded[c.hour] = c.count;
+    assert.deepEqual(bars, seeded);
+
+    // Lateness bars, split by source, add up to the seeded due rows of each source.
+    const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+    const lateSitemap = await dataCounts(page, 'lateness-bar', '[data-series="sitemap"]');
+    const lateDiscovered = await dataCounts(page, 'lateness-bar', '[data-series="discovered"]');
+    assert.deepEqual(lateSitemap, state.json.lateness.sitemap);
+    assert.deepEqual(lateDiscovered, state.json.lateness.discovered);
+    assert.equal(sum(lateSitemap), DUE_SITEMAP);
+    assert.equal(sum(lateDiscovered), DUE_DISCOVERED);
+
+    assert.equal(await byTestId(page, 'flow-bar').count(), 5 * 60);
+    assert.ok((await byTestId(page, 'class-row').count()) >= 2, 'a row per seeded class');
+    assert.equal(await byTestId(page, 'trust-exact').textContent(), 'yes');
+    assert.equal(await byTestId(page, 'trust-phase').textContent(), 'live');
+    assert.equal(await byTestId(page, 'fleet-row').count(), 1);
+    assert.match((await byTestId(page, 'fleet-row').textContent()) ?? '', /console-fleet/);
+    assert.equal(await byTestId(page, 'hook-health').textContent(), 'enabled');
+    assert.match((await byTestId(page, 'stall-table').textContent()) ?? '', /no stalled queues/);
+    assert.notEqual(await byTestId(page, 'lease-max').getAttribute('data-value'), null);
+
+    await page.screenshot({ path: join(artifacts, 'console.png'), fullPage: true });
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test('the pause button flips the shown status to paused and resume flips it back, as overview says', async () => {
+  const { page, problems } = await openConsole();
+  try {
+    await byTestId(page, 'node-status', ':text-matches("^(queued|empty)$")').waitFor({ timeout: 10_000 });
+    await byTestId(page, 'pause-button').click();
+    await byTestId(page, 'node-status', ':text-is("paused")').waitFor({ timeout: 10_000 });
+    await until('overview to report the pause', async () => {
+      const r = await h.fetch('/prerender_admin/overview', { fresh: true });
+      return r.json.paused === true && r.json.status === 'paused';
+    });
+
+    await byTestId(page, 'resume-button').click();
+    await byTestId(page, 'node-status', ':text-is("queued")').waitFor({ timeout: 10_000 });
+    await until('overview to report the resume', async () => {
+      const r = await h.fetch('/prerender_admin/overview', { fresh: true });
+      return r.json.paused === false && r.json.status === 'queued';
+    });
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+    // Never leave the node paused for a later test, whatever failed above.
+    await h.fetch('/prerender_admin/resume', { body: { scope: 'all' } });
+  }
+});
+
+test('when queue-state answers 503 the console blanks every count and shows the phase and the error', async () => {
+  // The browser logs each non-2xx fetch as a console error; the mocked 503 is the one expected here.
+  const expected503 = (text: string, url: string) =>
+    url.endsWith('/prerender_admin/queue-state') && /status of 503/.test(text);
+  const { page, problems } = await openConsole(expected503);
+  try {
+    // Live numbers first, so the test proves they are taken down — not merely never drawn. Checked: a
+    // console.js that skips blanking when queue-state fails (keeps the last counts) fails at 'due is blank'.
+    await byTestId(page, 'due', `[data-value="${DUE}"]`).waitFor({ timeout: 10_000 });
+    await page.route('**/prerender_admin/queue-state', (route) =>
+      route.fulfill({
+        status: 503,
+        contentType: 'application/json',
+        headers: { 'retry-after': '5' },
+        // The shape the server sends while the keeper loads (services/api/queue.ts).
+        body: JSON.stringify({
+          error: 'the keeper cannot vouch for its numbers (loading)',
+          code: 'unavailable',
+          now: { inFlight: 3, paused: false, status: 'unready' },
+          trust: { live: false, exact: false, phase: 'loading' },
+        }),
+      }),
+    );
+    await byTestId(page, 'state-banner').waitFor({ state: 'visible', timeout: 10_000 });
+    assert.equal(await byTestId(page, 'state-phase').textContent(), 'loading');
+    assert.match((await byTestId(page, 'state-error').textContent()) ?? '', /cannot vouch/);
+    assert.equal(await byTestId(page, 'trust-phase').textContent(), 'loading');
+    assert.equal(await byTestId(page, 'trust-exact').textContent(), 'no');
+    for (const id of [
+      'due',
+      'in-flight',
+      'unclaimed',
+      'due-sitemap',
+      'due-discovered',
+      'due-urgent',
+      'next15m',
+      'next60m',
+      'next24h',
+      'trust-repaired',
+    ]) {
+      assert.equal(await byTestId(page, id).textContent(), '—', `${id} is blank`);
+      assert.equal(await byTestId(page, id).getAttribute('data-value'), null, `${id} carries no value`);
+    }
+    for (const id of ['trust-publish', 'trust-verify', 'trust-rows', 'trust-state-age'])
+      assert.equal(await byTestId(page, id).textContent(), '—', `${id} is blank`);
+    assert.equal(await byTestId(page, 'coming-bar').count(), 0);
+    assert.equal(await byTestId(page, 'lateness-bar').count(), 0);
+    assert.equal(await byTestId(page, 'flow-bar').count(), 0);
+    assert.equal(await byTestId(page, 'class-row').count(), 0);
+    assert.equal(await page.locator('#panel-now.unavailable').count(), 1);
+    await page.screenshot({ path: join(artifacts, 'console-503.png'), fullPage: true });
+
+    // And the numbers come back with the keeper.
+    await page.unroute('**/prerender_admin/queue-state');
+    await byTestId(page, 'due', `[data-value="${DUE}"]`).waitFor({ timeout: 10_000 });
+    assert.equal(await byTestId(page, 'state-banner').isVisible(), false);
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test('the console serves only its allow-listed assets, with their content types, and only to an operator', async () => {
+  const page = await h.fetch(CONSOLE);
+  assert.equal(page.status, 200);
+  assert.match(page.headers['content-type'] ?? '', /^text\/html/);
+  assert.match(page.text, /src="\/prerender_admin\/console\/console\.js"/);
+  assert.match(page.text, /href="\/prerender_admin\/console\/console\.css"/);
+  assert.match(String(page.headers['content-security-policy']), /frame-ancestors 'none'/);
+
+  const js = await h.fetch(`${CONSOLE}/console.js`);
+  assert.equal(js.status, 200);
+  assert.match(js.headers['content-type'] ?? '', /^text\/javascript/);
+  const css = await h.fetch(`${CONSOLE}/console.css`);
+  assert.equal(css.status, 200);
+  assert.match(css.headers['content-type'] ?? '', /^text\/css/);
+
+  for (const path of [
+    `${CONSOLE}/console.html`,
+    `${CONSOLE}/..%2F..%2Fconfig.yaml`,
+    `${CONSOLE}/%2E%2E%2Fpackage.json`,
+    `${CONSOLE}/web/console.js`,
+    `${CONSOLE}/console.js/x`,
+  ]) {
+    const r = await h.fetch(path);
+    assert.equal(r.status, 404, `${path} answered ${r.status}`);
+    assert.equal(r.json?.code, 'not_found', path);
+  }
+
+  const anonymous = await h.fetch(CONSOLE, { auth: null });
+  assert.equal(anonymous.status, 401);
+  // Harper's challenge is what makes a browser ask the operator for credentials in the first place.
+  assert.match(String(anonymous.headers['www-authenticate']), /^Basic/);
+  assert.equal((await h.fetch(`${CONSOLE}/console.js`, { auth: null })).status, 401);
+});
