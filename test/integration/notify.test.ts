@@ -6,6 +6,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { startHarper, type HarperInstance } from '../harness.js';
+import { parseScrape, total } from '../promText.js';
 
 let h: HarperInstance;
 let receiver: http.Server;
@@ -329,6 +330,16 @@ test('the kill switch (notify.maxHooksPerFleet 0) refuses new hooks and sends no
   await sleep(1500);
   assert.equal(at('/kill').length, 0);
   await config({ notify: { maxHooksPerFleet: 5 } });
+});
+
+test('deliveries, failures and auto-disables are counted in the metrics', async () => {
+  const scrape = parseScrape((await h.fetch('/prerender_admin/metrics')).text);
+  // From the tests above: several 2xx deliveries, failed ones (retry, hang, redirect, disable) and one
+  // auto-disable.
+  assert.ok(total(scrape, 'notify_delivered') >= 2, 'notify_delivered');
+  assert.ok(total(scrape, 'notify_failed') >= 4, 'notify_failed');
+  assert.equal(total(scrape, 'notify_disabled'), 1);
+  assert.equal(total(scrape, 'notify_dropped'), 0);
 });
 
 test('without QUEUE_KEEPER_SECRET_KEY hook endpoints answer 503 unavailable', async () => {

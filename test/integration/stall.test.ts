@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { Webhook } from 'standardwebhooks';
+import { parseScrape } from '../promText.js';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
 
 const MIN = 60_000;
@@ -232,4 +233,10 @@ test('a stalled queue is woken once per backoff step up to the cap, keeps its le
   });
   assert.equal(del.status, 200, del.text);
   await until('the ledger row drained', async () => (await ledger()).length === 0);
+
+  // --- the operator's view: the metric (counters are per process: two wakes since the restart) and the log
+  const scrape = parseScrape((await harper().fetch('/prerender_admin/metrics')).text);
+  const nudges = scrape.get('stall_nudges_total')?.metrics.find((m) => m.labels?.queue === QUEUE);
+  assert.equal(Number(nudges?.value), 2, 'stall_nudges_total{queue} counts the wakes since the restart');
+  assert.match(harper().output(), /nudged stalled queues count=1/);
 });
