@@ -83,7 +83,10 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
   let budget = limit * OVER_TAKE;
   let exhausted = false;
   while (jobs.length < limit && budget > 0) {
-    const batch = ready.take(Math.min(budget, (limit - jobs.length) * 2));
+    // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
+    // and dropping it would strand it until the next publish — forever, if the keeper has stalled and
+    // the node is draining its last set (SPEC §3). Skipped entries are made up by taking again.
+    const batch = ready.take(Math.min(budget, limit - jobs.length));
     if (batch.length === 0) {
       exhausted = true;
       break;

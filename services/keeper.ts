@@ -12,6 +12,7 @@ import {
   VERIFY_RETRY_MS,
   type ScheduleSource,
 } from './keeperService.js';
+import { currentOwnership } from './membership.js';
 import { count, gauge } from './metrics.js';
 import { onDueSummary } from './notify.js';
 import { readRow, subscribeSchedule, walkSchedule } from './schedule.js';
@@ -46,16 +47,51 @@ export function nodeStatusNow(now = Date.now()) {
   return deriveStatus(servingView(now));
 }
 
+interface Loop {
+  ms: () => number;
+  armedWith: number;
+  timer: NodeJS.Timeout | null;
+  running: boolean;
+  run: () => Promise<void>;
+}
+const loops: Loop[] = [];
+
+/**
+ * Runs `fn` every `ms()` (never two at once). A config change that alters the interval re-arms the
+ * waiting timer at once (SPEC §8), so lowering a ten-minute interval does not wait ten minutes.
+ */
 function every(ms: () => number, fn: () => unknown | Promise<unknown>): void {
-  const loop = async () => {
-    try {
-      await fn();
-    } catch (e) {
-      log.error('keeper duty failed', e);
-    }
-    setTimeout(loop, ms()).unref?.();
+  const loop: Loop = {
+    ms,
+    armedWith: 0,
+    timer: null,
+    running: false,
+    run: async () => {
+      loop.timer = null;
+      loop.running = true;
+      try {
+        await fn();
+      } catch (e) {
+        log.error('keeper duty failed', e);
+      } finally {
+        loop.running = false;
+      }
+      arm(loop);
+    },
   };
-  setTimeout(loop, ms()).unref?.();
+  loops.push(loop);
+  arm(loop);
+}
+
+function arm(loop: Loop): void {
+  if (loop.timer) clearTimeout(loop.timer);
+  loop.armedWith = loop.ms();
+  loop.timer = setTimeout(() => void loop.run(), loop.armedWith);
+  loop.timer.unref?.();
+}
+
+function rearmChangedLoops(): void {
+  for (const loop of loops) if (!loop.running && loop.timer && loop.ms() !== loop.armedWith) arm(loop);
 }
 
 async function syncStatus(force = false): Promise<void> {
@@ -128,6 +164,11 @@ export async function startKeeper(): Promise<void> {
   }
   process.on('exit', () => signal.releaseLeadership(ownerId));
 
+  // Row ownership over the cluster's members, re-read every maintenance tick (SPEC §9).
+  let ownership = await currentOwnership();
+  if (ownership.nodes.length > 1)
+    log.info(`keeper: clustered with ${ownership.nodes.join(', ')}; holding the rows this node owns`);
+
   const svc = new KeeperService({
     source,
     ready,
@@ -142,6 +183,7 @@ export async function startKeeper(): Promise<void> {
     metric: (name, v) => gauge(name, v),
     countRepaired: (n) => count('keeper_repaired', n),
     onDue: onDueSummary,
+    owns: (key) => ownership.owns(key),
   });
   service = svc;
   svc.withdraw(Date.now());
@@ -149,6 +191,7 @@ export async function startKeeper(): Promise<void> {
   await syncStatus().catch((e) => log.error('status write failed', e));
 
   onConfigChange((_next, _prev, changed) => {
+    rearmChangedLoops();
     if (
       changed.some(
         (p) =>
@@ -223,6 +266,17 @@ export async function startKeeper(): Promise<void> {
       await syncStatus();
     },
   );
+  every(
+    () => config().maintenance.tickInterval,
+    async () => {
+      const next = await currentOwnership();
+      if (next.sameMembership(ownership)) return;
+      log.info(`keeper: cluster membership is now ${next.nodes.join(', ')}`);
+      ownership = next;
+      await svc.membershipChanged(() => Date.now());
+    },
+  );
+
   // Verification: every verifyInterval (0 = off, re-checked each minute); a failed walk retries in 30 s.
   const verifyLoop = (delay: number): void => {
     setTimeout(async () => {

@@ -89,6 +89,8 @@ export interface KeeperStats {
     mismatched: number;
     phantom: number;
     unowned: number;
+    /** Rows picked up because the cluster membership changed (not repairs). */
+    gained: number;
     repaired: number;
   } | null;
   repairedTotal: number;
@@ -126,6 +128,8 @@ export class KeeperService {
   private lastPublishAt = -Infinity;
   private headChecked = new Map<string, number>();
   private verifying = false;
+  /** The next verification walk follows a membership change: rows it adds are gains, not repairs. */
+  private expectGains = false;
   private verifyQueued = false;
   private readonly yieldLoop: () => Promise<void>;
   private readonly later: (fn: () => void, ms: number) => void;
@@ -450,6 +454,9 @@ export class KeeperService {
     let mismatched = 0;
     let phantom = 0;
     let unowned = 0;
+    let gained = 0;
+    const gains = this.expectGains;
+    this.expectGains = false;
     let lastKey: string | undefined;
     for (;;) {
       const chunk = [
@@ -469,8 +476,10 @@ export class KeeperService {
           }
           continue;
         }
-        if (!this.core.has(key)) missing++;
-        else if (!this.core.matches(key, toKeeperRow(row))) mismatched++;
+        if (!this.core.has(key)) {
+          if (gains) gained++;
+          else missing++;
+        } else if (!this.core.matches(key, toKeeperRow(row))) mismatched++;
         else continue;
         this.core.apply(key, toKeeperRow(row), now());
       }
@@ -496,11 +505,13 @@ export class KeeperService {
       mismatched,
       phantom,
       unowned,
+      gained,
       repaired,
     };
     this.stats.lastVerify = result;
     this.stats.repairedTotal += repaired;
     this.deps.metric?.('keeper_verify_ms', result.ms);
+    if (gains) this.deps.log.info(`keeper: picked up ${gained} rows gained by the membership change`);
     if (repaired > 0) {
       this.deps.countRepaired?.(repaired);
       this.deps.log.warn(
@@ -508,6 +519,24 @@ export class KeeperService {
       );
     }
     return result;
+  }
+
+  /**
+   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once, then walk
+   * the table for the rows it gained. `owns` must already answer with the new membership.
+   */
+  async membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
+    let dropped = 0;
+    for (const key of [...this.core.keys()]) {
+      if (this.owns(key)) continue;
+      this.core.apply(key, null, now());
+      dropped++;
+    }
+    this.deps.log.info(`keeper: cluster membership changed; dropped ${dropped} rows no longer owned`);
+    this.expectGains = true;
+    // A walk already running queues one more; that one counts the gains (and logs them).
+    const walk = await this.verify(now);
+    return { dropped, gained: walk?.gained ?? 0 };
   }
 
   /** Whether the keeper can vouch for its numbers right now. */

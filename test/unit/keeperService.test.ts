@@ -189,6 +189,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
   let hook: Hook | null = null;
   let yields = 0;
   const timers: Array<{ fn: () => void; ms: number }> = [];
+  let owner: (key: string) => boolean = () => true;
   const failures = { subscribe: 0 };
   const source: ScheduleSource = {
     subscribe: async () => {
@@ -218,6 +219,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
       await hook?.(yields);
     },
     later: (fn, ms) => void timers.push({ fn, ms }),
+    owns: (key) => owner(key),
   });
   return {
     svc,
@@ -233,6 +235,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
     closed,
     timers,
     failures,
+    setOwner: (fn: (key: string) => boolean) => void (owner = fn),
     onClosed: (err?: unknown) => void closed.push(err ?? 'ended'),
     setHook: (h: Hook | null) => {
       hook = h;
@@ -538,4 +541,24 @@ test('a closed subscription is retried only after the backoff, and a failed retr
   assert.equal(h.svc.subscriptions, 2);
   assert.equal(h.timers.length, 0);
   assert.notEqual(h.svc.stats.lastVerify, null, 'a verification walk followed the new subscription');
+});
+
+test('a membership change drops rows no longer owned at once and picks up gained rows without calling them repairs', async () => {
+  const h = harness();
+  h.fill(100, () => NOW - MINUTE);
+  await h.start();
+  assert.equal(h.svc.core.size, 100);
+  const even = (key: string) => Number(key.replace(/\D/g, '')) % 2 === 0;
+  h.setOwner(even);
+  const shrink = await h.svc.membershipChanged(h.now);
+  assert.equal(shrink.dropped, 50);
+  assert.equal(h.svc.core.size, 50);
+  assert.ok([...h.svc.core.keys()].every(even));
+
+  h.setOwner(() => true);
+  const grow = await h.svc.membershipChanged(h.now);
+  assert.deepEqual(grow, { dropped: 0, gained: 50 });
+  assert.equal(h.svc.core.size, 100);
+  assert.equal(h.svc.stats.lastVerify?.repaired, 0, 'gains are not repairs');
+  assert.equal(h.svc.exact(), true);
 });

@@ -1,0 +1,112 @@
+// Two replicating nodes (HARPER.md §8 recipe, insecure ws on 127.0.0.1): each keeper holds only the rows
+// it owns by rendezvous hashing over the node names, the two together hold every row once, and a claim
+// on a node grants only that node's rows.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Ownership } from '../../util/ownership.js';
+import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../harness.js';
+
+let a: HarperInstance;
+let b: HarperInstance;
+const MIN = 60_000;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function node(name: string): Promise<{ inst: HarperInstance; url: string }> {
+  const port = await freePort();
+  const url = `ws://127.0.0.1:${port}`;
+  const inst = await startHarper({
+    harperConfig: {
+      replication: {
+        hostname: name,
+        url,
+        port: `127.0.0.1:${port}`,
+        securePort: `127.0.0.1:${await freePort()}`,
+      },
+    },
+  });
+  return { inst, url };
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 30_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await sleep(200);
+  }
+}
+
+before(async () => {
+  const na = await node('node-a');
+  a = na.inst;
+  b = (await node('node-b')).inst;
+  await b.operation({
+    operation: 'add_node',
+    hostname: 'node-a',
+    url: na.url,
+    authorization: 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64'),
+    retain_authorization: true,
+  });
+  for (const n of [a, b]) {
+    const r = await n.fetch('/prerender_admin/config', {
+      body: {
+        queue: { keeper: { publishInterval: 200, stateInterval: 1000 } },
+        maintenance: { tickInterval: 500 },
+      },
+    });
+    assert.equal(r.status, 200, r.text);
+  }
+});
+
+after(async () => {
+  await Promise.all([a?.destroy(), b?.destroy()]);
+});
+
+test('two nodes split the rows by rendezvous ownership and each grants only its own', async (t) => {
+  const urls = Array.from({ length: 400 }, (_, i) => `https://cluster.example.com/p/${i}`);
+  const r = await a.fetch('/render_queue/targets', {
+    body: { targets: urls.map((url) => ({ url, dueAt: Date.now() - MIN })) },
+  });
+  assert.equal(r.status, 200, r.text);
+  const owners = new Ownership(['node-a', 'node-b'], 'node-a');
+  const ownedByA = urls.filter((u) => owners.ownerOf(u) === 'node-a').length;
+  t.diagnostic(`node-a owns ${ownedByA} of ${urls.length}`);
+
+  const due = async (n: HarperInstance) => {
+    const s = await n.fetch('/prerender_admin/queue-state');
+    return s.status === 200 ? (s.json.now.due as number) : -1;
+  };
+  let seen = '';
+  await until('each node to hold exactly its own rows', async () => {
+    const [da, db] = [await due(a), await due(b)];
+    seen = `a=${da} b=${db}`;
+    return da === ownedByA && db === urls.length - ownedByA;
+  }).catch((e: unknown) => {
+    const logs = (n: HarperInstance) =>
+      n
+        .output()
+        .split('\n')
+        .filter((l) => /keeper|membership|clustered|hdb_nodes|replicat/i.test(l))
+        .slice(-15)
+        .join('\n');
+    throw new Error(`${String(e)}; last ${seen}\n--- a:\n${logs(a)}\n--- b:\n${logs(b)}`);
+  });
+
+  const granted: Array<{ id: string; leaseToken: number }> = [];
+  await until('node-a to grant every row it owns', async () => {
+    const c = await a.fetch('/render_queue/claim', { body: { limit: 25 } });
+    assert.equal(c.status, 200, c.text);
+    granted.push(...(c.json as Array<{ id: string; leaseToken: number }>));
+    return granted.length >= ownedByA;
+  });
+  await sleep(1000); // a few publishes more: nothing else may come
+  const late = await a.fetch('/render_queue/claim', { body: { limit: 25 } });
+  granted.push(...(late.json as Array<{ id: string; leaseToken: number }>));
+  assert.equal(granted.length, ownedByA);
+  assert.equal(new Set(granted.map((j) => j.id)).size, ownedByA);
+  assert.ok(
+    granted.every((j) => owners.ownerOf(j.id) === 'node-a'),
+    'node-a granted only rows it owns',
+  );
+});
