@@ -2,6 +2,7 @@
 // publish / state / verify / status sync, resubscribe and failed-load backoff, and the exhausted-set
 // poke. The lifecycle itself is KeeperService.
 import type { HeldDescription } from '../util/keeperCore.js';
+import type { Ownership } from '../util/ownership.js';
 import { keeperStaleAfterMs } from '../util/keeperSignal.js';
 import { config, onConfigChange } from './config.js';
 import { log, threads, workerIndex } from './harper.js';
@@ -22,6 +23,12 @@ import { deriveStatus, isPaused, publishStatus, startControl } from './status.js
 const POKE_MIN_MS = 50;
 
 let service: KeeperService | undefined;
+let ownership: Ownership | undefined;
+
+/** The cluster membership the keeper holds rows by (undefined before the keeper starts). */
+export function clusterOwnership(): Ownership | undefined {
+  return ownership;
+}
 
 export function keeper(): KeeperService | undefined {
   return service;
@@ -165,7 +172,7 @@ export async function startKeeper(): Promise<void> {
   process.on('exit', () => signal.releaseLeadership(ownerId));
 
   // Row ownership over the cluster's members, re-read every maintenance tick (SPEC §9).
-  let ownership = await currentOwnership();
+  ownership = await currentOwnership();
   if (ownership.nodes.length > 1)
     log.info(`keeper: clustered with ${ownership.nodes.join(', ')}; holding the rows this node owns`);
 
@@ -183,7 +190,7 @@ export async function startKeeper(): Promise<void> {
     metric: (name, v) => gauge(name, v),
     countRepaired: (n) => count('keeper_repaired', n),
     onDue: onDueSummary,
-    owns: (key) => ownership.owns(key),
+    owns: (key) => ownership?.owns(key) ?? true,
   });
   service = svc;
   svc.withdraw(Date.now());
@@ -270,7 +277,7 @@ export async function startKeeper(): Promise<void> {
     () => config().maintenance.tickInterval,
     async () => {
       const next = await currentOwnership();
-      if (next.sameMembership(ownership)) return;
+      if (ownership && next.sameMembership(ownership)) return;
       log.info(`keeper: cluster membership is now ${next.nodes.join(', ')}`);
       ownership = next;
       await svc.membershipChanged(() => Date.now());

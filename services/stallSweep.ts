@@ -7,7 +7,9 @@
 // them again inside the cooldown (the double wake after a restart). So: no sweep at all until the load
 // has completed, and no drain unless the keeper can vouch its view is whole.
 import {
+  mergeDueViews,
   planSweep,
+  type PairKey,
   type FleetView,
   type LedgerRow,
   type QueueDueView,
@@ -16,13 +18,14 @@ import {
 import { config } from './config.js';
 import { fleetViews, hookViews } from './fleets.js';
 import { log } from './harper.js';
-import { keeper } from './keeper.js';
+import { clusterOwnership, keeper } from './keeper.js';
+import { peerDueViews, publishDueSummaries } from './dueSummaries.js';
 import type { KeeperService } from './keeperService.js';
 import type { Duty } from './maintenance.js';
 import { count } from './metrics.js';
 import { fireStalled, notifyAvailable } from './notify.js';
 import { leaseTable } from './shared.js';
-import { chargePair, drainLedger, readClaimMarks, readLedger } from './stallLedger.js';
+import { chargePair, drainLedger, ledgerId, readClaimMarks, readLedger } from './stallLedger.js';
 
 export interface StallSweepResult extends Record<string, number> {
   drained: number;
@@ -58,11 +61,37 @@ function orphanRows(ledger: LedgerRow[], fleets: FleetView[], planned: LedgerRow
   return ledger.filter((r) => !active.has(r.fleetId) && !already.has(r));
 }
 
+/**
+ * The queues as the sweep sees them. Alone, this keeper's view. Clustered, each node holds only the rows
+ * it owns: publish ours, merge the other nodes' fresh views, and let only a pair's rendezvous owner
+ * charge it (one wake per cooldown across nodes). A node with no fresh views makes the whole incomplete:
+ * then nothing is drained, because its queues may still hold due work.
+ */
+async function sweepView(
+  svc: KeeperService,
+  now: number,
+): Promise<{ queues: QueueDueView[]; whole: boolean; mayCharge?: (pair: PairKey) => boolean }> {
+  const local = dueViews(svc, now);
+  const owners = clusterOwnership();
+  if (!owners || owners.nodes.length <= 1) return { queues: local, whole: true };
+  const tick = config().maintenance.tickInterval;
+  await publishDueSummaries(owners.self, local, now, 2 * tick);
+  const peers = await peerDueViews(owners.self, owners.nodes, now, 6 * tick + 5000);
+  if (peers.missing.length > 0)
+    log.debug(`stall sweep: no fresh due view from ${peers.missing.join(', ')}; not draining this tick`);
+  return {
+    queues: mergeDueViews([local, ...peers.views]),
+    whole: peers.missing.length === 0,
+    mayCharge: (pair) => owners.ownerOf(ledgerId(pair)) === owners.self,
+  };
+}
+
 export async function sweepStalls(now: number): Promise<StallSweepResult | Record<string, never>> {
   const svc = keeper();
   if (!svc?.serving || !svc.loadComplete || svc.phase !== 'live') return {};
-  const viewIsWhole = !svc.partial && !svc.resyncing;
-  const queues = dueViews(svc, now);
+  const view = await sweepView(svc, now);
+  const viewIsWhole = !svc.partial && !svc.resyncing && view.whole;
+  const queues = view.queues;
   const stall = config().stall;
   const [fleets, hooks, ledger, lastClaimAt] = await Promise.all([
     fleetViews(),
@@ -70,9 +99,20 @@ export async function sweepStalls(now: number): Promise<StallSweepResult | Recor
     readLedger(),
     readClaimMarks(),
   ]);
-  const plan = planSweep({ now, queues, fleets, hooks, ledger, lastClaimAt, config: stall });
-  const drainable = viewIsWhole ? plan.drain : [];
-  const drained = await drainLedger([...drainable, ...orphanRows(ledger, fleets, drainable)]);
+  const plan = planSweep({
+    now,
+    queues,
+    fleets,
+    hooks,
+    ledger,
+    lastClaimAt,
+    config: stall,
+    mayCharge: view.mayCharge,
+  });
+  // Clustered, a row is drained only by its pair's owner, like a charge.
+  const mine = (r: LedgerRow) => !view.mayCharge || view.mayCharge(r);
+  const drainable = viewIsWhole ? plan.drain.filter(mine) : [];
+  const drained = await drainLedger([...drainable, ...orphanRows(ledger, fleets, drainable).filter(mine)]);
 
   // No receiver, no charge: with the dispatcher unable to send (no sealing key, or the hook kill switch)
   // a charge would spend the pair's budget on a wake nobody gets.

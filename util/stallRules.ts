@@ -67,6 +67,11 @@ export interface StallInputs {
   /** Time of the latest claim per queue (any fleet); absent = no claim known. */
   lastClaimAt: Map<string, number>;
   config: StallConfig;
+  /**
+   * Pairs this sweep may charge (default: all). In a cluster exactly one node charges each pair — its
+   * rendezvous owner — so one wake per cooldown holds across nodes, not only across workers.
+   */
+  mayCharge?: (pair: PairKey) => boolean;
 }
 
 export interface StallCharge extends PairKey {
@@ -237,6 +242,7 @@ export function planSweep(inputs: StallInputs): StallPlan {
     for (const view of viewByQueue.values()) {
       if (!isStalled(view, now, cfg) || !hooks.some((h) => canReceive(h, fleet, view.queue))) continue;
       const pair = { fleetId: fleet.id, queue: view.queue };
+      if (inputs.mayCharge && !inputs.mayCharge(pair)) continue;
       const previous = ledgerByPair.get(pairKeyOf(pair)) ?? null;
       const { due, progress } = isDue(previous, now, inputs.lastClaimAt.get(view.queue), cfg);
       if (!due) continue;
@@ -251,4 +257,27 @@ export function planSweep(inputs: StallInputs): StallPlan {
 
   charges.sort(compareCharges);
   return { drain, charges: charges.slice(0, Math.max(0, cfg.sweepLimit)) };
+}
+
+/**
+ * One view per queue from the views of several nodes (each node holds only the rows it owns): a queue
+ * has gate-passing due work if any node has, and its representative is the oldest across nodes (ties
+ * by key, so every node picks the same row).
+ */
+export function mergeDueViews(perNode: readonly (readonly QueueDueView[])[]): QueueDueView[] {
+  const merged = new Map<string, QueueDueView>();
+  for (const views of perNode) {
+    for (const v of views) {
+      const have = merged.get(v.queue);
+      if (!have) {
+        merged.set(v.queue, { queue: v.queue, hasGateDue: v.hasGateDue, oldestGateDue: v.oldestGateDue });
+        continue;
+      }
+      have.hasGateDue ||= v.hasGateDue;
+      const a = have.oldestGateDue;
+      const b = v.oldestGateDue;
+      if (b && (!a || b.dueMs < a.dueMs || (b.dueMs === a.dueMs && b.key < a.key))) have.oldestGateDue = b;
+    }
+  }
+  return [...merged.values()];
 }

@@ -10,6 +10,7 @@ import {
   canReceive,
   hookCovers,
   isDue,
+  mergeDueViews,
   nextLedgerRow,
   planSweep,
   recheckCharge,
@@ -406,5 +407,48 @@ test('a plan never exceeds the sweep limit and only charges due pairs of stalled
           assert.ok(p.charges[i - 1]!.next.nudges <= p.charges[i]!.next.nudges, 'least-nudged first');
       },
     ),
+  );
+});
+
+test('views merged across nodes: due if any node has due work, the oldest row across nodes represents it', () => {
+  const row = (key: string, dueMs: number) => ({ key, dueMs, fromSitemap: false });
+  const merged = mergeDueViews([
+    [
+      { queue: 'a', hasGateDue: true, oldestGateDue: row('https://x/2', 2000) },
+      { queue: 'b', hasGateDue: true, oldestGateDue: null },
+    ],
+    [
+      { queue: 'a', hasGateDue: true, oldestGateDue: row('https://x/1', 1000) },
+      { queue: 'b', hasGateDue: false, oldestGateDue: null },
+      { queue: 'c', hasGateDue: true, oldestGateDue: row('https://x/9', 9000) },
+    ],
+  ]);
+  const byQueue = new Map(merged.map((v) => [v.queue, v]));
+  assert.equal(byQueue.get('a')?.oldestGateDue?.key, 'https://x/1');
+  assert.equal(byQueue.get('b')?.hasGateDue, true);
+  assert.equal(byQueue.get('b')?.oldestGateDue, null);
+  assert.equal(byQueue.get('c')?.oldestGateDue?.key, 'https://x/9');
+});
+
+test('a sweep charges only the pairs it may charge (the pair owner in a cluster), before the sweep limit', () => {
+  const cfg = { ...defaultConfig().stall, sweepLimit: 1 };
+  const now = 10 * 60_000 * 60;
+  const plan = planSweep({
+    now,
+    queues: ['q1', 'q2'].map((queue) => ({
+      queue,
+      hasGateDue: true,
+      oldestGateDue: { key: `https://x/${queue}`, dueMs: now - 10 * 60_000, fromSitemap: true },
+    })),
+    fleets: [{ id: 'f', name: 'f', state: 'active', queues: [] }],
+    hooks: [{ id: 'h', fleetId: 'f', enabled: true, queues: [] }],
+    ledger: [],
+    lastClaimAt: new Map(),
+    config: cfg,
+    mayCharge: (pair) => pair.queue === 'q2',
+  });
+  assert.deepEqual(
+    plan.charges.map((c) => c.queue),
+    ['q2'],
   );
 });

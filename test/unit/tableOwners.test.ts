@@ -44,6 +44,10 @@ test('only the stall ledger reads or writes QueueStallNudge', () => {
   assert.deepEqual(namers(/['"]QueueStallNudge['"]/), ['services/stallLedger.ts']);
 });
 
+test('only the due-summary module reads or writes QueueDueSummary', () => {
+  assert.deepEqual(namers(/['"]QueueDueSummary['"]/), ['services/dueSummaries.ts']);
+});
+
 test('the check itself sees a file that names the table', () => {
   // Guard against a test that cannot fail: the owner must be found by the same scan.
   assert.ok(all.some((f) => f.endsWith(join('services', 'schedule.ts'))));
