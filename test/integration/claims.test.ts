@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { parseScrape, total } from '../promText.js';
+import { sleep, until } from '../wait.js';
 
 let h: HarperInstance;
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
@@ -28,8 +29,6 @@ after(async () => {
   await h?.destroy();
 });
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 async function file(targets: unknown[]) {
   const r = await h.fetch('/render_queue/targets', { body: { targets } });
   assert.equal(r.status, 200, r.text);
@@ -50,16 +49,6 @@ async function claim(limit = 25, fresh = false) {
     }>,
     status: r.headers['x-queue-status'],
   };
-}
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
 }
 
 async function queueState() {

@@ -7,6 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Ownership } from '../../util/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../harness.js';
+import { sleep, until } from '../wait.js';
 
 let a: HarperInstance;
 let b: HarperInstance;
@@ -14,7 +15,6 @@ let receiver: http.Server;
 let receiverUrl = '';
 const wakes: Array<{ id: string; body: { reason: string; queue: string; job: { url: string } } }> = [];
 const MIN = 60_000;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function node(name: string): Promise<{ inst: HarperInstance; url: string }> {
   const port = await freePort();
@@ -30,16 +30,6 @@ async function node(name: string): Promise<{ inst: HarperInstance; url: string }
     },
   });
   return { inst, url };
-}
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(200);
-  }
 }
 
 before(async () => {
@@ -100,11 +90,15 @@ test('two nodes split the rows by rendezvous ownership and each grants only its 
     return s.status === 200 ? (s.json.now.due as number) : -1;
   };
   let seen = '';
-  await until('each node to hold exactly its own rows', async () => {
-    const [da, db] = [await due(a), await due(b)];
-    seen = `a=${da} b=${db}`;
-    return da === ownedByA && db === urls.length - ownedByA;
-  }).catch((e: unknown) => {
+  await until(
+    'each node to hold exactly its own rows',
+    async () => {
+      const [da, db] = [await due(a), await due(b)];
+      seen = `a=${da} b=${db}`;
+      return da === ownedByA && db === urls.length - ownedByA;
+    },
+    30_000,
+  ).catch((e: unknown) => {
     const logs = (n: HarperInstance) =>
       n
         .output()
@@ -156,7 +150,7 @@ test('a queue stalled across both nodes is woken once per backoff step, by one n
   });
   assert.equal(filed.status, 200, filed.text);
   const stalled = () => wakes.filter((w) => w.body.reason === 'stalled');
-  await until('the first stalled wake', async () => stalled().length >= 1);
+  await until('the first stalled wake', async () => stalled().length >= 1, 30_000);
   await sleep(3000); // six ticks on each node: only the pair's owner may charge
   assert.equal(stalled().length, 1, 'one wake, not one per node');
   // The first wake may come before the other node's view has replicated (one tick plus replication), so

@@ -7,6 +7,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { ADMIN_PASS, ADMIN_USER, repoRoot, startHarper, type HarperInstance } from '../harness.js';
+import { until } from '../wait.js';
 
 const CONSOLE = '/prerender_admin/console';
 const MIN = 60_000;
@@ -24,18 +25,6 @@ const artifacts = join(repoRoot, 'test-artifacts');
 let h: HarperInstance;
 let browser: Browser;
 let context: BrowserContext;
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
 
 async function seed(): Promise<void> {
   const config = await h.fetch('/prerender_admin/config', {

@@ -22,6 +22,7 @@ import {
   type FetchResult,
   type HarperInstance,
 } from '../harness.js';
+import { sleep, until } from '../wait.js';
 
 let h: HarperInstance;
 let inspectorPort: number;
@@ -85,18 +86,6 @@ before(async () => {
 after(async () => {
   await h?.destroy();
 });
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
 
 function containsPartial(actual: unknown, want: unknown): boolean {
   if (typeof want !== 'object' || want === null) return actual === want;

@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
 import { startHarper, type HarperInstance } from '../harness.js';
 import { parseScrape, total } from '../promText.js';
+import { sleep, until } from '../wait.js';
 
 let h: HarperInstance;
 let receiver: http.Server;
@@ -68,18 +69,6 @@ after(async () => {
   await h?.destroy();
   await new Promise((r) => receiver.close(r));
 });
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until<T>(what: string, fn: () => T | undefined | false, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 async function config(body: unknown) {
   const r = await h.fetch('/prerender_admin/config', { body });

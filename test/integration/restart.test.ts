@@ -3,6 +3,7 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request, startHarper, type HarperInstance } from '../harness.js';
+import { sleep } from '../wait.js';
 
 let h: HarperInstance | undefined;
 after(async () => {
@@ -10,7 +11,6 @@ after(async () => {
 });
 
 const MIN = 60_000;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function settledState(
   inst: HarperInstance,

@@ -8,6 +8,7 @@ import http from 'node:http';
 import { Webhook } from 'standardwebhooks';
 import { parseScrape } from '../promText.js';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { sleep, until } from '../wait.js';
 
 const MIN = 60_000;
 const BACKOFF = [3000, 6000];
@@ -44,18 +45,6 @@ interface LedgerEntry {
 let h: HarperInstance | undefined;
 let receiver: http.Server;
 const deliveries: Delivery[] = [];
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, ms = 15_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
 
 function harper(): HarperInstance {
   assert.ok(h, 'Harper is running');
