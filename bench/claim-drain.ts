@@ -1,0 +1,144 @@
+// The fleet side of the claim benchmarks: N clients, each on its own keep-alive connection, claiming
+// with limit 25 until a target number of jobs has been granted, optionally posting one job_results
+// batch per claim. Counts every id granted twice (a duplicate: no lease in these runs can expire).
+import type { HarperInstance } from '../test/harness.js';
+import {
+  claimCounters,
+  cpuMeter,
+  fileAll,
+  overview,
+  sleep,
+  summarize,
+  until,
+  type FleetClient,
+} from './lib.js';
+
+const LIMIT = 25;
+/** An empty answer means the set is used up until the keeper's next publish; a real fleet backs off. */
+const EMPTY_BACKOFF_MS = 10;
+/** A drain that grants nothing for this long is stuck: report what it got instead of hanging. */
+const STUCK_MS = 30_000;
+
+interface Granted {
+  id: string;
+  leaseToken: number;
+}
+
+export interface DrainOptions {
+  target: number;
+  withResults: boolean;
+  /** When set, every grant's wall time minus this instant is recorded (due → started). */
+  dueAt?: number;
+}
+
+/** Files due rows and waits until the keeper counts them due, so the drain starts on a warm queue. */
+export async function fileToClaim(h: HarperInstance, urls: string[], dueAt: number): Promise<number> {
+  const before = Number((await overview(h)).keeper.dueCount);
+  const rate = await fileAll(
+    h,
+    urls.map((url) => ({ url, dueAt })),
+  );
+  await until('the keeper counts the filed rows due', async () =>
+    Number((await overview(h)).keeper.dueCount) >= before + urls.length ? true : undefined,
+  );
+  return rate;
+}
+
+export async function drainClaims(h: HarperInstance, clients: FleetClient[], opts: DrainOptions) {
+  const seen = new Set<string>();
+  let dups = 0;
+  let granted = 0;
+  let emptyClaims = 0;
+  let notAccepted = 0;
+  let errors = 0;
+  const claimMs: number[] = [];
+  const resultsMs: number[] = [];
+  const dueMs: number[] = [];
+  let done = false;
+  const counters0 = await claimCounters(h);
+  let lastGrant = performance.now();
+  let lastResult = NaN;
+  const meter = cpuMeter({ harper: h.pid });
+  const t0 = performance.now();
+  let firstGrantAt = NaN;
+  let targetAt = NaN;
+  await Promise.all(
+    clients.map(async (c) => {
+      while (!done) {
+        const s = performance.now();
+        const r = await c.post('/render_queue/claim', { limit: LIMIT });
+        const e = performance.now();
+        if (r.status !== 200) {
+          errors++;
+          await sleep(EMPTY_BACKOFF_MS);
+          continue;
+        }
+        const jobs = r.json as Granted[];
+        if (jobs.length === 0) {
+          emptyClaims++;
+          if (e - lastGrant > STUCK_MS && granted > 0) done = true;
+          await sleep(EMPTY_BACKOFF_MS);
+          continue;
+        }
+        claimMs.push(e - s);
+        lastGrant = e;
+        if (Number.isNaN(firstGrantAt)) firstGrantAt = e;
+        const wall = Date.now();
+        for (const j of jobs) {
+          if (seen.has(j.id)) dups++;
+          else seen.add(j.id);
+          if (opts.dueAt !== undefined) dueMs.push(wall - opts.dueAt);
+        }
+        granted += jobs.length;
+        if (granted >= opts.target && Number.isNaN(targetAt)) targetAt = e;
+        if (granted >= opts.target) done = true;
+        if (opts.withResults) {
+          const rs = performance.now();
+          const res = await c.post('/render_queue/job_results', {
+            results: jobs.map((j) => ({
+              id: j.id,
+              leaseToken: j.leaseToken,
+              outcome: 'rendered',
+              statusCode: 200,
+            })),
+          });
+          lastResult = performance.now();
+          resultsMs.push(lastResult - rs);
+          const answers = (res.json as { results?: Array<{ accepted: boolean }> } | undefined)?.results ?? [];
+          notAccepted += jobs.length - answers.filter((a) => a.accepted).length;
+        }
+      }
+    }),
+  );
+  const end = performance.now();
+  const cpu = meter();
+  const counters1 = await claimCounters(h);
+  // Claim-only ends at the grant that reached the target; a full drain when its last results landed. An
+  // incomplete drain ends at its last grant or result, never at the stuck timeout.
+  const grantEnd = Number.isNaN(targetAt) ? lastGrant : targetAt;
+  const spanMs = (opts.withResults ? (Number.isNaN(lastResult) ? end : lastResult) : grantEnd) - t0;
+  const sortedDue = [...dueMs].sort((a, b) => a - b);
+  return {
+    jobs: granted,
+    distinct: seen.size,
+    complete: granted >= opts.target,
+    jobsPerSec: Math.round((granted / spanMs) * 1000),
+    spanMs: Math.round(spanMs),
+    firstGrantMs: Math.round(firstGrantAt - t0),
+    dups,
+    notAccepted,
+    errors,
+    emptyClaims,
+    claims: claimMs.length,
+    // publishes = ready-set generations during the drain; stale/wedged = entries the claim path skipped
+    publishes: counters1.generation - counters0.generation,
+    stale: counters1.stale - counters0.stale,
+    wedged: counters1.wedged - counters0.wedged,
+    claimMs: summarize(claimMs),
+    resultsMs: summarize(resultsMs),
+    ...(opts.dueAt !== undefined
+      ? { dueMs: { ...summarize(dueMs), first: sortedDue[0], last: sortedDue.at(-1) } }
+      : {}),
+    ...cpu,
+  };
+}

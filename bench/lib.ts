@@ -1,0 +1,252 @@
+// Shared pieces of the Harper-backed benchmarks: machine facts, percentiles, per-process CPU from /proc,
+// a private redis-server stopped by pid, one keep-alive HTTP connection per simulated fleet client, and
+// the URLs every script files (~100 characters, like real product pages).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from 'undici';
+import { basicAuth, freePort, type Credentials, type HarperInstance } from '../test/harness.js';
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+export function machine(): Record<string, unknown> {
+  return {
+    date: new Date().toISOString(),
+    nproc: cpus().length,
+    cpu: /model name\s*:\s*(.*)/.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? cpus()[0]?.model,
+    node: process.version,
+    loadavg: loadavg(),
+  };
+}
+
+/** The 1-minute load average: read before and after each run so a noisy neighbour shows in the record. */
+export function loadavg(): number {
+  return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+}
+
+export function percentile(sorted: ArrayLike<number>, p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+}
+
+export function summarize(samples: number[]): { n: number; p50: number; p99: number; max: number } {
+  const s = Float64Array.from(samples).sort();
+  const r = (x: number) => Math.round(x * 100) / 100;
+  return {
+    n: s.length,
+    p50: r(percentile(s, 0.5)),
+    p99: r(percentile(s, 0.99)),
+    max: r(s[s.length - 1] ?? NaN),
+  };
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+const TICK_MS = 10; // USER_HZ is 100 on Linux: utime/stime in /proc count 10 ms ticks.
+
+/** CPU ms a process (all its threads) has used so far, from /proc/<pid>/stat. */
+export function procCpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) * TICK_MS;
+}
+
+/** CPU ms per thread (name and tid), to see whether both Harper workers carry the load. */
+export function threadCpuMs(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(`${name}#${tid}`, (Number(f[11]) + Number(f[12])) * TICK_MS);
+    } catch {
+      // the thread ended between readdir and read
+    }
+  }
+  return out;
+}
+
+/** The busiest threads between two threadCpuMs snapshots (ms of CPU each). */
+export function busiestThreads(before: Map<string, number>, after: Map<string, number>, n = 4) {
+  return [...after]
+    .map(([k, v]) => [k, v - (before.get(k) ?? 0)] as const)
+    .filter(([, v]) => v > 0)
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, n)
+    .map(([k, v]) => `${k}:${v}`);
+}
+
+export function rssKb(pid: number): { rssAnonKb: number; rssFileKb: number } {
+  const s = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = (k: string) => Number(new RegExp(`${k}:\\s*(\\d+)`).exec(s)?.[1] ?? NaN);
+  return { rssAnonKb: kb('RssAnon'), rssFileKb: kb('RssFile') };
+}
+
+/** Measures this process's CPU over a stretch of wall time, as a share of every core of the machine. */
+export function cpuMeter(pids: Record<string, number> = {}) {
+  const wall0 = performance.now();
+  const self0 = process.cpuUsage();
+  const others0 = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, procCpuMs(pid)]));
+  return () => {
+    const wallMs = performance.now() - wall0;
+    const u = process.cpuUsage(self0);
+    const selfMs = (u.user + u.system) / 1000;
+    const cores = cpus().length;
+    const share = (ms: number) => Math.round((1000 * ms) / (wallMs * cores)) / 10;
+    const out: Record<string, number> = { wallMs: Math.round(wallMs), generatorCpuPct: share(selfMs) };
+    for (const [k, pid] of Object.entries(pids)) {
+      const ms = procCpuMs(pid) - others0[k]!;
+      out[`${k}CpuMs`] = ms;
+      out[`${k}CpuPct`] = share(ms);
+    }
+    return out;
+  };
+}
+
+export interface Redis {
+  port: number;
+  pid: number;
+  stop: () => Promise<void>;
+}
+
+/** A private redis-server on 127.0.0.1 with persistence off (BullMQ's usual benchmark setting). */
+export async function startRedis(): Promise<Redis> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'qk-redis-'));
+  const child: ChildProcess = spawn(
+    '/usr/bin/redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<void>((r) => child.on('exit', () => r()));
+  for (let i = 0; !out.includes('Ready to accept connections'); i++) {
+    if (i > 100) throw new Error(`redis-server did not start:\n${out}`);
+    await sleep(50);
+  }
+  return {
+    port,
+    pid: child.pid!,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** ~100-character URL; `tag` keeps every run's rows apart. */
+export function benchUrl(tag: string, i: number): string {
+  const u = `https://shop.example.com/catalogue/category-${i % 97}/product-${String(i).padStart(8, '0')}-${tag}?ref=bench`;
+  return u.length >= 100 ? u : u + '-'.repeat(100 - u.length);
+}
+
+export interface FleetClient {
+  post: (
+    path: string,
+    body: unknown,
+  ) => Promise<{ status: number; headers: Record<string, unknown>; json: unknown }>;
+  close: () => Promise<void>;
+}
+
+/** One keep-alive connection, as one renderer process of a fleet would hold. */
+export function fleetClient(h: HarperInstance, who: Credentials): FleetClient {
+  const client = new Client(h.url, { pipelining: 1, keepAliveTimeout: 120_000 });
+  const authorization = basicAuth(who);
+  return {
+    post: async (path, body) => {
+      const r = await client.request({
+        path,
+        method: 'POST',
+        headers: { authorization, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      const text = await r.body.text();
+      return { status: r.statusCode, headers: r.headers, json: text ? JSON.parse(text) : undefined };
+    },
+    close: () => client.close(),
+  };
+}
+
+/** Files targets through the API in batches of 10,000 (the API's ceiling); returns rows/s. */
+export async function fileAll(
+  h: HarperInstance,
+  targets: Array<Record<string, unknown>>,
+  batch = 10_000,
+): Promise<number> {
+  const t0 = performance.now();
+  for (let i = 0; i < targets.length; i += batch) {
+    const chunk = targets.slice(i, i + batch);
+    const r = await h.fetch('/render_queue/targets', { body: { targets: chunk } });
+    if (r.status !== 200 || r.json.upserted !== chunk.length)
+      throw new Error(`filing failed: ${r.status} ${r.text.slice(0, 300)}`);
+  }
+  return (targets.length / (performance.now() - t0)) * 1000;
+}
+
+export async function deleteAll(h: HarperInstance, urls: string[], batch = 10_000): Promise<void> {
+  for (let i = 0; i < urls.length; i += batch) {
+    const r = await h.fetch('/render_queue/targets', {
+      method: 'DELETE',
+      body: { urls: urls.slice(i, i + batch) },
+    });
+    if (r.status !== 200) throw new Error(`delete failed: ${r.status} ${r.text.slice(0, 300)}`);
+  }
+}
+
+/** Waits until `check` returns a value (polling), or throws after `ms`. */
+export async function until<T>(
+  what: string,
+  check: () => Promise<T | undefined>,
+  ms = 120_000,
+  every = 200,
+): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(every);
+  }
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function overview(h: HarperInstance): Promise<any> {
+  return (await h.fetch('/prerender_admin/overview')).json;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export async function keeperStats(h: HarperInstance): Promise<any> {
+  const r = await h.fetch('/prerender_admin/overview');
+  return r.json?.keeper?.stats ?? null;
+}
+
+/** Every sample of the Prometheus scrape, summed over label sets, by metric name. */
+export async function metricValues(h: HarperInstance): Promise<Map<string, number>> {
+  const text = (await h.fetch('/prerender_admin/metrics')).text;
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
+    if (m) out.set(m[1]!, (out.get(m[1]!) ?? 0) + Number(m[3]));
+  }
+  return out;
+}
+
+/** What the claim path did between two points: ready-set publishes, grants, stale and wedged skips. */
+export async function claimCounters(h: HarperInstance) {
+  const [o, m] = await Promise.all([overview(h), metricValues(h)]);
+  const pick = (suffix: string) => [...m].find(([k]) => k.endsWith(suffix))?.[1] ?? NaN;
+  return {
+    generation: Number(o.ready.generation),
+    granted: pick('claim_granted'),
+    stale: pick('claim_stale'),
+    wedged: pick('claim_wedged'),
+  };
+}

@@ -1,0 +1,123 @@
+// The keeper's publish, taken apart without Harper (SPEC §10: publish incl. top-K and write, 300k due,
+// ≤ 5 ms p99). Builds a KeeperCore like keeper-core.ts (30 % due, ~100-char URLs), a lease table with
+// LEASED live leases on the best rows, and a ready set of capacity 5,000, then times each step the
+// keeper's publishOnce takes: dueSummary, topK with and without the lease-skip predicate, the lease
+// check alone (keyHash + probe), keyHash alone, and the ready-set write.
+// Run: npx tsc -p tsconfig.json && node dist/bench/publish-core.js [rows=1000000] [leased=600]
+//      (add --cpu-prof --cpu-prof-dir=/tmp/qk-prof to see the same split in a profile)
+import { type Classify, KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
+import { keyHash } from '../util/keyHash.js';
+import { LeaseTable } from '../util/leaseTable.js';
+import { ReadySet } from '../util/readySet.js';
+import { MINUTE_MS } from '../util/score.js';
+import { summarize } from './lib.js';
+
+const HOUR = 60 * MINUTE_MS;
+const DAY = 24 * HOUR;
+const NOW = Date.now();
+const ROWS = Number(process.argv[2] ?? 1_000_000);
+const LEASED = Number(process.argv[3] ?? 600);
+const CAPACITY = 5000;
+const RUNS = 300;
+
+const ROUTES = [
+  { prefix: '/catalog/products/', route: 'products', cadenceMs: 6 * HOUR },
+  { prefix: '/news/', route: 'news', cadenceMs: HOUR },
+  { prefix: '/blog/', route: 'blog', cadenceMs: null },
+  { prefix: '/help/articles/', route: 'unrouted', cadenceMs: null },
+] as const;
+const classify: Classify = (url, own) => {
+  const path = url.slice(url.indexOf('/', 8));
+  for (const r of ROUTES)
+    if (path.startsWith(r.prefix)) return { route: r.route, cadenceMs: r.cadenceMs ?? own ?? DAY };
+  return { route: 'unrouted', cadenceMs: own ?? DAY };
+};
+
+let seed = 0x9e3779b9;
+const random = (): number => {
+  seed = (seed + 0x6d2b79f5) | 0;
+  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+};
+
+function urlOf(i: number): string {
+  const r = ROUTES[i % ROUTES.length]!;
+  const text =
+    `https://www.example-shop.com${r.prefix}item-${i.toString(36)}-${'abcdefghij'.repeat(10)}`.slice(0, 100);
+  return Buffer.from(text, 'latin1').toString('latin1'); // flat, as a decoded record key is
+}
+
+function rowOf(key: string, i: number): ScheduleRow {
+  const own = random() < 0.1 ? 7 * DAY : null;
+  const cadence = classify(key, own).cadenceMs;
+  const due = random() < 0.3;
+  const offset = due ? -random() * 2 * cadence : 1 + random() * cadence;
+  return {
+    cacheKey: key,
+    nextRenderTime: Math.floor((NOW + offset) / MINUTE_MS) * MINUTE_MS,
+    fromSitemap: i % 2 === 0,
+    effectiveInterval: own,
+    verified: true,
+    urgentAt: due ? NOW - 1 : null, // the API marks rows filed with a past dueAt urgent
+    changedAt: null,
+  };
+}
+
+function time(fn: () => void) {
+  for (let i = 0; i < 20; i++) fn();
+  const samples: number[] = [];
+  for (let i = 0; i < RUNS; i++) {
+    const t = process.hrtime.bigint();
+    fn();
+    samples.push(Number(process.hrtime.bigint() - t) / 1e6);
+  }
+  const s = summarize(samples);
+  return { p50: s.p50, p99: s.p99 };
+}
+
+const core = new KeeperCore({
+  classify,
+  score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
+});
+for (let i = 0; i < ROWS; i++) {
+  const key = urlOf(i);
+  core.apply(key, rowOf(key, i), NOW);
+}
+const leases = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(4096)), 4096);
+for (const e of core.topK(LEASED, NOW).entries)
+  leases.grant(e.key, NOW, { leaseMs: 600_000, dueMs: e.dueMs, cadenceMs: DAY, fastRetries: 2 });
+const ready = new ReadySet(
+  new ArrayBuffer(ReadySet.byteLength(CAPACITY, CAPACITY * 192)),
+  CAPACITY,
+  CAPACITY * 192,
+);
+const skip = (k: string) => leases.isLeased(k, NOW);
+let sink = 0;
+const top = core.topK(CAPACITY, NOW, skip).entries;
+const keys = top.map((e) => e.key);
+
+console.log(
+  JSON.stringify({
+    bench: 'publish-core',
+    rows: ROWS,
+    due: core.dueSummary(NOW).due,
+    leased: LEASED,
+    node: process.version,
+    dueSummaryMs: time(() => (sink += core.dueSummary(NOW).due)),
+    topKNoSkipMs: time(() => (sink += core.topK(CAPACITY, NOW).entries.length)),
+    topKWithLeaseSkipMs: time(() => (sink += core.topK(CAPACITY, NOW, skip).entries.length)),
+    leaseCheck5000Ms: time(() => {
+      for (const k of keys) sink += skip(k) ? 1 : 0;
+    }),
+    keyHash5000Ms: time(() => {
+      for (const k of keys) sink += keyHash(k).lo & 1;
+    }),
+    readySetWrite5000Ms: time(() => (sink += ready.publish(top, NOW).published)),
+    wholePublishMs: time(() => {
+      sink += core.dueSummary(NOW).due;
+      sink += ready.publish(core.topK(CAPACITY, NOW, skip).entries, NOW).published;
+    }),
+    sink: sink > 0,
+  }),
+);

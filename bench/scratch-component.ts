@@ -1,0 +1,112 @@
+// A throw-away copy of the built component in a temp folder, for measurements the product offers no
+// switch for: with the keeper not started (to price a schedule write without the keeper), and with an
+// in-process CPU profiler on every worker (the harness strips NODE_OPTIONS, so --cpu-prof cannot reach
+// Harper's workers). The product's own files are never changed; the copy is removed by the caller.
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { repoRoot } from '../test/harness.js';
+
+export interface ScratchOptions {
+  /** Start the keeper on worker 0 (false = every schedule write reaches no subscriber). */
+  keeper: boolean;
+  /**
+   * Profile every worker between two marker files: `<dir>/start` begins sampling, `<dir>/stop` ends it
+   * and writes `<dir>/worker-<threadId>-<n>.cpuprofile`; removing both re-arms it.
+   */
+  profileDir?: string;
+  /** Adds POST /prerender_admin/bench-read-path (admin): times the claim's point read and its parts on the worker. */
+  readPathRoute?: boolean;
+}
+
+const KEEPER_START = 'void startKeeper().catch(';
+
+function profilerSource(dir: string): string {
+  return `
+import { Session as QkBenchSession } from 'node:inspector';
+import { existsSync as qkExists, writeFileSync as qkWrite } from 'node:fs';
+import { threadId as qkThreadId } from 'node:worker_threads';
+{
+  const dir = ${JSON.stringify(dir)};
+  const session = new QkBenchSession();
+  session.connect();
+  let phase = 'idle';
+  let seq = 0;
+  const timer = setInterval(() => {
+    if (phase === 'idle' && qkExists(dir + '/start')) {
+      phase = 'running';
+      session.post('Profiler.enable', () =>
+        session.post('Profiler.setSamplingInterval', { interval: 250 }, () => session.post('Profiler.start')));
+    } else if (phase === 'running' && qkExists(dir + '/stop')) {
+      phase = 'written';
+      const n = ++seq;
+      session.post('Profiler.stop', (err, res) => {
+        if (!err) qkWrite(dir + '/worker-' + qkThreadId + '-' + n + '.cpuprofile', JSON.stringify(res.profile));
+      });
+    } else if (phase === 'written' && !qkExists(dir + '/start')) {
+      phase = 'idle';
+    }
+  }, 50);
+  timer.unref();
+}
+`;
+}
+
+// Times, on the worker that serves the request, the point read a claim does per candidate (readRow) and
+// the two layers under it: the store's decoded get and its raw bytes.
+const READ_PATH_ROUTE = `
+import { route as qkRoute, reply as qkReply } from './services/http.js';
+import { readRow as qkReadRow } from './services/schedule.js';
+import { table as qkTable } from './services/harper.js';
+import { threadId as qkReadThread } from 'node:worker_threads';
+qkRoute('POST', '/prerender_admin/bench-read-path', 'admin', async (req) => {
+  const { keys, reps, turnKeys } = req.body;
+  const fresh = turnKeys ?? keys;
+  const store = qkTable('render_schedule', 'RenderSchedule').primaryStore;
+  const usPer = (fn) => {
+    const t = process.hrtime.bigint();
+    for (let r = 0; r < reps; r++) for (const k of keys) fn(k);
+    return Number(process.hrtime.bigint() - t) / 1000 / (reps * keys.length);
+  };
+  const readRowUs = usPer((k) => qkReadRow(k));
+  const storeGetUs = usPer((k) => store.get(k));
+  const getBinaryUs = typeof store.getBinary === 'function' ? usPer((k) => store.getBinary(k)) : null;
+  // As a claim reads: 25 distinct keys, then a new event-loop turn (the next request), timing the reads only.
+  let ns = 0n;
+  let n = 0;
+  for (let i = 0; i < fresh.length; i += 25) {
+    await new Promise((r) => setImmediate(r));
+    const t = process.hrtime.bigint();
+    for (const k of fresh.slice(i, i + 25)) qkReadRow(k);
+    ns += process.hrtime.bigint() - t;
+    n += Math.min(25, fresh.length - i);
+  }
+  const readRowPerTurnUs = Number(ns) / 1000 / n;
+  return qkReply({ thread: qkReadThread, reads: reps * keys.length, readRowUs, storeGetUs, getBinaryUs, readRowPerTurnUs });
+});
+`;
+
+/** Makes the copy and returns its folder. */
+export function scratchComponent(opts: ScratchOptions): string {
+  const dir = mkdtempSync(join(tmpdir(), 'qk-scratch-component-'));
+  for (const f of ['config.yaml', 'schema.graphql', 'roles.yaml', 'package.json'])
+    cpSync(join(repoRoot, f), join(dir, f));
+  if (existsSync(join(repoRoot, 'web'))) cpSync(join(repoRoot, 'web'), join(dir, 'web'), { recursive: true });
+  cpSync(join(repoRoot, 'dist'), join(dir, 'dist'), { recursive: true });
+  symlinkSync(join(repoRoot, 'node_modules'), join(dir, 'node_modules'), 'dir');
+  const entry = join(dir, 'dist', 'resources.js');
+  let src = readFileSync(entry, 'utf8');
+  if (!opts.keeper) {
+    if (!src.includes(KEEPER_START))
+      throw new Error('resources.js no longer starts the keeper the way this copy expects');
+    src = src.replace(KEEPER_START, 'void Promise.resolve().catch(');
+  }
+  if (opts.profileDir) src += profilerSource(opts.profileDir);
+  if (opts.readPathRoute) src += READ_PATH_ROUTE;
+  writeFileSync(entry, src);
+  return dir;
+}
+
+export function removeScratch(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
