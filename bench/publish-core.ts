@@ -93,6 +93,8 @@ const ready = new ReadySet(
   CAPACITY * 192,
 );
 const skip = (k: string) => leases.isLeased(k, NOW);
+// What the keeper does since the row stores its keyHash: no re-hash of each candidate.
+const skipStored = (_k: string, hi: number, lo: number) => leases.isLeasedHash(hi, lo, NOW);
 let sink = 0;
 const top = core.topK(CAPACITY, NOW, skip).entries;
 const keys = top.map((e) => e.key);
@@ -107,6 +109,7 @@ console.log(
     dueSummaryMs: time(() => (sink += core.dueSummary(NOW).due)),
     topKNoSkipMs: time(() => (sink += core.topK(CAPACITY, NOW).entries.length)),
     topKWithLeaseSkipMs: time(() => (sink += core.topK(CAPACITY, NOW, skip).entries.length)),
+    topKWithStoredHashSkipMs: time(() => (sink += core.topK(CAPACITY, NOW, skipStored).entries.length)),
     leaseCheck5000Ms: time(() => {
       for (const k of keys) sink += skip(k) ? 1 : 0;
     }),
@@ -114,9 +117,13 @@ console.log(
       for (const k of keys) sink += keyHash(k).lo & 1;
     }),
     readySetWrite5000Ms: time(() => (sink += ready.publish(top, NOW).published)),
-    wholePublishMs: time(() => {
+    wholePublishRehashMs: time(() => {
       sink += core.dueSummary(NOW).due;
       sink += ready.publish(core.topK(CAPACITY, NOW, skip).entries, NOW).published;
+    }),
+    wholePublishMs: time(() => {
+      sink += core.dueSummary(NOW).due;
+      sink += ready.publish(core.topK(CAPACITY, NOW, skipStored).entries, NOW).published;
     }),
     sink: sink > 0,
   }),

@@ -183,6 +183,7 @@ export async function startKeeper(): Promise<void> {
     state: stateDoc(),
     config,
     isLeased: (k, now) => leases.isLeased(k, now),
+    isLeasedHash: (hi, lo, now) => leases.isLeasedHash(hi, lo, now),
     // The gauge (drifts only high) is cheap; the state timer reconciles it before each document.
     inFlight: () => leases.occupancy(),
     nodeView: () => ({ paused: isPaused(), status: nodeStatusNow() }),

@@ -1,3 +1,5 @@
+import { keyHash } from './keyHash.js';
+
 // Storage for the keeper's held rows: URL → slot, and the URLs themselves packed by bucket.
 //
 // Why not a Map<string, …> plus an array per bucket: on a 2-core box a V8 Map costs ~29 B per entry and
@@ -53,6 +55,8 @@ export class HeldRows<B extends ChunkList> {
   private used = 0;
   private keyPages: string[][] = [];
   private hashPages: Int32Array[] = [];
+  /** Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here. */
+  private leasePages: Int32Array[] = [];
   private chunkNext = new Int32Array(512);
   private chunkOwner: (B | null)[] = [];
   private chunks = 0;
@@ -96,6 +100,21 @@ export class HeldRows<B extends ChunkList> {
     return this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
   }
 
+  leaseHi(slot: number): number {
+    return this.leasePages[slot >>> PAGE_SHIFT]![(slot & PAGE_MASK) << 1]!;
+  }
+
+  leaseLo(slot: number): number {
+    return this.leasePages[slot >>> PAGE_SHIFT]![((slot & PAGE_MASK) << 1) | 1]!;
+  }
+
+  private setLease(slot: number, hi: number, lo: number): void {
+    const page = this.leasePages[slot >>> PAGE_SHIFT]!;
+    const at = (slot & PAGE_MASK) << 1;
+    page[at] = hi;
+    page[at + 1] = lo;
+  }
+
   bucketOf(slot: number): B {
     return this.chunkOwner[slot >>> CHUNK_SHIFT]!;
   }
@@ -116,7 +135,8 @@ export class HeldRows<B extends ChunkList> {
       this.rehash(this.table.length * 2);
       at = ~this.locate(key, hash); // growing moved every index
     }
-    this.table[at] = this.entry(hash, this.append(bucket, key, hash));
+    const lease = keyHash(key);
+    this.table[at] = this.entry(hash, this.append(bucket, key, hash, lease.hi, lease.lo));
     this.used++;
   }
 
@@ -125,8 +145,10 @@ export class HeldRows<B extends ChunkList> {
     const slot = this.slotAt(index);
     const key = this.keyAt(slot);
     const hash = this.hashAt(slot);
+    const hi = this.leaseHi(slot);
+    const lo = this.leaseLo(slot);
     this.detach(slot);
-    this.table[index] = this.entry(hash, this.append(bucket, key, hash));
+    this.table[index] = this.entry(hash, this.append(bucket, key, hash, hi, lo));
   }
 
   /** Moves the row stored at `slot` to `bucket` (for walks that hold slots, not table indexes). */
@@ -175,7 +197,7 @@ export class HeldRows<B extends ChunkList> {
     return (((hash >>> 28) & 0xf) << TAG_SHIFT) | (slot + 1);
   }
 
-  private append(bucket: B, key: string, hash: number): number {
+  private append(bucket: B, key: string, hash: number, leaseHi: number, leaseLo: number): number {
     const fill = bucket.count & (CHUNK - 1);
     if (fill === 0) {
       const chunk = this.newChunk(bucket);
@@ -185,6 +207,7 @@ export class HeldRows<B extends ChunkList> {
     const slot = (bucket.head << CHUNK_SHIFT) | fill;
     this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = key;
     this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = hash;
+    this.setLease(slot, leaseHi, leaseLo);
     bucket.count++;
     return slot;
   }
@@ -202,6 +225,7 @@ export class HeldRows<B extends ChunkList> {
       const movedIndex = this.locate(moved, movedHash);
       this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = moved;
       this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = movedHash;
+      this.setLease(slot, this.leaseHi(last), this.leaseLo(last));
       this.table[movedIndex] = this.entry(movedHash, slot);
     }
     this.keyPages[last >>> PAGE_SHIFT]![last & PAGE_MASK] = ''; // let the URL go
@@ -225,6 +249,7 @@ export class HeldRows<B extends ChunkList> {
       if ((chunk << CHUNK_SHIFT) % PAGE === 0) {
         this.keyPages.push(new Array<string>(PAGE).fill(''));
         this.hashPages.push(new Int32Array(PAGE));
+        this.leasePages.push(new Int32Array(2 * PAGE));
       }
       if (chunk >= this.chunkNext.length) {
         const grown = new Int32Array(this.chunkNext.length * 2);

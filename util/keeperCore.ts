@@ -16,6 +16,7 @@ import type {
   ScheduleRow,
   TopEntry,
   TopK,
+  TopSkip,
   TopVisitor,
   TopWalk,
 } from './keeperTypes.js';
@@ -120,7 +121,7 @@ export class KeeperCore {
   }
 
   /** The best `k` due rows by score, best first. `skip` (leased rows) costs no place. */
-  topK(k: number, now: number, skip?: (key: string) => boolean): TopK {
+  topK(k: number, now: number, skip?: TopSkip): TopK {
     const entries: TopEntry[] = [];
     const walk = this.walkTop(
       k,
@@ -147,7 +148,7 @@ export class KeeperCore {
    * classes are merged by the score of their current bucket: no row is scored, nothing is sorted.
    * `skip` and `visit` must not change the keeper.
    */
-  walkTop(k: number, now: number, visit: TopVisitor, skip?: (key: string) => boolean): TopWalk {
+  walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
     let visited = 0;
     let skipped = 0;
     const nowMinute = floorMinute(now);
@@ -170,8 +171,9 @@ export class KeeperCore {
       for (let chunk = bucket.head, fill = HeldRows.headFill(bucket); chunk !== -1; fill = CHUNK) {
         const base = chunk * CHUNK;
         for (let i = 0; i < fill; i++) {
-          const key = rows.keyAt(base + i);
-          if (skip !== undefined && skip(key)) {
+          const slot = base + i;
+          const key = rows.keyAt(slot);
+          if (skip !== undefined && skip(key, rows.leaseHi(slot), rows.leaseLo(slot))) {
             skipped++;
             continue;
           }

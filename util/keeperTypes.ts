@@ -105,3 +105,9 @@ export interface HeldValue {
   verified: boolean;
   mark: Mark;
 }
+
+/**
+ * The publish's skip test (leased rows cost no place). It gets the row's keyHash halves as the lease
+ * table computes them, stored with the row, so a skip need not hash the URL again.
+ */
+export type TopSkip = (key: string, leaseHashHi: number, leaseHashLo: number) => boolean;

@@ -185,6 +185,15 @@ export class LeaseSlots {
     this.home = windowHome(hi, lo, this.mask);
   }
 
+  /** Makes an already hashed key current (the keeper stores each row's hash so publish need not re-hash). */
+  protected useHash(hi: number, lo: number): void {
+    if (this.cachedKey === undefined && this.hashHi === hi && this.hashLo === lo) return;
+    this.cachedKey = undefined;
+    this.hashHi = hi;
+    this.hashLo = lo;
+    this.home = windowHome(hi, lo, this.mask);
+  }
+
   /** Word index of the k-th slot of the current key's window. */
   protected base(k: number): number {
     return HEADER_WORDS + ((this.home + k) & this.mask) * SLOT_WORDS;

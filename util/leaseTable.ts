@@ -162,6 +162,16 @@ export class LeaseTable extends LeaseSlots {
   /** The keeper's skip predicate: a live lease, a release grace or an active hold. */
   isLeased(key: string, now: number): boolean {
     this.hash(key);
+    return this.blocksCurrent(now);
+  }
+
+  /** isLeased for a key whose keyHash the caller already holds (the keeper stores one per row). */
+  isLeasedHash(hi: number, lo: number, now: number): boolean {
+    this.useHash(hi, lo);
+    return this.blocksCurrent(now);
+  }
+
+  private blocksCurrent(now: number): boolean {
     for (let k = 0; k < PROBE_WINDOW; k++) {
       const word = this.read(this.base(k), false);
       if (this.readIsKey() && blocks(word & STATE_MASK, this.expiryRead, now)) return true;

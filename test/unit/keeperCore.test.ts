@@ -2,6 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { hashUrl } from '../../util/heldRows.js';
+import { keyHash } from '../../util/keyHash.js';
 import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeperCore.js';
 import { floorMinute, markOf, MINUTE_MS, score, type ScoreOptions } from '../../util/score.js';
 
@@ -226,6 +227,38 @@ describe('KeeperCore.topK', () => {
     );
     assert.equal(result.skipped, 2);
     assert.equal(result.complete, false);
+  });
+
+  it("hands the skip each row's keyHash as the lease table computes it, through inserts, moves and deletes", () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            n: fc.integer({ min: 0, max: 60 }),
+            // A few minutes only, so buckets hold many rows and moves and deletes shift rows inside them.
+            minutesAgo: fc.integer({ min: -1, max: 3 }),
+            remove: fc.boolean(),
+          }),
+          { minLength: 1, maxLength: 300 },
+        ),
+        (ops) => {
+          const core = keeper();
+          for (const op of ops) {
+            const url = `https://x.example/${op.n % 3 === 0 ? 'blog' : 'p'}/é${op.n}`;
+            core.apply(url, op.remove ? null : row(url, NOW - op.minutesAgo * MINUTE_MS), NOW);
+          }
+          let seen = 0;
+          core.topK(10_000, NOW, (key, hi, lo) => {
+            const want = keyHash(key);
+            assert.deepEqual({ hi, lo }, { hi: want.hi, lo: want.lo }, key);
+            seen++;
+            return false;
+          });
+          assert.equal(seen, core.dueSummary(NOW).due);
+        },
+      ),
+      { numRuns: 150 },
+    );
   });
 
   it('is complete when the rows left over are all skipped, and incomplete when one is not', () => {

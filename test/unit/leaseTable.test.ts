@@ -514,3 +514,18 @@ test('property: random interleavings of grants, releases, expiry and reconcile n
     { numRuns: 300 },
   );
 });
+
+test('isLeasedHash answers as isLeased does for the same key, given its keyHash', () => {
+  const t = setup().table;
+  const now = Date.UTC(2026, 0, 1);
+  const keys = Array.from({ length: 40 }, (_, i) => `https://lease.example/${i}`);
+  for (const k of keys.slice(0, 20))
+    t.grant(k, now, { leaseMs: 60_000, dueMs: now, cadenceMs: 3_600_000, fastRetries: 2 });
+  for (const k of keys) {
+    const h = keyHash(k);
+    assert.equal(t.isLeasedHash(h.hi, h.lo, now), t.isLeased(k, now), k);
+    // Interleaved with string lookups of other keys, so a cached current key cannot answer for it.
+    assert.equal(t.isLeased(keys[0]!, now), true);
+    assert.equal(t.isLeasedHash(h.hi, h.lo, now), keys.indexOf(k) < 20, k);
+  }
+});
