@@ -31,6 +31,9 @@ export interface ClaimResult {
 }
 
 const lastMark = new Map<string, number>();
+/** A full lease window is warned about at most this often per worker, not once per refused key. */
+const FULL_WARN_EVERY_MS = 10_000;
+let lastFullWarnAt = -Infinity;
 
 function markClaimed(queues: Set<string>, now: number): void {
   const due: string[] = [];
@@ -82,6 +85,8 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
   let wedged = 0;
   let budget = limit * OVER_TAKE;
   let exhausted = false;
+  let taken = 0;
+  let refusedFull = 0;
   while (jobs.length < limit && budget > 0) {
     // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
     // and dropping it would strand it until the next publish — forever, if the keeper has stalled and
@@ -92,6 +97,7 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
       break;
     }
     budget -= batch.length;
+    taken += batch.length;
     for (const entry of batch) {
       if (jobs.length >= limit) break;
       if (leases.isLeased(entry.key, now)) continue;
@@ -109,8 +115,15 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
       });
       if (!g.ok) {
         if (g.reason === 'held') wedged++;
-        if (g.reason === 'full')
-          log.warn(`lease window full for a key; not granting it (queue.maxLeases ${cfg.queue.maxLeases})`);
+        if (g.reason === 'full') {
+          refusedFull++;
+          if (now - lastFullWarnAt >= FULL_WARN_EVERY_MS) {
+            lastFullWarnAt = now;
+            log.warn(
+              `lease window full for a key; not granting it (queue.maxLeases ${cfg.queue.maxLeases} is too small for the leases out)`,
+            );
+          }
+        }
         continue;
       }
       if (g.requeued) for (const l of requeuedListeners) l(route, entry.key);
@@ -125,7 +138,9 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
       });
     }
   }
-  if (exhausted && view.due > 0) pokeKeeper(now);
+  // A set used up only by keys the lease table has no room for would be republished with the same keys
+  // every 50 ms until a lease frees a slot; the normal publish interval is soon enough for those.
+  if (exhausted && view.due > 0 && !(refusedFull > 0 && refusedFull === taken)) pokeKeeper(now);
   if (jobs.length) count('claim_granted', jobs.length);
   if (stale) count('claim_stale', stale);
   if (wedged) count('claim_wedged', wedged);
