@@ -109,7 +109,22 @@ export function basicAuth(c: Credentials): string {
   return 'Basic ' + Buffer.from(`${c.username}:${c.password}`).toString('base64');
 }
 
-export function request(baseUrl: string, path: string, init: FetchInit = {}): Promise<FetchResult> {
+/**
+ * One HTTP request. A keep-alive socket the server closed while it sat idle fails with ECONNRESET before
+ * any answer; as Node's docs advise, such a request (and only such: `reusedSocket`) is sent once more
+ * on a new connection.
+ */
+export async function request(baseUrl: string, path: string, init: FetchInit = {}): Promise<FetchResult> {
+  try {
+    return await requestOnce(baseUrl, path, init);
+  } catch (e) {
+    if ((e as { staleSocket?: boolean }).staleSocket)
+      return requestOnce(baseUrl, path, { ...init, fresh: true });
+    throw e;
+  }
+}
+
+function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<FetchResult> {
   const u = new URL(path, baseUrl);
   const headers: Record<string, string> = { ...(init.headers ?? {}) };
   const auth = init.auth === undefined ? { username: ADMIN_USER, password: ADMIN_PASS } : init.auth;
@@ -148,7 +163,10 @@ export function request(baseUrl: string, path: string, init: FetchInit = {}): Pr
         res.on('error', reject);
       },
     );
-    req.on('error', reject);
+    req.on('error', (err: NodeJS.ErrnoException) => {
+      if (req.reusedSocket && err.code === 'ECONNRESET') Object.assign(err, { staleSocket: true });
+      reject(err);
+    });
     if (payload !== undefined) req.write(payload);
     req.end();
   });
