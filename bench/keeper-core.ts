@@ -1,45 +1,14 @@
 // Micro-benchmark of the keeper core (SPEC §10: top 5,000 of 1M held rows ≤ 0.3 ms p50).
 // Run: node dist/bench/keeper-core.js [rows=1000000]   — prints one JSON object.
-import { type Classify, KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
+import { KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
 import { MINUTE_MS } from '../util/score.js';
+import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
 
-const HOUR = 60 * MINUTE_MS;
-const DAY = 24 * HOUR;
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0) + 17_000;
 const ROWS = Number(process.argv[2] ?? 1_000_000);
 const DUE_SHARE = 0.3;
 
-const ROUTES = [
-  { prefix: '/catalog/products/', route: 'products', cadenceMs: 6 * HOUR },
-  { prefix: '/news/', route: 'news', cadenceMs: HOUR },
-  { prefix: '/blog/', route: 'blog', cadenceMs: null },
-  { prefix: '/help/articles/', route: 'unrouted', cadenceMs: null },
-] as const;
-
-const classify: Classify = (url, own) => {
-  const path = url.slice(url.indexOf('/', 8));
-  for (const r of ROUTES) {
-    if (path.startsWith(r.prefix)) return { route: r.route, cadenceMs: r.cadenceMs ?? own ?? DAY };
-  }
-  return { route: 'unrouted', cadenceMs: own ?? DAY };
-};
-
-// Deterministic PRNG so runs compare.
-let seed = 0x9e3779b9;
-const random = (): number => {
-  seed = (seed + 0x6d2b79f5) | 0;
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-};
-
-/** A flat ~100-char URL, as a decoded record key would be (not a cons string of the template parts). */
-function urlOf(i: number): string {
-  const r = ROUTES[i % ROUTES.length]!;
-  const text =
-    `https://www.example-shop.com${r.prefix}item-${i.toString(36)}-${'abcdefghij'.repeat(10)}`.slice(0, 100);
-  return Buffer.from(text, 'latin1').toString('latin1');
-}
+const random = seededRandom();
 
 function rowOf(key: string, i: number): ScheduleRow {
   const own = random() < 0.1 ? 7 * DAY : null;

@@ -5,48 +5,21 @@
 // check alone (keyHash + probe), keyHash alone, and the ready-set write.
 // Run: npx tsc -p tsconfig.json && node dist/bench/publish-core.js [rows=1000000] [leased=600]
 //      (add --cpu-prof --cpu-prof-dir=/tmp/qk-prof to see the same split in a profile)
-import { type Classify, KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
+import { KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
 import { keyHash } from '../util/keyHash.js';
 import { LeaseTable } from '../util/leaseTable.js';
 import { ReadySet } from '../util/readySet.js';
 import { MINUTE_MS } from '../util/score.js';
 import { summarize } from './lib.js';
+import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
 
-const HOUR = 60 * MINUTE_MS;
-const DAY = 24 * HOUR;
 const NOW = Date.now();
 const ROWS = Number(process.argv[2] ?? 1_000_000);
 const LEASED = Number(process.argv[3] ?? 600);
 const CAPACITY = 5000;
 const RUNS = 300;
 
-const ROUTES = [
-  { prefix: '/catalog/products/', route: 'products', cadenceMs: 6 * HOUR },
-  { prefix: '/news/', route: 'news', cadenceMs: HOUR },
-  { prefix: '/blog/', route: 'blog', cadenceMs: null },
-  { prefix: '/help/articles/', route: 'unrouted', cadenceMs: null },
-] as const;
-const classify: Classify = (url, own) => {
-  const path = url.slice(url.indexOf('/', 8));
-  for (const r of ROUTES)
-    if (path.startsWith(r.prefix)) return { route: r.route, cadenceMs: r.cadenceMs ?? own ?? DAY };
-  return { route: 'unrouted', cadenceMs: own ?? DAY };
-};
-
-let seed = 0x9e3779b9;
-const random = (): number => {
-  seed = (seed + 0x6d2b79f5) | 0;
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-};
-
-function urlOf(i: number): string {
-  const r = ROUTES[i % ROUTES.length]!;
-  const text =
-    `https://www.example-shop.com${r.prefix}item-${i.toString(36)}-${'abcdefghij'.repeat(10)}`.slice(0, 100);
-  return Buffer.from(text, 'latin1').toString('latin1'); // flat, as a decoded record key is
-}
+const random = seededRandom();
 
 function rowOf(key: string, i: number): ScheduleRow {
   const own = random() < 0.1 ? 7 * DAY : null;
