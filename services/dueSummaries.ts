@@ -20,7 +20,11 @@ function signature(v: QueueDueView): string {
   return JSON.stringify([v.hasGateDue, o?.key ?? null, o?.dueMs ?? null, o?.fromSitemap ?? null]);
 }
 
-/** Writes this node's views; queues it no longer has due work in are deleted. Returns rows written. */
+/**
+ * Writes this node's views that changed (or are due a refresh) and the heartbeat; queues it no longer has
+ * due work in are deleted. Nothing to write, no transaction. `written` is updated only after the commit,
+ * so a failed write is tried again on the next tick. Returns rows written.
+ */
 export async function publishDueSummaries(
   node: string,
   views: readonly QueueDueView[],
@@ -28,47 +32,44 @@ export async function publishDueSummaries(
   refreshMs: number,
 ): Promise<number> {
   const current = new Map(views.filter((v) => v.queue !== HEARTBEAT).map((v) => [v.queue, v]));
-  let writes = 0;
+  const puts: Array<{ queue: string; sig: string; record: Record<string, unknown> }> = [];
+  for (const [queue, v] of current) {
+    const sig = signature(v);
+    const last = written.get(queue);
+    if (last && last.sig === sig && now - last.at < refreshMs) continue;
+    const o = v.oldestGateDue;
+    puts.push({
+      queue,
+      sig,
+      record: {
+        id: idOf(node, queue),
+        node,
+        queue,
+        hasGateDue: v.hasGateDue,
+        oldestKey: o?.key ?? null,
+        oldestDueMs: o?.dueMs ?? null,
+        oldestFromSitemap: o?.fromSitemap ?? null,
+        updatedAt: now,
+      },
+    });
+  }
+  const beat = now - heartbeatAt >= refreshMs;
+  const gone = [...written.keys()].filter((queue) => !current.has(queue));
+  if (puts.length === 0 && !beat && gone.length === 0) return 0;
   await transaction(async (txn) => {
-    for (const [queue, v] of current) {
-      const sig = signature(v);
-      const last = written.get(queue);
-      if (last && last.sig === sig && now - last.at < refreshMs) continue;
-      const o = v.oldestGateDue;
-      await summaries().put(
-        idOf(node, queue),
-        {
-          id: idOf(node, queue),
-          node,
-          queue,
-          hasGateDue: v.hasGateDue,
-          oldestKey: o?.key ?? null,
-          oldestDueMs: o?.dueMs ?? null,
-          oldestFromSitemap: o?.fromSitemap ?? null,
-          updatedAt: now,
-        },
-        txn,
-      );
-      written.set(queue, { sig, at: now });
-      writes++;
-    }
-    if (now - heartbeatAt >= refreshMs) {
+    for (const p of puts) await summaries().put(idOf(node, p.queue), p.record, txn);
+    if (beat)
       await summaries().put(
         idOf(node, HEARTBEAT),
         { id: idOf(node, HEARTBEAT), node, queue: HEARTBEAT, hasGateDue: false, updatedAt: now },
         txn,
       );
-      heartbeatAt = now;
-      writes++;
-    }
-    for (const queue of [...written.keys()]) {
-      if (current.has(queue)) continue;
-      await summaries().delete(idOf(node, queue), txn);
-      written.delete(queue);
-      writes++;
-    }
+    for (const queue of gone) await summaries().delete(idOf(node, queue), txn);
   });
-  return writes;
+  for (const p of puts) written.set(p.queue, { sig: p.sig, at: now });
+  if (beat) heartbeatAt = now;
+  for (const queue of gone) written.delete(queue);
+  return puts.length + (beat ? 1 : 0) + gone.length;
 }
 
 /**

@@ -395,15 +395,8 @@ export async function destroyExpiredSecrets(now: number): Promise<number> {
 
 // ------------------------------------------------------------------ views for the rules
 
-export async function fleetViews(): Promise<FleetView[]> {
-  return (await listFleets()).map((f) => ({ id: f.id, name: f.name, state: f.state, queues: f.queues }));
-}
+/** Fleets as the stall rules see them (a FleetRecord is a FleetView). */
+export const fleetViews: () => Promise<FleetView[]> = listFleets;
 
-export async function hookViews(): Promise<HookView[]> {
-  return (await listHooks()).map((h) => ({
-    id: h.id,
-    fleetId: h.fleetId,
-    enabled: h.enabled,
-    queues: h.queues,
-  }));
-}
+/** Hooks as the stall rules see them (a HookRecord is a HookView). */
+export const hookViews: () => Promise<HookView[]> = () => listHooks();

@@ -3,7 +3,7 @@
 // service tests can drive it with a fake table and a fake clock; services/keeper.ts wires the real one.
 import type { QueueKeeperConfig } from '../util/configSchema.js';
 import { KeeperCore, type DueSummary, type ScheduleRow as KeeperRow } from '../util/keeperCore.js';
-import type { KeeperPhase, KeeperSignal } from '../util/keeperSignal.js';
+import { stateMaxAgeMs, type KeeperPhase, type KeeperSignal } from '../util/keeperSignal.js';
 import type { ReadySet } from '../util/readySet.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../util/scheduleRules.js';
 import type { StateDoc } from '../util/stateDoc.js';
@@ -583,7 +583,7 @@ export class KeeperService {
         phase: this.phase,
         exact: this.exact(),
         stateAt: now,
-        maxAgeMs: 3 * cfg.queue.keeper.stateInterval + 5000,
+        maxAgeMs: stateMaxAgeMs(cfg.queue.keeper.stateInterval),
         keeper: {
           rows: this.core.size,
           classes: this.core.classCount,

@@ -34,6 +34,11 @@ export interface KeeperSignalState extends KeeperStatus {
 }
 
 /** SPEC §3: a keeper is stale once its heartbeat is older than max(30 s, 10 × publishInterval). */
+/** The oldest state document queue-state (and the metrics) may still vouch for (SPEC §5: 3 × + 5 s). */
+export function stateMaxAgeMs(stateInterval: number): number {
+  return 3 * stateInterval + 5000;
+}
+
 export function keeperStaleAfterMs(publishInterval: number): number {
   return Math.max(30_000, 10 * publishInterval);
 }

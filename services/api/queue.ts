@@ -1,5 +1,6 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
 import { HttpError, badRequest } from '../../util/httpError.js';
+import { stateMaxAgeMs } from '../../util/keeperSignal.js';
 import { requireObject } from '../../util/validateInput.js';
 import { setExplainExtras } from './admin.js';
 import { applyCheckedResults, checkResult, claim, parseClaimLimit, type CheckedResult } from '../claims.js';
@@ -23,6 +24,23 @@ function resultBodyLimit(): number {
 interface StateDocShape {
   now: { due: number; inFlight: number; paused: boolean; status: string };
   trust: { live: boolean; exact: boolean; phase: string; stateAt: number; maxAgeMs: number };
+}
+
+/**
+ * The state document when the keeper can vouch for it (SPEC §5): live, not stale, and a document no
+ * older than maxAgeMs; otherwise the phase to report. queue-state and the metrics answer from this one
+ * judgement.
+ */
+function vouchedState(
+  now: number,
+): { ok: true; doc: StateDocShape; maxAgeMs: number } | { ok: false; phase: string } {
+  const read = stateDoc<StateDocShape>().read();
+  const signal = keeperSignal().read();
+  const maxAgeMs = stateMaxAgeMs(config().queue.keeper.stateInterval);
+  const fresh = read !== null && now - read.doc.trust.stateAt <= maxAgeMs;
+  if (read && fresh && signal.phase === 'live' && !servingView(now).stale)
+    return { ok: true, doc: read.doc, maxAgeMs };
+  return { ok: false, phase: read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase };
 }
 
 export function registerQueue(): void {
@@ -139,46 +157,37 @@ export function registerQueue(): void {
 
   route('GET', '/prerender_admin/queue-state', 'admin', async () => {
     const now = Date.now();
-    const read = stateDoc<StateDocShape>().read();
-    const signal = keeperSignal().read();
-    const view = servingView(now);
-    const maxAgeMs = 3 * config().queue.keeper.stateInterval + 5000;
-    const fresh = read !== null && now - read.doc.trust.stateAt <= maxAgeMs;
-    if (!read || !fresh || signal.phase !== 'live' || view.stale) {
-      const phase = read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase;
+    const state = vouchedState(now);
+    if (!state.ok) {
       return reply(
         {
-          error: `the keeper cannot vouch for its numbers (${phase})`,
+          error: `the keeper cannot vouch for its numbers (${state.phase})`,
           code: 'unavailable',
           now: {
             inFlight: leaseTable().reconcile(now).occupancy,
             paused: isPaused(),
             status: nodeStatusNow(now),
           },
-          trust: { live: false, exact: false, phase },
+          trust: { live: false, exact: false, phase: state.phase },
         },
         503,
         { 'retry-after': '5' },
       );
     }
-    const doc = read.doc;
+    const { doc, maxAgeMs } = state;
     return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
   });
 
   route('GET', '/prerender_admin/metrics', 'admin', async () => {
     const now = Date.now();
     const occupancy = leaseTable().reconcile(now).occupancy;
-    const read = stateDoc<StateDocShape>().read();
-    const signal = keeperSignal().read();
+    const state = vouchedState(now);
     const view = servingView(now);
-    const fresh =
-      read !== null && now - read.doc.trust.stateAt <= 3 * config().queue.keeper.stateInterval + 5000;
-    const live = signal.phase === 'live' && view.serving && !view.stale;
     const text = metricsText({
       lease_occupancy: occupancy,
       // Unknown while the keeper cannot vouch for its numbers: NaN, never a stale figure shown as live.
-      overdue: live && fresh ? Math.max(0, read.doc.now.due - occupancy) : NaN,
-      keeper_live: live ? 1 : 0,
+      overdue: state.ok ? Math.max(0, state.doc.now.due - occupancy) : NaN,
+      keeper_live: keeperSignal().read().phase === 'live' && view.serving && !view.stale ? 1 : 0,
     });
     return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
   });
