@@ -7,6 +7,7 @@ import { config } from './config.js';
 import { log, table, transaction } from './harper.js';
 import { nodeStatusNow, servingView } from './keeper.js';
 import { count } from './metrics.js';
+import { storePages } from './pages.js';
 import { applyResults, readRow } from './schedule.js';
 import { leaseTable, pokeKeeper, readySet } from './shared.js';
 import { isPaused, type NodeStatus } from './status.js';
@@ -262,24 +263,15 @@ export async function applyCheckedResults(
     current.map((r) => ({ url: r.id, outcome: r.outcome, statusCode: r.statusCode, completedAt: now })),
   );
   const pages = current.filter((r, i) => applied[i]!.found && r.outcome === 'rendered' && r.body !== null);
-  if (pages.length) {
-    await transaction(async (txn) => {
-      const pageTable = table('render_queue', 'RenderedPage');
-      for (const p of pages)
-        await pageTable.put(
-          p.id,
-          {
-            id: p.id,
-            url: p.id,
-            statusCode: p.statusCode,
-            contentType: p.contentType,
-            body: p.body,
-            renderedAt: now,
-          },
-          txn,
-        );
-    });
-  }
+  await storePages(
+    pages.map((p) => ({
+      url: p.id,
+      statusCode: p.statusCode,
+      contentType: p.contentType,
+      body: p.body!,
+      renderedAt: now,
+    })),
+  );
   let j = 0;
   return answers.map((a, i) => {
     if (a) return a;

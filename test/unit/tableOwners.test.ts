@@ -53,3 +53,7 @@ test('the check itself sees a file that names the table', () => {
   assert.ok(all.some((f) => f.endsWith(join('services', 'schedule.ts'))));
   assert.ok(namers(/RenderSchedule/).length >= 1);
 });
+
+test('only the page store reads or writes RenderedPage', () => {
+  assert.deepEqual(namers(/['"]RenderedPage['"]/), ['services/pages.ts']);
+});
