@@ -11,7 +11,7 @@ import { log, workerIndex } from './services/harper.js';
 import { installHttp } from './services/http.js';
 import { startHeldAsks, startKeeper } from './services/keeper.js';
 import { startMaintenance } from './services/maintenance.js';
-import { secretCleanupDuty, startNotify, startRequeuedForwarding } from './services/notify.js';
+import { onDueSummary, onRequeued, secretCleanupDuty, startNotify } from './services/notify.js';
 import { registerWorker } from './services/sharedMemory.js';
 import { stallSweepDuty } from './services/stallSweep.js';
 import { startControl } from './services/status.js';
@@ -26,14 +26,15 @@ installHttp();
 
 async function start(): Promise<void> {
   await startConfig();
-  startRequeuedForwarding();
+  // Pauses are followed before anything is served — on worker 0 too, before it waits for leadership.
+  await startControl();
   startHeldAsks();
   if (workerIndex() === 0) {
     startNotify();
     startMaintenance([stallSweepDuty(), secretCleanupDuty()]);
-    void startKeeper().catch((e: unknown) => log.error('queue keeper failed to start', e));
-  } else {
-    await startControl();
+    void startKeeper({ onDue: onDueSummary, onRequeued }).catch((e: unknown) =>
+      log.error('queue keeper failed to start', e),
+    );
   }
   registerWorker();
 }

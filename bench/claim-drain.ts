@@ -21,7 +21,7 @@ const STUCK_MS = 30_000;
 
 interface Granted {
   id: string;
-  leaseToken: number;
+  leaseToken: string;
 }
 
 export interface DrainOptions {

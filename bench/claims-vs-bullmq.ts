@@ -106,7 +106,7 @@ async function oursRound(h: HarperInstance, clients: FleetClient[], round: numbe
     await fileAll(h, [{ url, dueAt: Date.now() - 60_000 }]);
     for (;;) {
       const r = await clients[0]!.post('/render_queue/claim', { limit: 1 });
-      const jobs = r.json as Array<{ id: string; leaseToken: number }>;
+      const jobs = r.json as Array<{ id: string; leaseToken: string }>;
       if (jobs.length === 0) continue;
       if (jobs[0]!.id === url) lat.push(performance.now() - t0);
       await clients[0]!.post('/render_queue/job_results', {

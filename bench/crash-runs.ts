@@ -66,7 +66,7 @@ async function restartAndFirstGrant(
   for (;;) {
     try {
       const r = await c.post('/render_queue/claim', { limit: 1 });
-      const jobs = (r.json ?? []) as Array<{ id: string; leaseToken: number }>;
+      const jobs = (r.json ?? []) as Array<{ id: string; leaseToken: string }>;
       if (r.status === 200 && jobs.length) {
         firstGrantMs = performance.now() - spawnAt;
         for (const j of jobs) onGrant(j.id);
@@ -151,7 +151,7 @@ try {
         while (!stop()) {
           try {
             const r = await c.post('/render_queue/claim', { limit: 25 });
-            const jobs = (r.status === 200 ? r.json : []) as Array<{ id: string; leaseToken: number }>;
+            const jobs = (r.status === 200 ? r.json : []) as Array<{ id: string; leaseToken: string }>;
             if (!jobs.length) {
               await sleep(10);
               continue;

@@ -126,7 +126,7 @@ async function samplePublishes(h: HarperInstance) {
   const claimer = (async () => {
     while (!stop) {
       const r = await c.post('/render_queue/claim', { limit: 5 });
-      const jobs = (r.json ?? []) as Array<{ id: string; leaseToken: number }>;
+      const jobs = (r.json ?? []) as Array<{ id: string; leaseToken: string }>;
       if (jobs.length)
         await c.post('/render_queue/job_results', {
           results: jobs.map((j) => ({

@@ -18,7 +18,7 @@ const url = (round: number, i: number): string =>
 
 function run(name: string, keyOf: (round: number, i: number) => string): void {
   const table = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(MAX_LEASES)), MAX_LEASES);
-  const tokens = new Array<number>(MAX_LEASES);
+  const tokens = new Array<string>(MAX_LEASES);
   let grantNs = 0n;
   let releaseNs = 0n;
   let refused = 0;

@@ -1,10 +1,12 @@
 // Claims and results (SPEC §3), on every worker, with no mutex: the ready set hands out candidates,
 // the lease table decides exclusivity, the row decides whether the work is still due.
 import { HttpError } from '../util/httpError.js';
+import { nameHash } from '../util/leaseToken.js';
+import type { ReportAnswer, ReportStart } from '../util/leaseTable.js';
 import { classifyUrl, type Outcome } from '../util/scheduleRules.js';
 import { describeType, requireObject } from '../util/validateInput.js';
 import { config } from './config.js';
-import { log, table, transaction } from './harper.js';
+import { log, table, transaction, type HarperUser } from './harper.js';
 import { nodeStatusNow, servingView } from './keeper.js';
 import { count } from './metrics.js';
 import { storePages } from './pages.js';
@@ -23,7 +25,8 @@ export interface Job {
   queue: string;
   isFromSitemap: boolean;
   expiresAt: number;
-  leaseToken: number;
+  /** Opaque: the grant instant and 64 random bits (util/leaseToken.ts). */
+  leaseToken: string;
 }
 
 export interface ClaimResult {
@@ -54,12 +57,6 @@ function markClaimed(queues: Set<string>, now: number): void {
   }).catch((e: unknown) => log.warn('could not write claim marks', e));
 }
 
-/** Local requeued signals: expired leases counted as misses, by queue (the notify dispatcher reads them). */
-const requeuedListeners: Array<(queue: string, key: string) => void> = [];
-export function onRequeued(fn: (queue: string, key: string) => void): void {
-  requeuedListeners.push(fn);
-}
-
 export function parseClaimLimit(body: unknown): number {
   if (body === undefined || body === null) return Math.min(20, config().queue.maxClaimLimit);
   const obj = requireObject(body, ['limit']);
@@ -73,7 +70,17 @@ export function parseClaimLimit(body: unknown): number {
   return Math.min(obj.limit, config().queue.maxClaimLimit);
 }
 
-export function claim(limit: number, now = Date.now()): ClaimResult {
+/** Who is claiming or reporting: leases are bound to their grantee (API.md). */
+export interface Caller {
+  user: number;
+  superUser: boolean;
+}
+
+export function callerOf(user: HarperUser | undefined): Caller {
+  return { user: nameHash(user?.username ?? ''), superUser: user?.role?.permission?.super_user === true };
+}
+
+export function claim(limit: number, caller: Caller, now = Date.now()): ClaimResult {
   if (isPaused()) return { jobs: [], status: 'paused' };
   const view = servingView(now);
   if (!view.serving) return { jobs: [], status: 'unready' };
@@ -113,6 +120,8 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
         dueMs: row.nextRenderTime,
         cadenceMs,
         fastRetries: cfg.render.failureRetry.fastRetries,
+        user: caller.user,
+        queue: nameHash(route),
       });
       if (!g.ok) {
         if (g.reason === 'held') wedged++;
@@ -127,7 +136,6 @@ export function claim(limit: number, now = Date.now()): ClaimResult {
         }
         continue;
       }
-      if (g.requeued) for (const l of requeuedListeners) l(route, entry.key);
       queues.add(route);
       jobs.push({
         id: entry.key,
@@ -164,7 +172,7 @@ const RESULT_FIELDS = [
 
 export interface CheckedResult {
   id: string;
-  leaseToken: number;
+  leaseToken: string;
   outcome: Outcome;
   statusCode: number | null;
   contentType: string | null;
@@ -176,11 +184,12 @@ export function checkResult(input: unknown): CheckedResult {
   const o = requireObject(input, RESULT_FIELDS, 'result');
   if (typeof o.id !== 'string' || o.id.length === 0)
     throw new HttpError(400, 'invalid_body', 'id must be the job id string');
-  if (typeof o.leaseToken !== 'number' || !Number.isFinite(o.leaseToken))
+  // Any string is well-formed here; one that is not a token we issued is simply not the latest grant.
+  if (typeof o.leaseToken !== 'string' || o.leaseToken.length === 0 || o.leaseToken.length > 64)
     throw new HttpError(
       400,
       'invalid_body',
-      `leaseToken must be a number, not ${describeType(o.leaseToken)}`,
+      `leaseToken must be the token string the claim returned, not ${describeType(o.leaseToken)}`,
     );
   if (typeof o.outcome !== 'string' || !(OUTCOMES as readonly string[]).includes(o.outcome))
     throw new HttpError(400, 'invalid_body', `outcome must be one of ${OUTCOMES.join(', ')}`);
@@ -229,66 +238,122 @@ export function checkResult(input: unknown): CheckedResult {
 }
 
 export type ResultAnswer =
-  | { id: string; accepted: true; nextRenderTime: number }
+  | { id: string; accepted: true; nextRenderTime: number; duplicate?: true }
   | {
       id: string;
       accepted: false;
       code: 'superseded' | 'unknown_job' | 'invalid';
       error: string;
       status: number;
+      duplicate?: true;
     };
 
+const SUPERSEDED = {
+  accepted: false,
+  code: 'superseded',
+  error: 'the lease token is not the latest grant for this job, or not yours',
+  status: 409,
+} as const;
+const UNKNOWN_JOB = {
+  accepted: false,
+  code: 'unknown_job',
+  error: 'no row for this job (deleted?)',
+  status: 404,
+} as const;
+/** A retry that arrives while the first copy of the same result is still being applied waits this long. */
+const PENDING_WAIT_MS = 10_000;
+const PENDING_POLL_MS = 5;
+
+function answerOf(id: string, a: ReportAnswer, duplicate: boolean): ResultAnswer {
+  const dup = duplicate ? { duplicate: true as const } : {};
+  return a.accepted
+    ? { id, accepted: true, nextRenderTime: a.nextRenderTime, ...dup }
+    : { id, ...UNKNOWN_JOB, ...dup };
+}
+
 /**
- * Applies checked results: token check first (a stale token writes and releases nothing), then the
- * schedule write, the page, and the one release point.
+ * Applies checked results (SPEC §3, API.md idempotent results). Each lease is reported once: the lease
+ * table admits the first copy of a result (token current, caller its grantee) and answers every later
+ * copy with the first answer and `duplicate: true`, so a retried failure never counts a second strike.
+ * Then the schedule write (atomic per key), the pages, and the one release point.
  */
 export async function applyCheckedResults(
   results: CheckedResult[],
+  caller: Caller,
   now = Date.now(),
 ): Promise<ResultAnswer[]> {
   const leases = leaseTable();
-  const answers: Array<ResultAnswer | null> = results.map((r) =>
-    leases.check(r.id, r.leaseToken) === 'current'
-      ? null
-      : {
-          id: r.id,
-          accepted: false,
-          code: 'superseded',
-          error: 'the lease token is not the latest grant for this job',
-          status: 409,
-        },
-  );
-  const current = results.filter((_r, i) => answers[i] === null);
-  const applied = await applyResults(
-    current.map((r) => ({ url: r.id, outcome: r.outcome, statusCode: r.statusCode, completedAt: now })),
-  );
-  const pages = current.filter((r, i) => applied[i]!.found && r.outcome === 'rendered' && r.body !== null);
-  await storePages(
-    pages.map((p) => ({
-      url: p.id,
-      statusCode: p.statusCode,
-      contentType: p.contentType,
-      body: p.body!,
-      renderedAt: now,
-    })),
-  );
-  let j = 0;
-  return answers.map((a, i) => {
-    if (a) return a;
-    const r = results[i]!;
-    const done = applied[j++]!;
-    if (!done.found) {
-      leases.release(r.id, r.leaseToken, now);
-      return {
-        id: r.id,
-        accepted: false,
-        code: 'unknown_job',
-        error: 'no row for this job (deleted?)',
-        status: 404,
-      };
-    }
-    // The one release point: the fast-retry lane keeps the lease until it expires (it paces the retry).
-    if (!done.keepLease) leases.release(r.id, r.leaseToken, now);
-    return { id: r.id, accepted: true, nextRenderTime: done.row.nextRenderTime };
+  const answers: Array<ResultAnswer | null> = results.map(() => null);
+  const starts: ReportStart[] = results.map((r) => leases.beginReport(r.id, r.leaseToken, caller));
+  const firsts: number[] = [];
+  starts.forEach((s, i) => {
+    const id = results[i]!.id;
+    if (s.kind === 'superseded') answers[i] = { id, ...SUPERSEDED };
+    else if (s.kind === 'duplicate') answers[i] = answerOf(id, s.answer, true);
+    else if (s.kind === 'first') firsts.push(i);
   });
+  if (firsts.length > 0) await applyFirsts(results, firsts, answers, now);
+  // Copies whose first is still running (a retry racing its original, or the same result twice in
+  // one batch, whose first just finished above) get the first's answer once it is recorded.
+  const deadline = Date.now() + PENDING_WAIT_MS;
+  for (let i = 0; i < results.length; i++) {
+    if (answers[i] !== null) continue;
+    const r = results[i]!;
+    for (;;) {
+      const s = leases.beginReport(r.id, r.leaseToken, caller);
+      if (s.kind === 'duplicate') answers[i] = answerOf(r.id, s.answer, true);
+      else if (s.kind === 'superseded') answers[i] = { id: r.id, ...SUPERSEDED };
+      else if (s.kind === 'first') {
+        // The first copy gave up (its write failed): this copy is now the one that applies.
+        await applyFirsts(results, [i], answers, now);
+      } else if (Date.now() < deadline) {
+        await new Promise((res) => setTimeout(res, PENDING_POLL_MS));
+        continue;
+      } else {
+        throw new HttpError(503, 'busy', 'the same result is still being applied; retry shortly');
+      }
+      break;
+    }
+  }
+  return answers.map((a) => a!);
+}
+
+async function applyFirsts(
+  results: CheckedResult[],
+  firsts: number[],
+  answers: Array<ResultAnswer | null>,
+  now: number,
+): Promise<void> {
+  const leases = leaseTable();
+  const list = firsts.map((i) => results[i]!);
+  try {
+    const applied = await applyResults(
+      list.map((r) => ({ url: r.id, outcome: r.outcome, statusCode: r.statusCode, completedAt: now })),
+    );
+    // Pages after the row: a page write that fails gives the report up, and its retry re-applies a
+    // success, which only moves the next render by the retry's delay.
+    await storePages(
+      list
+        .filter((r, k) => applied[k]!.found && r.outcome === 'rendered' && r.body !== null)
+        .map((p) => ({
+          url: p.id,
+          statusCode: p.statusCode,
+          contentType: p.contentType,
+          body: p.body!,
+          renderedAt: now,
+        })),
+    );
+    list.forEach((r, k) => {
+      const done = applied[k]!;
+      const answer: ReportAnswer = done.found
+        ? { accepted: true, nextRenderTime: done.row.nextRenderTime }
+        : { accepted: false, code: 'unknown_job' };
+      // The one release point: the fast-retry lane keeps the lease until it expires (it paces the retry).
+      leases.finishReport(r.id, r.leaseToken, answer, done.found && done.keepLease, now);
+      answers[firsts[k]!] = answerOf(r.id, answer, false);
+    });
+  } catch (e) {
+    for (const r of list) leases.abortReport(r.id, r.leaseToken);
+    throw e;
+  }
 }

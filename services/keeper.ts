@@ -1,9 +1,11 @@
 // Runs the keeper on worker 0: leadership (a briefly overlapping second worker 0 waits), timers for
 // publish / state / verify / status sync, resubscribe and failed-load backoff, and the exhausted-set
 // poke. The lifecycle itself is KeeperService.
-import type { HeldDescription } from '../util/keeperCore.js';
+import type { DueSummary, HeldDescription } from '../util/keeperCore.js';
+import { nameHash, randomWord } from '../util/leaseToken.js';
+import { threadId } from 'node:worker_threads';
 import type { Ownership } from '../util/ownership.js';
-import { keeperStaleAfterMs } from '../util/keeperSignal.js';
+import { keeperStaleAfterMs, leaderIdFor } from '../util/keeperSignal.js';
 import { config, onConfigChange } from './config.js';
 import { log, threads, workerIndex } from './harper.js';
 import {
@@ -15,10 +17,9 @@ import {
 } from './keeperService.js';
 import { currentOwnership } from './membership.js';
 import { count, gauge } from './metrics.js';
-import { onDueSummary } from './notify.js';
 import { readRow, subscribeSchedule, walkSchedule } from './schedule.js';
 import { keeperSignal, leaseTable, onReadySetPoke, readySet, stateDoc } from './shared.js';
-import { deriveStatus, isPaused, publishStatus, startControl } from './status.js';
+import { deriveStatus, isPaused, onControlChange, publishStatus } from './status.js';
 
 const POKE_MIN_MS = 50;
 
@@ -158,9 +159,24 @@ export function startHeldAsks(): void {
   listenForHeldAsks();
 }
 
+/** What the keeper tells the rest of the node (wired in resources.ts, the composition root). */
+export interface KeeperEvents {
+  /** Every publish tick: the per-queue due summary (notify's `created` edges). */
+  onDue: (summary: DueSummary, now: number) => void;
+  /** Leases of `queue` expired unreported since the last tick (notify's `requeued` wakes). */
+  onRequeued: (queue: string, now: number) => void;
+}
+
+/** The queue names an expired lease's queue hash can stand for: the routes now, plus `unrouted`. */
+function queueNames(): Map<number, string> {
+  const names = new Map<number, string>([[nameHash('unrouted'), 'unrouted']]);
+  for (const r of config().render.routes) names.set(nameHash(r.name), r.name);
+  return names;
+}
+
 /** Starts the keeper on this worker once it holds leadership. Call on worker 0 only. */
-export async function startKeeper(): Promise<void> {
-  const ownerId = (process.pid * 131 + Math.floor(Math.random() * 1000)) % 0x7fffffff;
+export async function startKeeper(events: KeeperEvents): Promise<void> {
+  const ownerId = leaderIdFor(threadId, randomWord());
   const signal = keeperSignal();
   const ready = readySet();
   const leases = leaseTable();
@@ -190,12 +206,12 @@ export async function startKeeper(): Promise<void> {
     log,
     metric: (name, v) => gauge(name, v),
     countRepaired: (n) => count('keeper_repaired', n),
-    onDue: onDueSummary,
+    onDue: events.onDue,
     owns: (key) => ownership?.owns(key) ?? true,
   });
   service = svc;
   svc.withdraw(Date.now());
-  await startControl(() => void syncStatus(true).catch((e) => log.error('status write failed', e)));
+  onControlChange(() => void syncStatus(true).catch((e) => log.error('status write failed', e)));
   await syncStatus().catch((e) => log.error('status write failed', e));
 
   onConfigChange((_next, _prev, changed) => {
@@ -255,7 +271,18 @@ export async function startKeeper(): Promise<void> {
         return;
       }
       if (!svc.serving && svc.phase === 'live') svc.serving = true;
-      svc.publishOnce(Date.now(), false);
+      const now = Date.now();
+      svc.publishOnce(now, false);
+      // requeued at expiry (SPEC §6): one pass over the lease slots finds leases that ran out unreported.
+      const expired = new Set<number>();
+      leases.collectExpired(now, (q) => expired.add(q));
+      if (expired.size > 0) {
+        const names = queueNames();
+        for (const q of expired) {
+          const name = names.get(q);
+          if (name !== undefined) events.onRequeued(name, now);
+        }
+      }
       await syncStatus();
     },
   );

@@ -7,7 +7,6 @@ import { join } from 'node:path';
 import { parseAllowList, validateHookHost, type HookUrlPolicy } from '../util/addressPolicy.js';
 import type { DueSummary } from '../util/keeperCore.js';
 import type { RepresentativeRow } from '../util/stallRules.js';
-import { onRequeued } from './claims.js';
 import { componentDir, config } from './config.js';
 import { Dispatcher, type Wake, type WakeJob, type WakeReason } from './dispatcher.js';
 import type { Duty } from './maintenance.js';
@@ -21,14 +20,12 @@ import {
   sealKey,
   signingSecrets,
 } from './fleets.js';
-import { log, threads, workerIndex } from './harper.js';
+import { log } from './harper.js';
 import { keeper } from './keeper.js';
 import { count } from './metrics.js';
 import { leaseTable } from './shared.js';
 import { createPinnedAgent, deliver, localAddresses, systemResolve } from './webhookTransport.js';
 import type { Agent } from 'undici';
-
-const REQUEUED_MESSAGE = 'queue-keeper:requeued';
 
 let dispatcher: Dispatcher | undefined;
 let agent: Agent | undefined;
@@ -115,34 +112,17 @@ export function onDueSummary(summary: DueSummary, now: number): void {
 }
 
 /**
- * A requeued key, on worker 0. The key itself was just leased again by the claim that noticed the
- * expiry, so the wake names the queue's oldest verified row nobody holds; with none there is nothing to
- * wake anyone for (and a queue of unverified rows never names one).
+ * Leases of `queue` expired unreported (the keeper finds them on its publish tick, worker 0): wake the
+ * queue's fleets, naming its oldest verified row nobody holds; with none there is nothing to wake anyone
+ * for (and a queue of unverified rows never names one).
  */
-function onRequeuedHere(queue: string, _key: string, now: number): void {
+export function onRequeued(queue: string, now: number): void {
   const leases = leaseTable();
   const oldest = keeper()?.core.oldestDue(queue, now, {
     verifiedOnly: true,
     skip: (k) => leases.isLeased(k, now),
   });
   if (oldest) fireEdge('requeued', queue, wakeJob(oldest), now);
-}
-
-/** Every worker: forward requeued signals to worker 0 (or handle them here on worker 0). */
-export function startRequeuedForwarding(): void {
-  if (workerIndex() === 0) {
-    onRequeued((queue, key) => onRequeuedHere(queue, key, Date.now()));
-    threads().onMessageByType?.(REQUEUED_MESSAGE, (msg: { queue?: unknown; key?: unknown }) => {
-      if (typeof msg.queue === 'string' && typeof msg.key === 'string') {
-        onRequeuedHere(msg.queue, msg.key, Date.now());
-      }
-    });
-    return;
-  }
-  onRequeued((queue, key) => {
-    // Every other thread gets it too (main included); only worker 0 listens for this type.
-    for (const port of threads()) port.postMessage({ type: REQUEUED_MESSAGE, queue, key });
-  });
 }
 
 /** Worker 0: builds the dispatcher. */

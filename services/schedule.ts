@@ -1,21 +1,25 @@
 // The schedule owner: the only module that reads or writes RenderSchedule (test/unit/tableOwners
 // fails if another source file names the table). Rules live in util/scheduleRules.ts; this file reads
 // rows, applies a rule and writes the whole row back.
+import { HttpError } from '../util/httpError.js';
+import { toScheduleRow, type ScheduleRow } from '../util/scheduleRules.js';
 import {
-  afterFailure,
-  afterSuccess,
-  discoveredRow,
-  revalidatedRow,
-  toScheduleRow,
-  upsertTarget,
-  type Outcome,
-  type ScheduleRow,
-  type TargetInput,
-} from '../util/scheduleRules.js';
+  ScheduleWrites,
+  type ResultApplied,
+  type ResultWrite,
+  type ScheduleStore,
+} from '../util/scheduleWrites.js';
 import { config } from './config.js';
 import { table, transaction, type HarperTable, type SubscriptionEvent } from './harper.js';
+import { withKeyLocks } from './storeLock.js';
 
-const WRITE_CHUNK = 1000;
+export type { ResultApplied, ResultWrite } from '../util/scheduleWrites.js';
+
+/**
+ * How long a write waits for another writer of the same keys. A chunk holds its locks for one commit
+ * (milliseconds); only a holder that died mid-section (a terminated worker) keeps one longer.
+ */
+const LOCK_WAIT_MS = 10_000;
 
 let cached: HarperTable | undefined;
 function schedule(): HarperTable {
@@ -37,103 +41,37 @@ export function readRow(key: string): ScheduleRow | undefined {
   return toScheduleRow(key, v as Record<string, unknown>);
 }
 
-async function writeInChunks<T>(items: T[], write: (item: T, txn: unknown) => Promise<void>): Promise<void> {
-  for (let i = 0; i < items.length; i += WRITE_CHUNK) {
-    const chunk = items.slice(i, i + WRITE_CHUNK);
-    await transaction(async (txn) => {
-      for (const item of chunk) await write(item, txn);
-    });
-  }
-}
+const store: ScheduleStore = {
+  read: readRow,
+  locked: async (keys, fn) => {
+    const r = await withKeyLocks(schedule().primaryStore, 'schedule', keys, LOCK_WAIT_MS, fn);
+    if (!r.locked)
+      throw new HttpError(503, 'busy', 'another write of the same targets is still running; retry shortly');
+    return r.value;
+  },
+  commit: (writes) =>
+    transaction(async (txn) => {
+      for (const w of writes) {
+        if (w.row) await schedule().put(w.key, toRecord(w.row), txn);
+        else await schedule().delete(w.key, txn);
+      }
+    }),
+};
+
+const writes = new ScheduleWrites(store, config);
 
 /** Files verified targets; entries for one URL within a batch apply in order (last wins). */
-export async function fileTargets(targets: TargetInput[], now: number): Promise<number> {
-  const cfg = config();
-  const pending = new Map<string, ScheduleRow>();
-  for (const t of targets) {
-    const existing = pending.get(t.url) ?? readRow(t.url);
-    pending.set(t.url, upsertTarget(existing, t, now, cfg));
-  }
-  const rows = [...pending.values()];
-  await writeInChunks(rows, (row, txn) => schedule().put(row.cacheKey, toRecord(row), txn));
-  return targets.length;
-}
-
+export const fileTargets = (targets: Parameters<ScheduleWrites['fileTargets']>[0], now: number) =>
+  writes.fileTargets(targets, now);
 /** Deletes rows; counts only rows that existed. */
-export async function deleteTargets(urls: string[]): Promise<number> {
-  const present = [...new Set(urls)].filter((u) => readRow(u) !== undefined);
-  await writeInChunks(present, async (u, txn) => {
-    await schedule().delete(u, txn);
-  });
-  return present.length;
-}
-
+export const deleteTargets = (urls: readonly string[]) => writes.deleteTargets(urls);
 /** Files unverified rows only where no row exists; an existing row is never changed by this path. */
-export async function discoverUrls(urls: string[], now: number): Promise<number> {
-  const cfg = config();
-  const fresh = [...new Set(urls)].filter((u) => readRow(u) === undefined);
-  await writeInChunks(fresh, (u, txn) => schedule().put(u, toRecord(discoveredRow(u, now, cfg)), txn));
-  return fresh.length;
-}
-
+export const discoverUrls = (urls: readonly string[], now: number) => writes.discoverUrls(urls, now);
 /** Due now and urgent; undefined when there is no row. */
-export async function revalidate(url: string, now: number): Promise<ScheduleRow | undefined> {
-  const existing = readRow(url);
-  if (!existing) return undefined;
-  const row = revalidatedRow(existing, now);
-  await transaction(async (txn) => {
-    await schedule().put(url, toRecord(row), txn);
-  });
-  return row;
-}
-
-export interface ResultWrite {
-  url: string;
-  outcome: Outcome;
-  statusCode: number | null;
-  completedAt: number;
-}
-
-export type ResultApplied = { found: false } | { found: true; row: ScheduleRow; keepLease: boolean };
-
-/** Reschedules rows after results (success lane, fast-retry lane, backoff lane) in one transaction. */
-export async function applyResults(results: ResultWrite[]): Promise<ResultApplied[]> {
-  const cfg = config();
-  const out: ResultApplied[] = [];
-  const writes: ScheduleRow[] = [];
-  const pending = new Map<string, ScheduleRow>();
-  for (const r of results) {
-    const existing = pending.get(r.url) ?? readRow(r.url);
-    if (!existing) {
-      out.push({ found: false });
-      continue;
-    }
-    if (r.outcome === 'failed') {
-      const f = afterFailure(existing, r.completedAt, r.statusCode, cfg);
-      pending.set(r.url, f.row);
-      writes.push(f.row);
-      out.push({ found: true, row: f.row, keepLease: f.keepLease });
-    } else {
-      const row = afterSuccess(existing, r.completedAt, r.outcome, r.statusCode, cfg);
-      pending.set(r.url, row);
-      writes.push(row);
-      out.push({ found: true, row, keepLease: false });
-    }
-  }
-  if (writes.length > 0) {
-    await transaction(async (txn) => {
-      for (const row of writes) await schedule().put(row.cacheKey, toRecord(row), txn);
-    });
-  }
-  return out;
-}
-
-/** Writes one row exactly as given (the keeper's tests and repair tools use the same path). */
-export async function putRow(row: ScheduleRow): Promise<void> {
-  await transaction(async (txn) => {
-    await schedule().put(row.cacheKey, toRecord(row), txn);
-  });
-}
+export const revalidate = (url: string, now: number) => writes.revalidate(url, now);
+/** Reschedules rows after results; a row deleted meanwhile stays deleted. */
+export const applyResults = (results: readonly ResultWrite[]): Promise<ResultApplied[]> =>
+  writes.applyResults(results);
 
 /** Live schedule events (no replay of current rows): the keeper subscribes before it walks. */
 export async function subscribeSchedule(): Promise<

@@ -45,8 +45,29 @@ async function loadControl(): Promise<void> {
   }
 }
 
-/** Follows QueueControl on this worker; `onChange` runs after each change (worker 0 writes status). */
-export async function startControl(onChange?: () => void): Promise<void> {
+const controlListeners: Array<() => void> = [];
+
+/** Runs `fn` after each QueueControl change on this worker (worker 0 writes the status). */
+export function onControlChange(fn: () => void): void {
+  controlListeners.push(fn);
+}
+
+function controlChanged(): void {
+  for (const fn of controlListeners) {
+    try {
+      fn();
+    } catch (e) {
+      log.error('QueueControl listener failed', e);
+    }
+  }
+}
+
+/**
+ * Follows QueueControl on this worker. Every worker starts it before it serves a claim — worker 0
+ * included, before it waits for the keeper's leader slot — so a worker 0 that overlaps its
+ * predecessor never hands out the draining set of a paused queue.
+ */
+export async function startControl(): Promise<void> {
   if (controlStarted) return;
   controlStarted = true;
   await loadControl();
@@ -57,7 +78,7 @@ export async function startControl(onChange?: () => void): Promise<void> {
         for await (const ev of sub) {
           if (ev.type === 'delete') pauses.delete(ev.id);
           else if (ev.value) pauses.set(ev.id, ev.value.paused === true);
-          onChange?.();
+          controlChanged();
         }
       } catch (e) {
         log.error('QueueControl subscription failed; retrying in 5 s', e);

@@ -64,3 +64,38 @@ export async function withStoreLock<T>(
     s.unlock(key, 0);
   }
 }
+
+/**
+ * Runs `fn` holding the locks of every key in `keys` (per-key atomic read-modify-write, issue 12):
+ * distinct keys are locked in one global order, so two callers never hold one key each while waiting
+ * for the other's; then this thread's read snapshot is refreshed and `fn` runs (committing before it
+ * returns). A key still locked after `waitMs` (its holder died mid-section, or a very long write) gives
+ * up: every lock taken so far is released and the answer is `{ locked: false }` with nothing run.
+ */
+export async function withKeyLocks<T>(
+  store: RawStore,
+  what: string,
+  keys: readonly string[],
+  waitMs: number,
+  fn: () => Promise<T>,
+): Promise<{ locked: true; value: T } | { locked: false }> {
+  const s = locking(store, what);
+  const ordered = [...new Set(keys)].sort();
+  const deadline = Date.now() + waitMs;
+  const held: string[] = [];
+  try {
+    for (const key of ordered) {
+      // Uncontended keys are taken without a promise; only a held key waits for its unlock callback.
+      if (!s.attemptLock(key, 0, noop)) {
+        if (!(await acquire(s, key, deadline))) return { locked: false };
+      }
+      held.push(key);
+    }
+    s.resetReadTxn();
+    return { locked: true, value: await fn() };
+  } finally {
+    for (const key of held) s.unlock(key, 0);
+  }
+}
+
+const noop = (): void => undefined;

@@ -175,6 +175,17 @@ export class KeeperSignal {
   }
 }
 
+/**
+ * A leader id unique per thread of the process: the worker's threadId (Node never reuses one within a
+ * process, and a restarted worker 0 gets a new one) in the high bits, random bits below it. The old
+ * `pid × 131 + rand(1000)` gave two overlapping worker 0s of one process — same pid — the same id about
+ * once in a thousand restarts, and then both published.
+ */
+export function leaderIdFor(threadId: number, random32: number): number {
+  const id = ((threadId & 0xffff) << 15) | (random32 & 0x7fff);
+  return id === 0 ? 1 : id;
+}
+
 function packLeader(ownerId: number, heartbeatSec: number): bigint {
   return (BigInt(ownerId) << 32n) | BigInt(heartbeatSec >>> 0);
 }

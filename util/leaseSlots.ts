@@ -1,7 +1,7 @@
 // The lease table's memory: layout, one-time header set-up, and consistent slot reads. The grant,
 // release and reconcile rules live in leaseTable.ts on top of this.
 //
-// Layout: a 16-word Int32 header, then slots of 8 Int32 words. Each slot's first word is its state word,
+// Layout: a 16-word Int32 header, then slots of 16 Int32 words. Each slot's first word is its state word,
 // `(generation << 3) | state`. Every change to a slot first CASes the state word to BUSY (one writer
 // wins), writes the fields, then stores the new state with the generation bumped. Readers load the
 // state word, the fields, and the state word again (a seqlock): equal words mean a consistent view, and
@@ -22,7 +22,8 @@ const SLOTS_PER_LEASE = 4;
 const MIN_SLOTS = 16;
 
 const MAGIC = 0x4c454153; // 'LEAS'
-const LAYOUT_VERSION = 1;
+// 2: slots grew to 16 words (random token bits, grantee, queue, report state and answer).
+const LAYOUT_VERSION = 2;
 const INIT_RUNNING = 1;
 const INIT_DONE = 2;
 // Header words.
@@ -48,7 +49,25 @@ export const S_DUE = 4; // due minute (ms / 60 000) of the grant
 export const S_MISSES = 5;
 export const S_TOKEN_HI = 6;
 export const S_TOKEN_LO = 7;
-export const SLOT_WORDS = 8;
+// The 64 random bits of the lease token: the grant instant orders grants, these make it unguessable.
+export const S_RAND_HI = 8;
+export const S_RAND_LO = 9;
+/** 32-bit hash of the user the lease was granted to: a result from anyone else is superseded. */
+export const S_USER = 10;
+/** 32-bit hash of the job's queue, so the keeper can name the queue of an expired lease. */
+export const S_QUEUE = 11;
+/** What became of the lease's result (REPORT_*), and its answer (the next render minute). */
+export const S_REPORT = 12;
+export const S_ANSWER = 13;
+export const SLOT_WORDS = 16;
+// Report states of a lease (S_REPORT). A lease is reported once: the first result moves it to
+// REPORTING while its write runs, then to an answer that every retry of the same result gets again.
+export const REPORT_NONE = 0;
+/** The keeper saw the lease expire unreported and raised `requeued` for it (a late result may still come). */
+export const REPORT_EXPIRY_SEEN = 1;
+export const REPORT_PENDING = 2;
+export const REPORT_ACCEPTED = 3;
+export const REPORT_UNKNOWN_JOB = 4;
 // States (low 3 bits of the state word). EXPIRED is a LEASED slot that reconcile found past its end;
 // it means the same but is no longer counted by the occupancy gauge.
 export const EMPTY = 0;
@@ -122,6 +141,12 @@ export class LeaseSlots {
   protected dueRead = 0;
   protected missesRead = 0;
   protected tokenRead = 0;
+  protected randHiRead = 0;
+  protected randLoRead = 0;
+  protected userRead = 0;
+  protected queueRead = 0;
+  protected reportRead = 0;
+  protected answerRead = 0;
   // A claim asks isLeased then grant, a result asks check then release: hash each key once.
   private cachedKey: string | undefined;
   protected hashHi = 0;
@@ -225,6 +250,12 @@ export class LeaseSlots {
         this.missesRead = Atomics.load(a, base + S_MISSES);
         this.tokenRead =
           Atomics.load(a, base + S_TOKEN_HI) * TOKEN_SPLIT + (Atomics.load(a, base + S_TOKEN_LO) >>> 0);
+        this.randHiRead = Atomics.load(a, base + S_RAND_HI);
+        this.randLoRead = Atomics.load(a, base + S_RAND_LO);
+        this.userRead = Atomics.load(a, base + S_USER);
+        this.queueRead = Atomics.load(a, base + S_QUEUE);
+        this.reportRead = Atomics.load(a, base + S_REPORT);
+        this.answerRead = Atomics.load(a, base + S_ANSWER);
         if (Atomics.load(a, base + S_WORD) === word) return word;
       }
       if (spins >= SPIN_LIMIT) {
@@ -273,6 +304,7 @@ export class LeaseSlots {
     dueMinute: number,
     misses: number,
     token: number,
+    grant: GrantIdentity,
   ): void {
     const a = this.words;
     a[base + S_HASH_HI] = this.hashHi;
@@ -282,5 +314,19 @@ export class LeaseSlots {
     a[base + S_MISSES] = misses;
     a[base + S_TOKEN_HI] = Math.floor(token / TOKEN_SPLIT);
     a[base + S_TOKEN_LO] = token % TOKEN_SPLIT;
+    a[base + S_RAND_HI] = grant.randHi;
+    a[base + S_RAND_LO] = grant.randLo;
+    a[base + S_USER] = grant.user;
+    a[base + S_QUEUE] = grant.queue;
+    a[base + S_REPORT] = REPORT_NONE;
+    a[base + S_ANSWER] = 0;
   }
+}
+
+/** Who a grant went to and what it is for, stored with the lease. */
+export interface GrantIdentity {
+  randHi: number;
+  randLo: number;
+  user: number;
+  queue: number;
 }

@@ -17,6 +17,13 @@ import {
   LEASED,
   LeaseSlots,
   NO_DUE,
+  REPORT_ACCEPTED,
+  REPORT_EXPIRY_SEEN,
+  REPORT_NONE,
+  REPORT_PENDING,
+  REPORT_UNKNOWN_JOB,
+  S_ANSWER,
+  S_REPORT,
   PROBE_WINDOW,
   RELEASE_GRACE_MS,
   RELEASED,
@@ -32,6 +39,7 @@ import {
   toMinute,
   toSec,
 } from './leaseSlots.js';
+import { formatToken, parseToken, randomWord } from './leaseToken.js';
 
 export { LEASE_EPOCH_MS, PROBE_WINDOW, RELEASE_GRACE_MS } from './leaseSlots.js';
 
@@ -50,9 +58,23 @@ export interface GrantOptions {
   dueMs: number;
   cadenceMs: number;
   fastRetries: number;
+  /** nameHash of the user the lease goes to (0: nobody in particular). */
+  user?: number;
+  /** nameHash of the job's queue, so an expiry can name it (0: unknown). */
+  queue?: number;
 }
 export type GrantResult =
-  | { ok: true; token: number; expiresAt: number; misses: number; requeued: boolean }
+  | {
+      ok: true;
+      /** The opaque lease token (grant instant + 64 random bits) the caller must report with. */
+      token: string;
+      /** The grant instant in ms: a key's grants only grow in it. */
+      grantedAt: number;
+      expiresAt: number;
+      misses: number;
+      /** The key's previous lease expired unreported (a miss). */
+      requeued: boolean;
+    }
   | {
       ok: false;
       reason: 'leased' | 'grace' | 'held' | 'full';
@@ -61,10 +83,29 @@ export type GrantResult =
       misses?: number;
     };
 export type TokenCheck = 'current' | 'superseded' | 'none';
+/** The answer a result got, kept with the lease so a retry of the same result gets it again. */
+export type ReportAnswer =
+  { accepted: true; nextRenderTime: number } | { accepted: false; code: 'unknown_job' };
+/**
+ * Whether a result may be applied: `first` (go ahead, then finishReport or abortReport), `duplicate`
+ * (the same result was applied already: answer it again), `pending` (the same result is being applied
+ * right now), `superseded` (not the key's latest grant, not this caller's, or not a token at all).
+ */
+export type ReportStart =
+  | { kind: 'first' }
+  | { kind: 'duplicate'; answer: ReportAnswer }
+  | { kind: 'pending' }
+  | { kind: 'superseded' };
+export interface ReportCaller {
+  /** nameHash of the reporting user. */
+  user: number;
+  /** A super_user may report any lease. */
+  superUser: boolean;
+}
 export type LeaseState = 'leased' | 'grace' | 'held' | 'expired' | 'released' | 'none';
 export interface LeaseView {
   state: LeaseState;
-  token: number | null;
+  token: string | null;
   /** When the current state stops blocking: lease end, grace end or hold end. */
   expiresAt: number | null;
   misses: number;
@@ -80,6 +121,8 @@ export interface ReconcileResult {
 export type GrantStep = 'scanned' | 'claimed' | 'published';
 export interface LeaseTableOptions {
   onGrantStep?: (step: GrantStep, slot: number) => void;
+  /** 32 random bits per call (tests inject a fixed sequence); the OS CSPRNG by default. */
+  random?: () => number;
 }
 
 /** What lookup calls a slot state while it still blocks, and after. */
@@ -96,12 +139,14 @@ export class LeaseTable extends LeaseSlots {
   }
 
   private readonly onGrantStep: ((step: GrantStep, slot: number) => void) | undefined;
+  private readonly random: () => number;
   private readonly undo = new Int32Array(SLOT_WORDS);
   private stuckSeen = new Map<number, { word: number; since: number }>();
 
   constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number, options: LeaseTableOptions = {}) {
     super(buffer, maxLeases);
     this.onGrantStep = options.onGrantStep;
+    this.random = options.random ?? randomWord;
   }
 
   /** Gauge of leases out: exact for grants and releases, high by leases that expired since reconcile. */
@@ -124,39 +169,174 @@ export class LeaseTable extends LeaseSlots {
   }
 
   /** Releases the grant that `token` names, once; clears a hold and the miss count. */
-  release(key: string, token: number, now: number): boolean {
-    if (!Number.isSafeInteger(token) || token < 0) return false;
+  release(key: string, token: string, now: number): boolean {
+    const parts = parseToken(token);
+    if (!parts) return false;
     this.hash(key);
-    const a = this.words;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      let lostRace = false;
-      for (let k = 0; k < PROBE_WINDOW && !lostRace; k++) {
-        const base = this.base(k);
-        const word = this.read(base, true);
-        const state = word & STATE_MASK;
-        if (state === EMPTY || state === BUSY || !this.readIsKey() || this.tokenRead !== token) continue;
-        if (state === RELEASED) return false;
-        if (Atomics.compareExchange(a, base, word, nextWord(word, BUSY)) !== word) {
-          lostRace = true;
-          continue;
-        }
-        if (state === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
-        a[base + S_EXPIRY] = toSec(now + RELEASE_GRACE_MS);
-        a[base + S_MISSES] = 0;
-        Atomics.store(a, base, nextWord(nextWord(word, BUSY), RELEASED));
-        return true;
-      }
-      if (!lostRace) return false;
+      const base = this.slotOf(parts);
+      if (base < 0) return false;
+      const word = this.read(base, true);
+      const state = word & STATE_MASK;
+      if (state === RELEASED) return false;
+      if (state === EMPTY || state === BUSY) continue;
+      if (!this.sameGrant(parts)) return false;
+      if (this.rewrite(base, word, RELEASED, now, this.reportRead, this.answerRead)) return true;
     }
     return false;
   }
 
+  /**
+   * Starts reporting the lease `token` names (SPEC §3 result, API.md idempotent results). Only the
+   * key's latest grant, reported by its grantee or a super_user, may start; a lease starts once, and
+   * every later start of it answers `duplicate` with the first answer (or `pending` while it runs).
+   */
+  beginReport(key: string, token: unknown, caller: ReportCaller): ReportStart {
+    const parts = parseToken(token);
+    if (!parts) return { kind: 'superseded' };
+    this.hash(key);
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      if (this.latestToken(true) !== parts.grantedAt) return { kind: 'superseded' };
+      const base = this.slotOf(parts);
+      if (base < 0) return { kind: 'superseded' };
+      const word = this.read(base, true);
+      const state = word & STATE_MASK;
+      if (state === EMPTY || state === BUSY) continue;
+      if (!this.sameGrant(parts)) return { kind: 'superseded' };
+      if (!caller.superUser && this.userRead !== 0 && this.userRead !== caller.user)
+        return { kind: 'superseded' };
+      const report = this.reportRead;
+      if (report === REPORT_ACCEPTED)
+        return { kind: 'duplicate', answer: { accepted: true, nextRenderTime: this.answerRead * 60_000 } };
+      if (report === REPORT_UNKNOWN_JOB)
+        return { kind: 'duplicate', answer: { accepted: false, code: 'unknown_job' } };
+      if (report === REPORT_PENDING) return { kind: 'pending' };
+      // A released slot always carries its answer; anything else here is a lease still to report.
+      if (state === RELEASED) return { kind: 'superseded' };
+      if (this.rewrite(base, word, state, 0, REPORT_PENDING, 0)) return { kind: 'first' };
+    }
+    return { kind: 'pending' };
+  }
+
+  /**
+   * Records the answer of a started report: releases the lease (5 s grace) unless `keepLease` (the
+   * fast-retry lane, where the lease paces the retry), and keeps the answer for retries.
+   */
+  finishReport(key: string, token: string, answer: ReportAnswer, keepLease: boolean, now: number): void {
+    const code = answer.accepted ? REPORT_ACCEPTED : REPORT_UNKNOWN_JOB;
+    const minute = answer.accepted ? Math.floor(answer.nextRenderTime / 60_000) : 0;
+    this.endReport(key, token, (state) => (keepLease ? state : RELEASED), code, minute, now);
+  }
+
+  /** Gives a started report up (its write failed): the next report of the lease starts afresh. */
+  abortReport(key: string, token: string): void {
+    this.endReport(key, token, (state) => state, REPORT_NONE, 0, 0);
+  }
+
+  private endReport(
+    key: string,
+    token: string,
+    nextState: (state: number) => number,
+    report: number,
+    answer: number,
+    now: number,
+  ): void {
+    const parts = parseToken(token);
+    if (!parts) return;
+    this.hash(key);
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const base = this.slotOf(parts);
+      if (base < 0) return;
+      const word = this.read(base, true);
+      const state = word & STATE_MASK;
+      if (state === EMPTY || state === BUSY) continue;
+      if (!this.sameGrant(parts) || this.reportRead !== REPORT_PENDING) return;
+      if (this.rewrite(base, word, nextState(state), now, report, answer)) return;
+    }
+  }
+
+  /**
+   * Leases past their end with no result, each seen once (SPEC §6 `requeued` at expiry): marks them,
+   * moves them out of the occupancy gauge, and calls `visit` with each one's queue hash. A late result
+   * of such a lease is still accepted. One pass over the slots; the keeper runs it every publish.
+   */
+  collectExpired(now: number, visit: (queue: number) => void): number {
+    const a = this.words;
+    let seen = 0;
+    for (let slot = 0; slot < this.slotCount; slot++) {
+      const base = HEADER_WORDS + slot * SLOT_WORDS;
+      const word = Atomics.load(a, base);
+      const state = word & STATE_MASK;
+      if (state !== LEASED && state !== EXPIRED) continue;
+      if (Atomics.load(a, base + S_REPORT) !== REPORT_NONE) continue;
+      const read = this.read(base, false);
+      if (read !== word || this.reportRead !== REPORT_NONE || fromSec(this.expiryRead) > now) continue;
+      const queue = this.queueRead;
+      if (!this.rewrite(base, word, EXPIRED, 0, REPORT_EXPIRY_SEEN, this.answerRead)) continue;
+      seen++;
+      visit(queue);
+    }
+    return seen;
+  }
+
+  /**
+   * One transition of a slot through BUSY: the state word CAS (its generation makes a slot reused
+   * since the read fail it), then the report words, the expiry and misses of a release, then the new
+   * state. False when another writer got there first.
+   */
+  private rewrite(
+    base: number,
+    word: number,
+    state: number,
+    now: number,
+    report: number,
+    answer: number,
+  ): boolean {
+    const a = this.words;
+    const busy = nextWord(word, BUSY);
+    if (Atomics.compareExchange(a, base, word, busy) !== word) return false;
+    const was = word & STATE_MASK;
+    if (was === LEASED && state !== LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
+    if (state === RELEASED && was !== RELEASED) {
+      a[base + S_EXPIRY] = toSec(now + RELEASE_GRACE_MS);
+      a[base + S_MISSES] = 0;
+    }
+    a[base + S_REPORT] = report;
+    a[base + S_ANSWER] = answer;
+    Atomics.store(a, base, nextWord(busy, state));
+    return true;
+  }
+
+  /** The window slot holding the grant `parts` names (by its instant), or -1. Leaves it read. */
+  private slotOf(parts: { grantedAt: number }): number {
+    for (let k = 0; k < PROBE_WINDOW; k++) {
+      const base = this.base(k);
+      const state = this.read(base, true) & STATE_MASK;
+      if (state !== EMPTY && state !== BUSY && this.readIsKey() && this.tokenRead === parts.grantedAt)
+        return base;
+    }
+    return -1;
+  }
+
+  /** Does the last read slot carry exactly this token (instant and random bits)? */
+  private sameGrant(parts: { grantedAt: number; randHi: number; randLo: number }): boolean {
+    return (
+      this.readIsKey() &&
+      this.tokenRead === parts.grantedAt &&
+      this.randHiRead === parts.randHi &&
+      this.randLoRead === parts.randLo
+    );
+  }
+
   /** Is `token` the key's latest grant? A late result of an expired, not re-granted lease is current. */
-  check(key: string, token: number): TokenCheck {
+  check(key: string, token: string): TokenCheck {
     this.hash(key);
     const latest = this.latestToken(true);
     if (latest < 0) return 'none';
-    return latest === token ? 'current' : 'superseded';
+    const parts = parseToken(token);
+    if (!parts || latest !== parts.grantedAt) return 'superseded';
+    const base = this.slotOf(parts);
+    return base >= 0 && this.sameGrant(parts) ? 'current' : 'superseded';
   }
 
   /** The keeper's skip predicate: a live lease, a release grace or an active hold. */
@@ -187,6 +367,8 @@ export class LeaseTable extends LeaseSlots {
     let expiry = 0;
     let misses = 0;
     let due = NO_DUE;
+    let randHi = 0;
+    let randLo = 0;
     for (let k = 0; k < PROBE_WINDOW; k++) {
       const slotState = this.read(this.base(k), true) & STATE_MASK;
       if (slotState === EMPTY || slotState === BUSY || !this.readIsKey() || this.tokenRead <= token) continue;
@@ -195,6 +377,8 @@ export class LeaseTable extends LeaseSlots {
       expiry = this.expiryRead;
       misses = this.missesRead;
       due = this.dueRead;
+      randHi = this.randHiRead;
+      randLo = this.randLoRead;
     }
     if (token < 0) return { state: 'none', token: null, expiresAt: null, misses: 0, dueMs: null };
     const end = fromSec(expiry);
@@ -202,7 +386,7 @@ export class LeaseTable extends LeaseSlots {
     const [ifLive, ifOver] = VIEWS[state] ?? ['expired', 'expired'];
     return {
       state: live ? ifLive : ifOver,
-      token,
+      token: formatToken({ grantedAt: token, randHi, randLo }),
       expiresAt: end,
       misses,
       dueMs: due === NO_DUE ? null : due * 60_000,
@@ -273,6 +457,7 @@ export class LeaseTable extends LeaseSlots {
     let ownToken = -1;
     let ownDue = 0;
     let ownMisses = 0;
+    let ownReport = REPORT_NONE;
     let empty = -1;
     let emptyWord = 0;
     let spare = -1;
@@ -303,6 +488,7 @@ export class LeaseTable extends LeaseSlots {
           ownToken = this.tokenRead;
           ownDue = this.dueRead;
           ownMisses = this.missesRead;
+          ownReport = this.reportRead;
         }
         continue;
       }
@@ -339,7 +525,10 @@ export class LeaseTable extends LeaseSlots {
           false,
         );
       }
-      const requeued = ownState !== RELEASED;
+      // A lease whose result came (released, or kept by the fast-retry lane) was not lost: no requeue.
+      const reported =
+        ownState === RELEASED || ownReport === REPORT_ACCEPTED || ownReport === REPORT_UNKNOWN_JOB;
+      const requeued = !reported;
       const misses = requeued ? (sameDue ? ownMisses : 0) + 1 : sameDue ? ownMisses + 1 : 0;
       if (misses >= options.fastRetries + 2) return this.hold(own, ownWord, now, options, misses, dueMinute);
       return this.take(own, ownWord, Math.max(Math.floor(now), ownToken + 1), now, options, misses, requeued);
@@ -368,7 +557,13 @@ export class LeaseTable extends LeaseSlots {
     if ((word & STATE_MASK) === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
     for (let w = 1; w < SLOT_WORDS; w++) this.undo[w] = a[base + w]!;
     const expiry = toSec(now + options.leaseMs);
-    this.writeFields(base, expiry, toMinute(options.dueMs), misses, token);
+    const grant = {
+      randHi: this.random() | 0,
+      randLo: this.random() | 0,
+      user: options.user ?? 0,
+      queue: options.queue ?? 0,
+    };
+    this.writeFields(base, expiry, toMinute(options.dueMs), misses, token, grant);
     this.onGrantStep?.('claimed', slot);
     // Count before publishing and uncount after unpublishing, so the gauge can only run high.
     Atomics.add(a, H_OCCUPANCY, 1);
@@ -387,7 +582,14 @@ export class LeaseTable extends LeaseSlots {
       this.giveBack(base, published, word);
       return refusal;
     }
-    return { ok: true, token, expiresAt: fromSec(expiry), misses, requeued };
+    return {
+      ok: true,
+      token: formatToken({ grantedAt: token, randHi: grant.randHi, randLo: grant.randLo }),
+      grantedAt: token,
+      expiresAt: fromSec(expiry),
+      misses,
+      requeued,
+    };
   }
 
   /** Puts a slot this grant published back the way it found it. */

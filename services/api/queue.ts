@@ -3,7 +3,14 @@ import { HttpError, badRequest } from '../../util/httpError.js';
 import { stateMaxAgeMs } from '../../util/keeperSignal.js';
 import { requireObject } from '../../util/validateInput.js';
 import { setExplainExtras } from './admin.js';
-import { applyCheckedResults, checkResult, claim, parseClaimLimit, type CheckedResult } from '../claims.js';
+import {
+  applyCheckedResults,
+  callerOf,
+  checkResult,
+  claim,
+  parseClaimLimit,
+  type CheckedResult,
+} from '../claims.js';
 import { config } from '../config.js';
 import { route, reply } from '../http.js';
 import { describeHeld, nodeStatusNow, servingView } from '../keeper.js';
@@ -14,6 +21,13 @@ import { metricsText } from '../metrics.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../util/prometheus.js';
 
 const MAX_BATCH = 100;
+/** Echoed strings are cut here (API.md): nothing a caller sends can make an answer large or fail to encode. */
+const MAX_ECHO_CHARS = 200;
+
+/** A caller's id as it may be echoed: only a string, truncated; anything else is null. */
+function echoId(id: unknown): string | null {
+  return typeof id === 'string' ? id.slice(0, MAX_ECHO_CHARS) : null;
+}
 
 function resultBodyLimit(): number {
   // The page body may be JSON-escaped (up to 6 bytes per character in the worst case is rare; 2× plus
@@ -46,7 +60,7 @@ function vouchedState(
 export function registerQueue(): void {
   route('POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = parseClaimLimit(req.body);
-    const r = claim(limit);
+    const r = claim(limit, callerOf(req.user));
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
 
@@ -56,15 +70,16 @@ export function registerQueue(): void {
     'fleet',
     async (req) => {
       const checked = checkResult(req.body);
-      const [a] = await applyCheckedResults([checked]);
+      const [a] = await applyCheckedResults([checked], callerOf(req.user));
+      const dup = a!.duplicate ? { duplicate: true } : {};
       if (!a!.accepted) {
         const body =
           a!.code === 'superseded'
             ? { accepted: false, code: 'superseded', error: a!.error }
-            : { error: a!.error, code: a!.code };
+            : { error: a!.error, code: a!.code, ...dup };
         return reply(body, a!.status);
       }
-      return reply({ accepted: true, nextRenderTime: a!.nextRenderTime });
+      return reply({ accepted: true, nextRenderTime: a!.nextRenderTime, ...dup });
     },
     { maxBodyBytes: resultBodyLimit },
   );
@@ -84,18 +99,21 @@ export function registerQueue(): void {
             return { checked: checkResult(r) };
           } catch (e) {
             const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
-            return { invalid: { id, error: e instanceof HttpError ? e.message : 'invalid result' } };
+            return {
+              invalid: { id: echoId(id), error: e instanceof HttpError ? e.message : 'invalid result' },
+            };
           }
         });
       const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
-      const answers = await applyCheckedResults(valid);
+      const answers = await applyCheckedResults(valid, callerOf(req.user));
       let k = 0;
       const results = slots.map((s) => {
-        if (s.invalid)
-          return { id: s.invalid.id ?? null, accepted: false, code: 'invalid', error: s.invalid.error };
+        if (s.invalid) return { id: s.invalid.id, accepted: false, code: 'invalid', error: s.invalid.error };
         const a = answers[k++]!;
-        if (a.accepted) return a;
-        return { id: a.id, accepted: false, code: a.code, error: a.error };
+        const id = echoId(a.id);
+        const dup = a.duplicate ? { duplicate: true } : {};
+        if (a.accepted) return { id, accepted: true, nextRenderTime: a.nextRenderTime, ...dup };
+        return { id, accepted: false, code: a.code, error: a.error, ...dup };
       });
       return reply({ results });
     },

@@ -45,7 +45,7 @@ async function claim(limit = 25, fresh = false) {
       queue: string;
       isFromSitemap: boolean;
       expiresAt: number;
-      leaseToken: number;
+      leaseToken: string;
     }>,
     status: r.headers['x-queue-status'],
   };
@@ -168,7 +168,13 @@ test('a stale result gets 409 and changes nothing; a rendered result reschedules
   const before = (await h.fetch('/prerender_admin/explain', { body: { url } })).json.row;
   const stale = await h.fetch('/render_queue/job_result', {
     auth: fleet,
-    body: { id: url, leaseToken: job.leaseToken - 1, outcome: 'rendered', statusCode: 200 },
+    // The grant instant with other random bits: what a caller guessing from the old time-only tokens sends.
+    body: {
+      id: url,
+      leaseToken: job.leaseToken.slice(0, 12) + '0'.repeat(16),
+      outcome: 'rendered',
+      statusCode: 200,
+    },
   });
   assert.equal(stale.status, 409);
   assert.equal(stale.json.code, 'superseded');
@@ -241,12 +247,12 @@ test('malformed claim and result bodies are 400 with a code', async () => {
   assert.ok(big.jobs.length <= 25);
   const bad = await h.fetch('/render_queue/job_result', {
     auth: fleet,
-    body: { id: 'x', leaseToken: 1, outcome: 'exploded' },
+    body: { id: 'x', leaseToken: '1', outcome: 'exploded' },
   });
   assert.equal(bad.status, 400);
   const batch = await h.fetch('/render_queue/job_results', {
     auth: fleet,
-    body: { results: [{ id: 'https://none.example.com/', leaseToken: 1, outcome: 'rendered' }, { id: 5 }] },
+    body: { results: [{ id: 'https://none.example.com/', leaseToken: '1', outcome: 'rendered' }, { id: 5 }] },
   });
   assert.equal(batch.status, 200, batch.text);
   assert.equal(batch.json.results[0].code, 'superseded');
@@ -320,7 +326,7 @@ test('a row rewritten through worker 1 reaches the keeper on worker 0 and become
   }
   assert.ok(subject, 'no rewrite was answered by worker 1 in 20 fresh connections');
   const written = Date.now();
-  const granted: Array<{ id: string; leaseToken: number }> = [];
+  const granted: Array<{ id: string; leaseToken: string }> = [];
   await until(
     'the rewritten row to be granted',
     async () => {
@@ -374,11 +380,11 @@ test('the Prometheus scrape parses, and claim counters from both workers show in
   );
 
   const grantedBy = new Map<string, number>();
-  const jobs: Array<{ id: string; leaseToken: number }> = [];
+  const jobs: Array<{ id: string; leaseToken: string }> = [];
   for (let i = 0; i < 40 && grantedBy.size < 2; i++) {
     const r = await h.fetch('/render_queue/claim', { body: { limit: 3 }, auth: fleet, fresh: true });
     assert.equal(r.status, 200, r.text);
-    const got = r.json as Array<{ id: string; leaseToken: number }>;
+    const got = r.json as Array<{ id: string; leaseToken: string }>;
     if (got.length === 0) continue;
     jobs.push(...got);
     const by = String(r.headers['x-served-by']);

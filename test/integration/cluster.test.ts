@@ -109,16 +109,16 @@ test('two nodes split the rows by rendezvous ownership and each grants only its 
     throw new Error(`${String(e)}; last ${seen}\n--- a:\n${logs(a)}\n--- b:\n${logs(b)}`);
   });
 
-  const granted: Array<{ id: string; leaseToken: number }> = [];
+  const granted: Array<{ id: string; leaseToken: string }> = [];
   await until('node-a to grant every row it owns', async () => {
     const c = await a.fetch('/render_queue/claim', { body: { limit: 25 } });
     assert.equal(c.status, 200, c.text);
-    granted.push(...(c.json as Array<{ id: string; leaseToken: number }>));
+    granted.push(...(c.json as Array<{ id: string; leaseToken: string }>));
     return granted.length >= ownedByA;
   });
   await sleep(1000); // a few publishes more: nothing else may come
   const late = await a.fetch('/render_queue/claim', { body: { limit: 25 } });
-  granted.push(...(late.json as Array<{ id: string; leaseToken: number }>));
+  granted.push(...(late.json as Array<{ id: string; leaseToken: string }>));
   assert.equal(granted.length, ownedByA);
   assert.equal(new Set(granted.map((j) => j.id)).size, ownedByA);
   assert.ok(

@@ -23,6 +23,7 @@ import {
   type HarperInstance,
 } from '../harness.js';
 import { sleep, until } from '../wait.js';
+import { parseToken } from '../../util/leaseToken.js';
 
 let h: HarperInstance;
 let inspectorPort: number;
@@ -39,11 +40,14 @@ interface Job {
   queue: string;
   isFromSitemap: boolean;
   expiresAt: number;
-  leaseToken: number;
+  leaseToken: string;
 }
+/** The grant instant a lease token starts with (server clock, ms). */
+const at = (job: Job): number => parseToken(job.leaseToken)!.grantedAt;
+
 interface LeaseView {
   state: string;
-  token: number | null;
+  token: string | null;
   expiresAt: number | null;
   misses: number;
 }
@@ -190,20 +194,17 @@ test('an unreported lease comes back after expiry with a new token, and after fa
   const url = 'https://lease.example.com/never-reported';
   await file([{ url, dueAt: Date.now() - MIN }]);
 
-  // Lease tokens are the server's grant instants in ms, so every gap below is measured on the server's
+  // Lease tokens start with the server's grant instant in ms, so every gap below is measured on the server's
   // clock, independent of how often this test polls.
   const first = await grantOf(url, 10_000);
-  assert.ok(first.expiresAt - first.leaseToken >= LEASE_MS);
-  assert.ok(first.expiresAt - first.leaseToken <= LEASE_MS + 1000, 'expiry is rounded up to the second');
+  assert.ok(first.expiresAt - at(first) >= LEASE_MS);
+  assert.ok(first.expiresAt - at(first) <= LEASE_MS + 1000, 'expiry is rounded up to the second');
   assert.equal((await explain(url)).lease?.state, 'leased');
 
   const second = await grantOf(url, LEASE_MS + 5000);
-  assert.ok(second.leaseToken > first.leaseToken, 'the re-grant carries a new token');
-  assert.ok(second.leaseToken >= first.expiresAt, 'a live lease is never re-granted');
-  assert.ok(
-    second.leaseToken - first.expiresAt <= 1500,
-    'an expired lease comes back within a publish or two',
-  );
+  assert.ok(at(second) > at(first), 'the re-grant carries a new token');
+  assert.ok(at(second) >= first.expiresAt, 'a live lease is never re-granted');
+  assert.ok(at(second) - first.expiresAt <= 1500, 'an expired lease comes back within a publish or two');
   const afterRegrant = await explain(url);
   assert.equal(afterRegrant.lease?.token, second.leaseToken);
   assert.equal(afterRegrant.lease?.misses, 1, 'the expired lease counted one miss');
@@ -244,8 +245,8 @@ test('an unreported lease comes back after expiry with a new token, and after fa
   );
   assert.ok(firstHoldMs <= 2 * LEASE_MS + 2500, `first hold ends ${firstHoldMs} ms after the lease`);
   const probe = await grantOf(url, 2 * LEASE_MS + 10_000);
-  assert.ok(probe.leaseToken >= firstHold.expiresAt, 'nothing is granted while the key is held');
-  const firstGap = probe.leaseToken - second.expiresAt;
+  assert.ok(at(probe) >= firstHold.expiresAt, 'nothing is granted while the key is held');
+  const firstGap = at(probe) - second.expiresAt;
   assert.ok(firstGap >= 0.8 * 2 * LEASE_MS, `re-granted ${firstGap} ms after expiry, want about 2 leases`);
   assert.ok(firstGap <= 1.5 * 2 * LEASE_MS + PUBLISH_MS, `re-granted ${firstGap} ms after expiry`);
   assert.equal((await explain(url)).lease?.misses, 2, 'the probe after a hold carries the miss count');
@@ -259,13 +260,13 @@ test('an unreported lease comes back after expiry with a new token, and after fa
   );
   assert.ok(secondHoldMs <= 4 * LEASE_MS + 2500, `second hold ends ${secondHoldMs} ms after the lease`);
   const last = await grantOf(url, 4 * LEASE_MS + 15_000);
-  assert.ok(last.leaseToken >= secondHold.expiresAt, 'nothing is granted while the key is held');
-  const secondGap = last.leaseToken - probe.expiresAt;
+  assert.ok(at(last) >= secondHold.expiresAt, 'nothing is granted while the key is held');
+  const secondGap = at(last) - probe.expiresAt;
   assert.ok(secondGap >= 0.8 * 4 * LEASE_MS, `re-granted ${secondGap} ms after expiry, want about 4 leases`);
   assert.ok(secondGap <= 1.5 * 4 * LEASE_MS + PUBLISH_MS, `re-granted ${secondGap} ms after expiry`);
 
   t.diagnostic(
-    `first grant after ${first.leaseToken - started} ms; re-grant ${second.leaseToken - first.expiresAt} ms after expiry; ` +
+    `first grant after ${at(first) - started} ms; re-grant ${at(second) - first.expiresAt} ms after expiry; ` +
       `holds ${firstHoldMs} and ${secondHoldMs} ms; re-granted ${firstGap} and ${secondGap} ms after expiry`,
   );
   // The first result of the latest grant clears everything.
@@ -332,9 +333,7 @@ test('a key published in two ready-set generations is granted once while its lea
   assert.ok(generations >= 5, `the claims spanned only ${generations} ready-set generations`);
   // A later grant of a key counts as a duplicate when it came before the earlier lease ran out.
   const duplicates = [...grants.entries()].filter(([, js]) =>
-    [...js]
-      .sort((a, b) => a.leaseToken - b.leaseToken)
-      .some((j, i, sorted) => i > 0 && j.leaseToken < sorted[i - 1]!.expiresAt),
+    [...js].sort((a, b) => at(a) - at(b)).some((j, i, sorted) => i > 0 && at(j) < sorted[i - 1]!.expiresAt),
   );
   assert.deepEqual(
     duplicates.map(([id, js]) => [id, js.length]),

@@ -1,6 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { KeeperSignal, keeperStaleAfterMs, POKE_MIN_INTERVAL_MS } from '../../util/keeperSignal.js';
+import {
+  KeeperSignal,
+  keeperStaleAfterMs,
+  leaderIdFor,
+  POKE_MIN_INTERVAL_MS,
+} from '../../util/keeperSignal.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 
@@ -122,4 +127,26 @@ test('a clock stepped back does not silence pokes', () => {
   assert.ok(a.requestPublish(NOW));
   assert.equal(a.requestPublish(NOW - 500), false);
   assert.equal(a.requestPublish(NOW - 5_000), true);
+});
+
+test('two overlapping worker 0s of one process never share a leader id, so only one publishes', () => {
+  // The restarted worker 0 runs in the same process (same pid) on a new thread. With the old
+  // pid-based ids, equal random draws gave both keepers the same id and both "held" the slot.
+  const oldThread = 3;
+  const newThread = 5;
+  for (const [ra, rb] of [
+    [0, 0],
+    [0x7fff, 0x7fff],
+    [12345, 12345],
+    [0xffffffff, 0],
+  ] as const) {
+    const a = leaderIdFor(oldThread, ra);
+    const b = leaderIdFor(newThread, rb);
+    assert.notEqual(a, b);
+    assert.ok(a >= 1 && a <= 0x7fffffff && b >= 1 && b <= 0x7fffffff);
+    const [oldKeeper, newKeeper] = twoViews();
+    assert.equal(oldKeeper.claimLeadership(a, NOW, 1000), true);
+    assert.equal(newKeeper.claimLeadership(b, NOW + 500, 1000), false, 'the newcomer waits');
+    assert.equal(oldKeeper.claimLeadership(a, NOW + 1000, 1000), true, 'the holder keeps publishing');
+  }
 });

@@ -20,12 +20,19 @@ import {
   STATE_MASK,
   fromSec,
 } from '../../util/leaseSlots.js';
+import { formatToken } from '../../util/leaseToken.js';
 
 const T0 = Date.UTC(2026, 0, 1, 10, 0, 0, 123);
 const LEASE = 600_000;
 const CADENCE = 86_400_000;
 const DUE = Date.UTC(2026, 0, 1, 9, 55);
 const NEXT_DUE = DUE + CADENCE;
+
+// Fixed random bits keep the expected tokens readable; the tests of the random half use their own.
+const FIXED = 0x5eed5eed;
+const fixedRandom = (): number => FIXED;
+/** The token a grant at `ms` gets from these tables. */
+const tok = (ms: number): string => formatToken({ grantedAt: ms, randHi: FIXED, randLo: FIXED });
 
 const opts = (over: Partial<GrantOptions> = {}): GrantOptions => ({
   leaseMs: LEASE,
@@ -45,7 +52,10 @@ interface Setup {
 function setup(maxLeases = 64): Setup {
   const buffer = new ArrayBuffer(LeaseTable.byteLength(maxLeases));
   let interleave: ((step: GrantStep, slot: number) => void) | undefined;
-  const table = new LeaseTable(buffer, maxLeases, { onGrantStep: (step, slot) => interleave?.(step, slot) });
+  const table = new LeaseTable(buffer, maxLeases, {
+    onGrantStep: (step, slot) => interleave?.(step, slot),
+    random: fixedRandom,
+  });
   return { buffer, table, setInterleave: (fn) => (interleave = fn) };
 }
 
@@ -82,7 +92,8 @@ function liveSlots(buffer: ArrayBuffer, table: LeaseTable, key: string, now: num
 }
 
 function granted(result: ReturnType<LeaseTable['grant']>): {
-  token: number;
+  token: string;
+  grantedAt: number;
   expiresAt: number;
   misses: number;
 } {
@@ -94,12 +105,13 @@ function granted(result: ReturnType<LeaseTable['grant']>): {
 test('a grant hands out a lease whose token is the grant instant and whose expiry is rounded up', () => {
   const { table } = setup();
   const result = granted(table.grant('https://example.com/a', T0, opts()));
-  assert.equal(result.token, T0);
+  assert.equal(result.grantedAt, T0);
+  assert.equal(result.token, tok(T0));
   assert.ok(result.expiresAt >= T0 + LEASE && result.expiresAt < T0 + LEASE + 1000);
   assert.equal(result.misses, 0);
   assert.deepEqual(table.lookup('https://example.com/a', T0), {
     state: 'leased',
-    token: T0,
+    token: tok(T0),
     expiresAt: result.expiresAt,
     misses: 0,
     dueMs: DUE,
@@ -129,7 +141,7 @@ test('a released key is refused during its release grace and granted after it', 
   assert.equal(table.lookup(key, later).state, 'released');
   assert.equal(table.isLeased(key, later), false);
   const second = granted(table.grant(key, later, opts({ dueMs: NEXT_DUE })));
-  assert.ok(second.token > first.token);
+  assert.ok(second.grantedAt > first.grantedAt);
   assert.equal(second.misses, 0);
 });
 
@@ -146,14 +158,15 @@ test('an expired lease counts one miss, reports requeued, and its re-grant super
   const second = table.grant(key, first.expiresAt, opts());
   assert.deepEqual(second, {
     ok: true,
-    token: first.expiresAt,
+    token: tok(first.expiresAt),
+    grantedAt: first.expiresAt,
     expiresAt: first.expiresAt + LEASE,
     misses: 1,
     requeued: true,
   });
   assert.equal(table.check(key, first.token), 'superseded');
-  assert.equal(table.check(key, first.expiresAt), 'current');
-  assert.equal(table.check('https://example.com/never', 1), 'none');
+  assert.equal(table.check(key, tok(first.expiresAt)), 'current');
+  assert.equal(table.check('https://example.com/never', tok(1)), 'none');
 });
 
 test('an expired lease re-granted at another due minute starts its misses over', () => {
@@ -229,7 +242,7 @@ test('the first accepted result clears a hold and the miss count', () => {
   const { table } = setup();
   const key = 'https://example.com/wedged';
   let now = T0;
-  let last = 0;
+  let last = '';
   for (let i = 0; i < 4; i++) {
     const lease = granted(table.grant(key, now, opts()));
     [last, now] = [lease.token, lease.expiresAt];
@@ -262,7 +275,7 @@ test('two racing grants that pick the same empty slot grant it once', () => {
   // Race guard: the claim CAS on the slot's state word. Replacing it with a plain store lets both
   // grants write the slot and both return ok (verified by removing it).
   const { buffer, table, setInterleave } = setup();
-  const worker2 = new LeaseTable(buffer, 64);
+  const worker2 = new LeaseTable(buffer, 64, { random: fixedRandom });
   const key = 'https://example.com/a';
   let second: ReturnType<LeaseTable['grant']> | undefined;
   setInterleave((step) => {
@@ -281,7 +294,7 @@ test('two racing grants of one key onto different fresh slots grant at most one'
   // BUSY, so worker 2 cannot see it and takes the next slot; only worker 1's rescan finds the rival.
   // Without the rescan both return ok and the job goes out twice (verified by removing it).
   const { buffer, table, setInterleave } = setup();
-  const worker2 = new LeaseTable(buffer, 64);
+  const worker2 = new LeaseTable(buffer, 64, { random: fixedRandom });
   const key = 'https://example.com/a';
   let second: ReturnType<LeaseTable['grant']> | undefined;
   setInterleave((step) => {
@@ -340,7 +353,7 @@ test('the occupancy gauge only drifts high and a reconcile brings it back to the
   granted(table.grant('https://example.com/b', T0 + 1000, opts({ leaseMs: 2 * LEASE })));
   granted(table.grant('https://example.com/c', T0 + 2000, opts()));
   assert.equal(table.occupancy(), 3);
-  assert.equal(table.release('https://example.com/c', T0 + 2000, T0 + 3000), true);
+  assert.equal(table.release('https://example.com/c', tok(T0 + 2000), T0 + 3000), true);
   assert.equal(table.occupancy(), 2);
   const now = a.expiresAt + 1000;
   assert.equal(table.occupancy(), 2, 'an expired lease still counts until reconcile');
@@ -355,7 +368,7 @@ test('the occupancy gauge only drifts high and a reconcile brings it back to the
   // The late result of the expired lease releases it without counting it down a second time.
   assert.equal(table.release('https://example.com/a', a.token, now), true);
   assert.equal(table.occupancy(), 1);
-  const otherWorker = new LeaseTable(buffer, 64);
+  const otherWorker = new LeaseTable(buffer, 64, { random: fixedRandom });
   const { reclaimed: _reclaimed, ...stored } = result;
   assert.deepEqual(otherWorker.lastReconcile(), { ...stored, at: Math.ceil(now / 1000) * 1000 });
 });
@@ -366,11 +379,11 @@ test('leases keep working past 2038 (now in 2040)', () => {
   const now = Date.UTC(2040, 5, 1, 12, 0, 0, 456);
   const due = Date.UTC(2040, 5, 1, 11, 59);
   const lease = granted(table.grant(key, now, opts({ dueMs: due })));
-  assert.equal(lease.token, now);
+  assert.equal(lease.grantedAt, now);
   assert.equal(lease.expiresAt, Date.UTC(2040, 5, 1, 12, 10, 1));
   assert.deepEqual(table.lookup(key, lease.expiresAt - 1), {
     state: 'leased',
-    token: now,
+    token: tok(now),
     expiresAt: lease.expiresAt,
     misses: 0,
     dueMs: due,
@@ -390,15 +403,15 @@ test('tokens are unique per key, even for a re-grant in the same millisecond as 
   const first = granted(table.grant(key, T0, opts()));
   assert.equal(table.release(key, first.token, T0 - RELEASE_GRACE_MS - 1000), true);
   const second = granted(table.grant(key, T0, opts()));
-  assert.equal(second.token, T0 + 1);
+  assert.equal(second.grantedAt, T0 + 1);
   assert.equal(table.check(key, first.token), 'superseded');
   assert.equal(table.check(key, second.token), 'current');
 });
 
 test('a buffer first sized for another maxLeases keeps its own size and flags the mismatch', () => {
   const buffer = new ArrayBuffer(LeaseTable.byteLength(64));
-  const first = new LeaseTable(buffer, 64);
-  const later = new LeaseTable(buffer, 4096);
+  const first = new LeaseTable(buffer, 64, { random: fixedRandom });
+  const later = new LeaseTable(buffer, 4096, { random: fixedRandom });
   assert.equal(first.sizeMismatch, false);
   assert.equal(later.sizeMismatch, true);
   assert.equal(later.maxLeases, 64);
@@ -464,8 +477,9 @@ test('property: random interleavings of grants, releases, expiry and reconcile n
   fc.assert(
     fc.property(fc.array(command, { minLength: 1, maxLength: 60 }), (commands) => {
       const { buffer, table, setInterleave } = setup(16);
-      const worker2 = new LeaseTable(buffer, 16);
-      const issued: number[][] = keys.map(() => []);
+      const worker2 = new LeaseTable(buffer, 16, { random: fixedRandom });
+      // Same-width hex with the same random half: string order is grant order.
+      const issued: string[][] = keys.map(() => []);
       let now = T0;
       const grantOptions = (due: boolean, fastRetries: number): GrantOptions =>
         opts({ dueMs: due ? DUE : NEXT_DUE, cadenceMs: 4 * LEASE, fastRetries });
@@ -481,7 +495,7 @@ test('property: random interleavings of grants, releases, expiry and reconcile n
       };
       const release = (worker: LeaseTable, k: number, pick: number): void => {
         const history = issued[k]!;
-        worker.release(keys[k]!, history.length > 0 ? history[pick % history.length]! : 1, now);
+        worker.release(keys[k]!, history.length > 0 ? history[pick % history.length]! : tok(1), now);
       };
       for (const c of commands) {
         if (c.kind === 'grant') {

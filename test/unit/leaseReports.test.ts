@@ -1,0 +1,176 @@
+// Lease tokens that cannot be guessed, results reported once, and expiries seen once (issue 12).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { LeaseTable, RELEASE_GRACE_MS, type GrantOptions } from '../../util/leaseTable.js';
+import { formatToken, nameHash, parseToken } from '../../util/leaseToken.js';
+
+const T0 = Date.UTC(2026, 0, 1, 10, 0, 0, 123);
+const LEASE = 600_000;
+const DUE = Date.UTC(2026, 0, 1, 9, 55);
+const NEXT = Date.UTC(2026, 0, 2, 10, 0);
+const FLEET = nameHash('fleet-a');
+const OTHER = nameHash('fleet-b');
+const asFleet = { user: FLEET, superUser: false };
+
+const opts = (over: Partial<GrantOptions> = {}): GrantOptions => ({
+  leaseMs: LEASE,
+  dueMs: DUE,
+  cadenceMs: 86_400_000,
+  fastRetries: 2,
+  user: FLEET,
+  queue: nameHash('product'),
+  ...over,
+});
+
+function table(random?: () => number): LeaseTable {
+  return new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(64)), 64, random ? { random } : {});
+}
+
+function grant(t: LeaseTable, key: string, now: number, over: Partial<GrantOptions> = {}) {
+  const g = t.grant(key, now, opts(over));
+  if (!g.ok) throw new Error(`expected a grant, got ${JSON.stringify(g)}`);
+  return g;
+}
+
+test('a token is the grant instant plus 64 random bits, and round-trips through its text form', () => {
+  const t = table();
+  const a = grant(t, 'https://example.com/a', T0);
+  const b = grant(t, 'https://example.com/b', T0);
+  assert.match(a.token, /^[0-9a-f]{28}$/);
+  const pa = parseToken(a.token)!;
+  const pb = parseToken(b.token)!;
+  assert.equal(pa.grantedAt, T0);
+  assert.equal(pb.grantedAt, T0);
+  assert.notDeepEqual([pa.randHi, pa.randLo], [pb.randHi, pb.randLo], 'two grants in one ms differ');
+  assert.equal(formatToken(pa), a.token);
+  for (const bad of [null, 12, '', 'x'.repeat(28), a.token.toUpperCase(), a.token + '0'])
+    assert.equal(parseToken(bad), null);
+});
+
+test('a token with the right grant instant but other random bits is superseded, never accepted', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const g = grant(t, key, T0);
+  // What a guesser who knows the grant instant (the old token) would send.
+  const guessed = formatToken({ grantedAt: g.grantedAt, randHi: 0, randLo: 1 });
+  assert.equal(t.check(key, guessed), 'superseded');
+  assert.deepEqual(t.beginReport(key, guessed, asFleet), { kind: 'superseded' });
+  assert.equal(t.release(key, guessed, T0 + 1), false);
+  assert.equal(t.lookup(key, T0 + 1).state, 'leased', 'the guess changed nothing');
+  assert.equal(t.check(key, g.token), 'current');
+});
+
+test('a result is admitted only from the lease grantee or a super_user', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const g = grant(t, key, T0);
+  assert.deepEqual(t.beginReport(key, g.token, { user: OTHER, superUser: false }), { kind: 'superseded' });
+  assert.deepEqual(t.beginReport(key, g.token, { user: OTHER, superUser: true }), { kind: 'first' });
+});
+
+test('the same result twice gets the first answer again and releases once', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const g = grant(t, key, T0);
+  assert.deepEqual(t.beginReport(key, g.token, asFleet), { kind: 'first' });
+  assert.deepEqual(
+    t.beginReport(key, g.token, asFleet),
+    { kind: 'pending' },
+    'a copy racing the first waits',
+  );
+  t.finishReport(key, g.token, { accepted: true, nextRenderTime: NEXT }, false, T0 + 1000);
+  assert.equal(t.lookup(key, T0 + 1000).state, 'grace');
+  assert.equal(t.occupancy(), 0);
+  const again = t.beginReport(key, g.token, asFleet);
+  assert.deepEqual(again, { kind: 'duplicate', answer: { accepted: true, nextRenderTime: NEXT } });
+  assert.equal(t.occupancy(), 0, 'a duplicate releases nothing');
+});
+
+test('a failure kept on its lease (fast retry) is a duplicate when sent again, not a second strike', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const g = grant(t, key, T0);
+  assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first');
+  t.finishReport(key, g.token, { accepted: true, nextRenderTime: DUE }, true, T0 + 1000);
+  assert.equal(t.lookup(key, T0 + 1000).state, 'leased', 'the fast-retry lane keeps the lease');
+  assert.deepEqual(t.beginReport(key, g.token, asFleet), {
+    kind: 'duplicate',
+    answer: { accepted: true, nextRenderTime: DUE },
+  });
+  // Its expiry is not a lost lease: the re-grant is no requeue, and the keeper's scan skips it.
+  const seen: number[] = [];
+  assert.equal(
+    t.collectExpired(g.expiresAt, (q) => seen.push(q)),
+    0,
+  );
+  const next = grant(t, key, g.expiresAt);
+  assert.equal(next.requeued, false);
+});
+
+test('a report given up (its write failed) can be started again by a retry', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const g = grant(t, key, T0);
+  assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first');
+  t.abortReport(key, g.token);
+  assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first');
+  t.finishReport(key, g.token, { accepted: false, code: 'unknown_job' }, false, T0 + 5);
+  assert.deepEqual(t.beginReport(key, g.token, asFleet), {
+    kind: 'duplicate',
+    answer: { accepted: false, code: 'unknown_job' },
+  });
+});
+
+test('a result under an older grant of the key is superseded even while its slot still exists', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const first = grant(t, key, T0);
+  const second = grant(t, key, first.expiresAt);
+  assert.deepEqual(t.beginReport(key, first.token, asFleet), { kind: 'superseded' });
+  assert.equal(t.beginReport(key, second.token, asFleet).kind, 'first');
+});
+
+test('an expired unreported lease is seen once, with its queue, and a late result is still accepted', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const g = grant(t, key, T0);
+  grant(t, 'https://example.com/live', T0, { leaseMs: 2 * LEASE });
+  const seen: number[] = [];
+  assert.equal(
+    t.collectExpired(g.expiresAt - 1, (q) => seen.push(q)),
+    0,
+    'not before its end',
+  );
+  assert.equal(
+    t.collectExpired(g.expiresAt, (q) => seen.push(q)),
+    1,
+  );
+  assert.deepEqual(seen, [nameHash('product')]);
+  assert.equal(t.occupancy(), 1, 'the expired lease left the gauge');
+  assert.equal(
+    t.collectExpired(g.expiresAt + 1000, (q) => seen.push(q)),
+    0,
+    'seen once',
+  );
+  // Reconcile on another worker first does not hide an expiry from the keeper's scan.
+  const t2 = table();
+  const h = grant(t2, key, T0);
+  t2.reconcile(h.expiresAt + 1);
+  assert.equal(
+    t2.collectExpired(h.expiresAt + 2, () => undefined),
+    1,
+  );
+  assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first', 'a late result of it is current');
+});
+
+test('a released lease is not an expiry even after its grace ends', () => {
+  const t = table();
+  const key = 'https://example.com/a';
+  const g = grant(t, key, T0);
+  assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first');
+  t.finishReport(key, g.token, { accepted: true, nextRenderTime: NEXT }, false, T0 + 1);
+  assert.equal(
+    t.collectExpired(T0 + LEASE + RELEASE_GRACE_MS * 2, () => undefined),
+    0,
+  );
+});

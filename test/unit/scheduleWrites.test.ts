@@ -1,0 +1,182 @@
+// Per-key atomic read-modify-write of RenderSchedule (issue 12.1). Each test injects the competing
+// write at the worst moment — after this write read its rows and before it wrote them — through the
+// store's afterRead seam. Every scenario is also run over a store whose lock does nothing (the guard
+// removed): there the lost update happens, so the scenario itself can tell a racy writer from a safe one.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { defaultConfig } from '../../util/configSchema.js';
+import type { ScheduleRow } from '../../util/scheduleRules.js';
+import { ScheduleWrites, type ScheduleStore, type ScheduleWrite } from '../../util/scheduleWrites.js';
+
+const NOW = Date.UTC(2026, 0, 1, 12, 0, 0);
+const cfg = () => defaultConfig();
+
+/** An in-memory RenderSchedule with lmdb-like per-key locks (or none, for the guard-removed runs). */
+class FakeSchedule implements ScheduleStore {
+  readonly rows = new Map<string, ScheduleRow>();
+  private readonly held = new Map<string, Promise<void>>();
+  afterRead?: (keys: readonly string[]) => Promise<void> | void;
+  constructor(private readonly locking: boolean) {}
+
+  read(key: string): ScheduleRow | undefined {
+    return this.rows.get(key);
+  }
+
+  async locked<T>(keys: readonly string[], fn: () => Promise<T>): Promise<T> {
+    if (!this.locking) return fn();
+    const mine: Array<() => void> = [];
+    const ordered = [...new Set(keys)].sort();
+    try {
+      for (const key of ordered) {
+        while (this.held.has(key)) await this.held.get(key);
+        let release!: () => void;
+        this.held.set(
+          key,
+          new Promise<void>((r) => {
+            release = () => {
+              this.held.delete(key);
+              r();
+            };
+          }),
+        );
+        mine.push(release);
+      }
+      return await fn();
+    } finally {
+      for (const release of mine) release();
+    }
+  }
+
+  async commit(writes: readonly ScheduleWrite[]): Promise<void> {
+    await Promise.resolve();
+    for (const w of writes) {
+      if (w.row) this.rows.set(w.key, w.row);
+      else this.rows.delete(w.key);
+    }
+  }
+}
+
+/** Runs `other` once, the first time the writer under test has read `key` and not yet written it. */
+function interleaveOnce(
+  store: FakeSchedule,
+  key: string,
+  other: () => Promise<unknown>,
+): { done: Promise<unknown> } {
+  let started = false;
+  const result = { done: Promise.resolve() as Promise<unknown> };
+  store.afterRead = async (keys) => {
+    if (started || !keys.includes(key)) return;
+    started = true;
+    result.done = other();
+    // Give the other writer every chance to run to its end before this one writes (it cannot while
+    // the keys are locked; it does without the lock).
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    await new Promise((r) => setImmediate(r));
+  };
+  return result;
+}
+
+async function seeded(locking: boolean, urls: string[]): Promise<{ store: FakeSchedule; w: ScheduleWrites }> {
+  const store = new FakeSchedule(locking);
+  const w = new ScheduleWrites(store, cfg, 2);
+  await w.fileTargets(
+    urls.map((url) => ({ url, dueAt: NOW - 120_000 })),
+    NOW - 60_000,
+  );
+  return { store, w };
+}
+
+async function resultDuringDelete(locking: boolean): Promise<boolean> {
+  const url = 'https://example.com/a';
+  const { store, w } = await seeded(locking, [url]);
+  const other = interleaveOnce(store, url, () => w.deleteTargets([url]));
+  await w.applyResults([{ url, outcome: 'rendered', statusCode: 200, completedAt: NOW }]);
+  await other.done;
+  return store.rows.has(url);
+}
+
+test('a result applied while the target is deleted never brings the row back', async () => {
+  assert.equal(await resultDuringDelete(true), false);
+  assert.equal(await resultDuringDelete(false), true, 'without the lock the deleted row comes back');
+});
+
+test('a delete that read the row before a result landed still deletes it, and the result finds nothing', async () => {
+  const url = 'https://example.com/a';
+  const { store, w } = await seeded(true, [url]);
+  let applied: unknown;
+  const other = interleaveOnce(store, url, async () => {
+    applied = await w.applyResults([{ url, outcome: 'failed', statusCode: 500, completedAt: NOW }]);
+  });
+  assert.equal(await w.deleteTargets([url]), 1);
+  await other.done;
+  assert.equal(store.rows.has(url), false);
+  assert.deepEqual(applied, [{ found: false }]);
+});
+
+async function discoverDuringFiling(locking: boolean): Promise<boolean | undefined> {
+  const url = 'https://example.com/new';
+  const store = new FakeSchedule(locking);
+  const w = new ScheduleWrites(store, cfg);
+  const other = interleaveOnce(store, url, () => w.fileTargets([{ url, fromSitemap: true }], NOW));
+  await w.discoverUrls([url], NOW);
+  await other.done;
+  return store.rows.get(url)?.verified;
+}
+
+test('discover racing a feeder never overwrites a verified row with an unverified one', async () => {
+  assert.equal(await discoverDuringFiling(true), true);
+  assert.equal(
+    await discoverDuringFiling(false),
+    false,
+    'without the lock discover wins with verified: false',
+  );
+});
+
+async function resultDuringBigBatch(locking: boolean, during: number): Promise<number> {
+  const urls = Array.from({ length: 6 }, (_, i) => `https://example.com/p/${i}`);
+  const { store, w } = await seeded(locking, urls);
+  const last = urls[5]!;
+  // The feeder re-files all six (chunks of 2) while a result for the last one lands during the chunk
+  // that holds urls[during]. The old writer read every row up front and so wrote the pre-result row
+  // back (due again, rendered twice) whichever chunk the result landed in.
+  const other = interleaveOnce(store, urls[during]!, () =>
+    w.applyResults([{ url: last, outcome: 'rendered', statusCode: 200, completedAt: NOW }]),
+  );
+  await w.fileTargets(
+    urls.map((url) => ({ url })),
+    NOW,
+  );
+  await other.done;
+  return store.rows.get(last)!.nextRenderTime;
+}
+
+test('a result that lands between the chunks of a large batch is not rolled back to due-now', async () => {
+  assert.ok((await resultDuringBigBatch(true, 0)) > NOW, 'read in its own chunk, after the result');
+  assert.ok((await resultDuringBigBatch(true, 5)) > NOW, 'locked in its own chunk: the result waits');
+  assert.ok(
+    (await resultDuringBigBatch(false, 5)) <= NOW,
+    'without the lock a result inside the chunk is rolled back to due',
+  );
+});
+
+test('entries for one URL within a batch apply in order, last wins', async () => {
+  const store = new FakeSchedule(true);
+  const w = new ScheduleWrites(store, cfg, 2);
+  const url = 'https://example.com/a';
+  await w.fileTargets(
+    [{ url, cadenceMs: 3_600_000 }, { url: 'https://example.com/b' }, { url, cadenceMs: 7_200_000 }],
+    NOW,
+  );
+  assert.equal(store.rows.get(url)!.effectiveInterval, 7_200_000);
+  assert.equal(store.rows.size, 2);
+});
+
+test('delete counts only rows that existed and revalidate of a missing row writes nothing', async () => {
+  const { store, w } = await seeded(true, ['https://example.com/a']);
+  assert.equal(
+    await w.deleteTargets(['https://example.com/a', 'https://example.com/a', 'https://example.com/x']),
+    1,
+  );
+  assert.equal(await w.revalidate('https://example.com/x', NOW), undefined);
+  assert.equal(store.rows.size, 0);
+});
