@@ -406,6 +406,7 @@ export class KeeperService {
    * the read snapshot is refreshed first so it is never older than the events already applied.
    */
   headCheck(now: number, keys: string[]): number {
+    this.reportUnclaimable();
     this.deps.source.refreshReads?.();
     let checked = 0;
     let repaired = 0;
@@ -431,6 +432,21 @@ export class KeeperService {
       this.deps.log.warn(`keeper head check repaired ${repaired} of ${checked} rows`);
     }
     return repaired;
+  }
+
+  private unclaimableLogged = 0;
+
+  /** Says once per batch, at error level, that rows were refused as unclaimable (they need a fix by hand). */
+  private reportUnclaimable(): void {
+    const n = this.core.unclaimable;
+    if (n === this.unclaimableLogged) return;
+    this.deps.log.error(
+      `keeper: ${n - this.unclaimableLogged} row(s) not held because their key is not well-formed Unicode ` +
+        `(a lone surrogate) and can never be claimed; delete or re-file them. Last: ${JSON.stringify(
+          (this.core.lastUnclaimable ?? '').slice(0, 200),
+        )}`,
+    );
+    this.unclaimableLogged = n;
   }
 
   /**

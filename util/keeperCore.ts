@@ -52,6 +52,10 @@ export class KeeperCore {
     return this.changes;
   }
 
+  /** Rows refused because their key does not survive UTF-8 (see apply); never held. */
+  unclaimable = 0;
+  lastUnclaimable: string | null = null;
+
   get size(): number {
     return this.rows.size;
   }
@@ -75,6 +79,13 @@ export class KeeperCore {
    * with its lateness climbing from 0 rather than silently never coming due.
    */
   apply(key: string, row: ScheduleRow | null, now: number): boolean {
+    if (row !== null && !roundTrips(key)) {
+      // Claims read keys back from the ready set's UTF-8 bytes, where a lone surrogate became U+FFFD:
+      // such a row can never be read, leased or granted, and held it would top every set forever.
+      this.unclaimable++;
+      this.lastUnclaimable = key;
+      row = null;
+    }
     const nowMinute = floorMinute(now);
     const hash = this.rows.hash(key);
     const index = this.rows.locate(key, hash);
@@ -402,4 +413,11 @@ export class KeeperCore {
       this.flow.count(nowMinute, 'rescheduled');
     }
   }
+}
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Does `key` come back unchanged from UTF-8 (no lone surrogate)? Only such keys can be claimed. */
+export function roundTrips(key: string): boolean {
+  return !LONE_SURROGATE.test(key);
 }

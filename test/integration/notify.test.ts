@@ -24,7 +24,18 @@ interface Received {
 const received: Received[] = [];
 const hanging: http.ServerResponse[] = [];
 
-const QUEUES = ['created', 'unverified', 'retry', 'hang', 'redirect', 'disable', 'revoke', 'narrow', 'kill'];
+const QUEUES = [
+  'created',
+  'requeued',
+  'unverified',
+  'retry',
+  'hang',
+  'redirect',
+  'disable',
+  'revoke',
+  'narrow',
+  'kill',
+];
 
 before(async () => {
   receiver = http.createServer((req, res) => {
@@ -52,6 +63,7 @@ before(async () => {
   h = await startHarper();
   await h.addUser('feeder', 'feeder-pass', 'render_feeder');
   await h.addUser('discoverer', 'discover-pass', 'render_discover');
+  await h.addUser('fleet-user', 'fleet-pass', 'render_fleet');
   const r = await h.fetch('/prerender_admin/config', {
     body: {
       queue: { keeper: { publishInterval: 200 } },
@@ -187,6 +199,35 @@ test('due rows landing in a covered queue bring one signed `created` delivery na
   const state = await hookState(hk.id);
   assert.equal(state?.lastStatus, 204);
   assert.equal(state?.consecutiveFailures, 0);
+});
+
+test('a lease that expires unreported wakes the fleet with `requeued` within a publish, with no claim after it', async (t) => {
+  // The old code raised requeued only when a later claim tripped over the expired lease — exactly
+  // when nobody needs waking. Here nothing claims after the grant.
+  await config({ queue: { jobLeaseTime: 5000 } });
+  t.after(() => config({ queue: { jobLeaseTime: 600_000 } }));
+  const f = await fleet('fleet-requeued', ['requeued']);
+  await hook(f.id, '/requeued');
+  await fileDue('requeued', 2);
+  await until('the created delivery', () => at('/requeued').find((d) => d.body.reason === 'created'));
+  const c = await h.fetch('/render_queue/claim', {
+    auth: { username: 'fleet-user', password: 'fleet-pass' },
+    body: { limit: 1 },
+  });
+  assert.equal(c.status, 200, c.text);
+  const [job] = c.json as Array<{ id: string; expiresAt: number }>;
+  assert.ok(job, 'one job granted');
+  const d = await until(
+    'the requeued delivery',
+    () => at('/requeued').find((x) => x.body.reason === 'requeued'),
+    15_000,
+  );
+  assert.ok(d.at >= job.expiresAt, 'raised at expiry, not before');
+  assert.ok(d.at - job.expiresAt < 3000, `raised ${d.at - job.expiresAt} ms after the expiry`);
+  assert.equal(d.body.queue, 'requeued');
+  assert.match(d.body.job.url, /^https:\/\/site\.test\/requeued\//);
+  await sleep(1500);
+  assert.equal(at('/requeued').filter((x) => x.body.reason === 'requeued').length, 1, 'one expiry, one wake');
 });
 
 test('a queue whose due rows are all unverified triggers nothing and never names them', async () => {
