@@ -568,3 +568,19 @@ describe('KeeperCore ownership and queues', () => {
     assert.equal(summary.dueVerified, 3);
   });
 });
+
+describe('keys that cannot round-trip through UTF-8', () => {
+  it('a row whose key holds a lone surrogate is never held, so it can never top a published set', () => {
+    const k = keeper();
+    const bad = 'https://a.co/p/1\ud800';
+    const good = 'https://a.co/p/\ud83d\ude00'; // a surrogate pair is well-formed
+    assert.equal(k.apply(bad, row(bad, 0), NOW), false);
+    assert.equal(k.apply(good, row(good, NOW - HOUR), NOW), true);
+    assert.equal(k.has(bad), false);
+    assert.equal(k.unclaimable, 1);
+    assert.deepEqual(
+      k.topK(10, NOW, () => false).entries.map((e) => e.key),
+      [good],
+    );
+  });
+});
