@@ -3,6 +3,7 @@
 import { HttpError } from '../util/httpError.js';
 import { nameHash } from '../util/leaseToken.js';
 import type { ReportAnswer, ReportStart } from '../util/leaseTable.js';
+import type { ReadyEntry } from '../util/readySet.js';
 import { classifyUrl, type Outcome } from '../util/scheduleRules.js';
 import { describeType, requireObject } from '../util/validateInput.js';
 import { config } from './config.js';
@@ -11,6 +12,7 @@ import { nodeStatusNow, servingView } from './keeper.js';
 import { count } from './metrics.js';
 import { storePages } from './pages.js';
 import { applyResults, readRow } from './schedule.js';
+import type { QueueScope } from './fleetScope.js';
 import { leaseTable, pokeKeeper, readySet } from './shared.js';
 import { isPaused, type NodeStatus } from './status.js';
 
@@ -57,9 +59,9 @@ function markClaimed(queues: Set<string>, now: number): void {
   }).catch((e: unknown) => log.warn('could not write claim marks', e));
 }
 
-export function parseClaimLimit(body: unknown): number {
+export function parseClaimLimit(body: unknown, fields: readonly string[] = ['limit', 'queues']): number {
   if (body === undefined || body === null) return Math.min(20, config().queue.maxClaimLimit);
-  const obj = requireObject(body, ['limit']);
+  const obj = requireObject(body, fields);
   if (obj.limit === undefined) return Math.min(20, config().queue.maxClaimLimit);
   if (typeof obj.limit !== 'number' || !Number.isInteger(obj.limit) || obj.limit < 1)
     throw new HttpError(
@@ -80,82 +82,123 @@ export function callerOf(user: HarperUser | undefined): Caller {
   return { user: nameHash(user?.username ?? ''), superUser: user?.role?.permission?.super_user === true };
 }
 
-export function claim(limit: number, caller: Caller, now = Date.now()): ClaimResult {
+/** What one claim did with the entries it looked at (counted into the metrics at the end). */
+interface ClaimTally {
+  jobs: Job[];
+  queues: Set<string>;
+  stale: number;
+  wedged: number;
+  refusedFull: number;
+}
+
+/**
+ * Tries to grant one ready entry: skips it when leased, when its row is gone or no longer due
+ * (`claim_stale`), when the key is held (`claim_wedged`) or the lease window is full. True when granted.
+ */
+function grantEntry(entry: ReadyEntry, caller: Caller, now: number, t: ClaimTally): boolean {
+  const cfg = config();
+  const leases = leaseTable();
+  if (leases.isLeased(entry.key, now)) return false;
+  const row = readRow(entry.key);
+  if (!row || row.nextRenderTime > now) {
+    t.stale++;
+    return false;
+  }
+  const { route, cadenceMs } = classifyUrl(entry.key, row.effectiveInterval, cfg);
+  const g = leases.grant(entry.key, now, {
+    leaseMs: cfg.queue.jobLeaseTime,
+    dueMs: row.nextRenderTime,
+    cadenceMs,
+    fastRetries: cfg.render.failureRetry.fastRetries,
+    user: caller.user,
+    queue: nameHash(route),
+  });
+  if (!g.ok) {
+    if (g.reason === 'held') t.wedged++;
+    if (g.reason === 'full') {
+      t.refusedFull++;
+      if (now - lastFullWarnAt >= FULL_WARN_EVERY_MS) {
+        lastFullWarnAt = now;
+        log.warn(
+          `lease window full for a key; not granting it (queue.maxLeases ${cfg.queue.maxLeases} is too small for the leases out)`,
+        );
+      }
+    }
+    return false;
+  }
+  t.queues.add(route);
+  t.jobs.push({
+    id: entry.key,
+    url: entry.key,
+    queue: route,
+    isFromSitemap: row.fromSitemap,
+    expiresAt: g.expiresAt,
+    leaseToken: g.token,
+  });
+  return true;
+}
+
+/**
+ * Grants up to `limit` due jobs from the ready set (SPEC §3), from every queue or only from `scope`
+ * (a fleet-bound user, or a body's `queues`). An unscoped claim takes entries off the shared cursor; a
+ * scoped one reads the set without taking, so it never uses up entries of queues it does not serve.
+ */
+export function claim(
+  limit: number,
+  caller: Caller,
+  scope: QueueScope = null,
+  now = Date.now(),
+): ClaimResult {
   if (isPaused()) return { jobs: [], status: 'paused' };
   const view = servingView(now);
   if (!view.serving) return { jobs: [], status: 'unready' };
-  const cfg = config();
-  const leases = leaseTable();
   const ready = readySet();
-  const jobs: Job[] = [];
-  const queues = new Set<string>();
-  let stale = 0;
-  let wedged = 0;
+  const t: ClaimTally = { jobs: [], queues: new Set(), stale: 0, wedged: 0, refusedFull: 0 };
   let budget = limit * OVER_TAKE;
   let exhausted = false;
   let taken = 0;
-  let refusedFull = 0;
-  while (jobs.length < limit && budget > 0) {
-    // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
-    // and dropping it would strand it until the next publish — forever, if the keeper has stalled and
-    // the node is draining its last set (SPEC §3). Skipped entries are made up by taking again.
-    const batch = ready.take(Math.min(budget, limit - jobs.length));
-    if (batch.length === 0) {
-      exhausted = true;
-      break;
-    }
-    budget -= batch.length;
-    taken += batch.length;
-    for (const entry of batch) {
-      if (jobs.length >= limit) break;
-      if (leases.isLeased(entry.key, now)) continue;
-      const row = readRow(entry.key);
-      if (!row || row.nextRenderTime > now) {
-        stale++;
-        continue;
+  if (scope) {
+    const hashes = new Set([...scope].map(nameHash));
+    ready.scan(
+      (q) => hashes.has(q),
+      (entry) => {
+        taken++;
+        if (!grantEntry(entry, caller, now, t)) budget--;
+        return t.jobs.length >= limit || budget <= 0;
+      },
+    );
+    exhausted = t.jobs.length < limit && budget > 0;
+  } else {
+    while (t.jobs.length < limit && budget > 0) {
+      // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
+      // and dropping it would strand it until the next publish — forever, if the keeper has stalled and
+      // the node is draining its last set (SPEC §3). Skipped entries are made up by taking again.
+      const batch = ready.take(Math.min(budget, limit - t.jobs.length));
+      if (batch.length === 0) {
+        exhausted = true;
+        break;
       }
-      const { route, cadenceMs } = classifyUrl(entry.key, row.effectiveInterval, cfg);
-      const g = leases.grant(entry.key, now, {
-        leaseMs: cfg.queue.jobLeaseTime,
-        dueMs: row.nextRenderTime,
-        cadenceMs,
-        fastRetries: cfg.render.failureRetry.fastRetries,
-        user: caller.user,
-        queue: nameHash(route),
-      });
-      if (!g.ok) {
-        if (g.reason === 'held') wedged++;
-        if (g.reason === 'full') {
-          refusedFull++;
-          if (now - lastFullWarnAt >= FULL_WARN_EVERY_MS) {
-            lastFullWarnAt = now;
-            log.warn(
-              `lease window full for a key; not granting it (queue.maxLeases ${cfg.queue.maxLeases} is too small for the leases out)`,
-            );
-          }
-        }
-        continue;
+      budget -= batch.length;
+      taken += batch.length;
+      for (const entry of batch) {
+        if (t.jobs.length >= limit) break;
+        grantEntry(entry, caller, now, t);
       }
-      queues.add(route);
-      jobs.push({
-        id: entry.key,
-        url: entry.key,
-        queue: route,
-        isFromSitemap: row.fromSitemap,
-        expiresAt: g.expiresAt,
-        leaseToken: g.token,
-      });
     }
   }
   // A set used up only by keys the lease table has no room for would be republished with the same keys
   // every 50 ms until a lease frees a slot; the normal publish interval is soon enough for those.
-  if (exhausted && view.due > 0 && !(refusedFull > 0 && refusedFull === taken)) pokeKeeper(now);
-  if (jobs.length) count('claim_granted', jobs.length);
-  if (stale) count('claim_stale', stale);
-  if (wedged) count('claim_wedged', wedged);
-  if (queues.size) markClaimed(queues, now);
-  const status: NodeStatus = jobs.length > 0 ? 'queued' : nodeStatusNow(now);
-  return { jobs, status };
+  // A scoped claim that saw none of its queues' entries pokes nothing: a republish of the same top rows
+  // would not bring them (per-queue sections of the ready set are the fix for small queues).
+  const worthPoking = scope === null || taken > 0;
+  if (exhausted && worthPoking && view.due > 0 && !(t.refusedFull > 0 && t.refusedFull === taken))
+    pokeKeeper(now);
+  if (t.jobs.length) count('claim_granted', t.jobs.length);
+  if (t.stale) count('claim_stale', t.stale);
+  if (t.wedged) count('claim_wedged', t.wedged);
+  if (t.queues.size) markClaimed(t.queues, now);
+  const status: NodeStatus = t.jobs.length > 0 ? 'queued' : nodeStatusNow(now);
+  return { jobs: t.jobs, status };
 }
 
 const OUTCOMES: readonly Outcome[] = ['rendered', 'failed', 'redirected', 'non-indexable'];

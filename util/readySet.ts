@@ -5,6 +5,7 @@
 // compareExchange work on it but Atomics.wait does not, so nothing here ever blocks. A reader that
 // meets a slot being rewritten retries a few times and then gives up on that take.
 import { Buffer } from 'node:buffer';
+import { nameHash } from './leaseToken.js';
 
 /** Every shared timestamp is Int32 seconds from this instant: good until 2092, so no 2038 overflow. */
 export const SHARED_EPOCH_MS = Date.UTC(2024, 0, 1);
@@ -40,11 +41,15 @@ export interface ReadyEntryInput {
   fromSitemap: boolean;
   verified: boolean;
   mark: ReadyMark;
+  /** The row's queue (its route's name); stored as its nameHash so a scoped claim can filter cheaply. */
+  route?: string;
 }
 
 export interface ReadyEntry extends ReadyEntryInput {
   /** The publish this entry came from; a take that straddles a publish may mix two. */
   generation: number;
+  /** nameHash of the entry's queue (0 when the publisher gave none). */
+  queue: number;
 }
 
 export interface PublishResult {
@@ -89,7 +94,7 @@ const WRITER_STALL_SEC = 10;
 const READ_ATTEMPTS = 3;
 const CLAMP_ATTEMPTS = 4;
 
-const MAGIC = 0x52445931; // 'RDY1': a dev reload with another layout must not reinterpret the bytes
+const MAGIC = 0x52445932; // 'RDY2': a dev reload with another layout must not reinterpret the bytes
 const H_MAGIC = 0;
 const H_CAPACITY = 1;
 const H_KEY_BYTES = 2;
@@ -104,7 +109,7 @@ const S_PUBLISHED_AT = 3;
 const S_WRITER_SINCE = 4;
 const HEADER_INTS = 48;
 const HEADER_BYTES = HEADER_INTS * 4;
-const META_INTS = 3; // due seconds, key offset, key length | flags
+const META_INTS = 4; // due seconds, key offset, key length | flags, queue hash
 
 export class ReadySet {
   readonly capacity: number;
@@ -113,6 +118,8 @@ export class ReadySet {
   private readonly scores: [Float64Array, Float64Array];
   private readonly meta: [Int32Array, Int32Array];
   private readonly keys: [Buffer, Buffer];
+  /** Queue name → nameHash, for the publisher (routes are few). */
+  private readonly queueHashes = new Map<string, number>();
 
   static byteLength(capacity: number, keyBytesPerSlot: number): number {
     const raw = HEADER_BYTES + 2 * capacity * (8 + META_INTS * 4) + 2 * keyBytesPerSlot;
@@ -200,6 +207,43 @@ export class ReadySet {
     };
   }
 
+  /**
+   * Reads the active set from the cursor to its end without taking anything, handing `visit` each entry
+   * whose queue `accept`s (read from the entry's meta: no key is decoded for the others) until `visit`
+   * returns true. A scoped claim uses it so entries of other queues are left for the claims that want
+   * them. Nothing is reserved: the lease table decides who gets an entry, and an entry read across a
+   * publish is re-checked against its row like every other. Returns how many entries were looked at.
+   */
+  scan(accept: (queue: number) => boolean, visit: (entry: ReadyEntry) => boolean): number {
+    const h = this.header;
+    const slot = Atomics.load(h, H_ACTIVE);
+    const at = SLOT_HEADER[slot]!;
+    const seq = Atomics.load(h, at + S_SEQ);
+    if ((seq & 1) === 1) return 0;
+    const count = Atomics.load(h, at + S_COUNT);
+    const generation = Atomics.load(h, at + S_GENERATION);
+    const meta = this.meta[slot];
+    let i = Math.max(0, Math.min(count, Atomics.load(h, H_CURSOR)));
+    let looked = 0;
+    for (; i < count; i++) {
+      looked++;
+      if (!accept(meta[i * META_INTS + 3]!)) continue;
+      const entry = this.readEntry(slot, i, generation);
+      if (entry === null || Atomics.load(h, at + S_SEQ) !== seq) break; // rewritten: a newer set is out
+      if (visit(entry)) break;
+    }
+    return looked;
+  }
+
+  private queueHash(route: string): number {
+    let h = this.queueHashes.get(route);
+    if (h === undefined) {
+      h = nameHash(route);
+      if (this.queueHashes.size < 10_000) this.queueHashes.set(route, h);
+    }
+    return h;
+  }
+
   /** The raw shared cursor (for the overview and for tests that check it never runs away). */
   cursorPosition(): number {
     return Atomics.load(this.header, H_CURSOR);
@@ -244,6 +288,7 @@ export class ReadySet {
       meta[m] = Number.isFinite(e.dueMs) ? toSharedSeconds(e.dueMs) : DUE_UNKNOWN;
       meta[m + 1] = used;
       meta[m + 2] = length | flagsOf(e);
+      meta[m + 3] = e.route === undefined ? 0 : this.queueHash(e.route);
       used += length;
     }
     yield 'written';
@@ -328,6 +373,7 @@ export class ReadySet {
       verified: (lengthFlags & FLAG_VERIFIED) !== 0,
       mark: lengthFlags & FLAG_URGENT ? 'urgent' : lengthFlags & FLAG_CHANGED ? 'changed' : 'none',
       generation,
+      queue: meta[m + 3]!,
     };
   }
 

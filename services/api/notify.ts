@@ -22,6 +22,7 @@ import {
   type FleetRecord,
   type HookRecord,
 } from '../fleets.js';
+import { fleetsChanged } from '../fleetScope.js';
 import { reply, route, type ApiRequest } from '../http.js';
 import { hookPolicy } from '../notify.js';
 
@@ -120,7 +121,9 @@ export function registerNotify(): void {
     const queues = checkQueues(body.queues);
     const username =
       body.username === undefined || body.username === null ? null : checkName(body.username, 'username');
-    return reply(fleetView(await createFleet({ name, queues, username }, Date.now())));
+    const created = await createFleet({ name, queues, username }, Date.now());
+    fleetsChanged();
+    return reply(fleetView(created));
   });
 
   route('GET', '/prerender_admin/fleets', 'admin', async () => reply((await listFleets()).map(fleetView)));
@@ -128,6 +131,7 @@ export function registerNotify(): void {
   route('DELETE', '/prerender_admin/fleets/*', 'admin', async (req) => {
     const id = oneParam(req, 'fleet');
     const fleet = await revokeFleet(id, Date.now());
+    fleetsChanged();
     if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${JSON.stringify(id)}`);
     return reply(fleetView(fleet));
   });

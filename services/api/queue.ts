@@ -12,6 +12,8 @@ import {
   type CheckedResult,
 } from '../claims.js';
 import { config } from '../config.js';
+import { checkReporter, claimScope, parseQueues } from '../fleetScope.js';
+import type { HarperUser } from '../harper.js';
 import { route, reply } from '../http.js';
 import { describeHeld, nodeStatusNow, servingView } from '../keeper.js';
 import { nodeName } from '../node.js';
@@ -27,6 +29,11 @@ const MAX_ECHO_CHARS = 200;
 /** A caller's id as it may be echoed: only a string, truncated; anything else is null. */
 function echoId(id: unknown): string | null {
   return typeof id === 'string' ? id.slice(0, MAX_ECHO_CHARS) : null;
+}
+
+/** The body's `queues` field, when the body is an object (its shape is checked by parseClaimLimit). */
+function queuesOf(body: unknown): unknown {
+  return typeof body === 'object' && body !== null ? (body as { queues?: unknown }).queues : undefined;
 }
 
 function resultBodyLimit(): number {
@@ -57,10 +64,39 @@ function vouchedState(
   return { ok: false, phase: read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase };
 }
 
+/**
+ * Answers a batch of results in order (job_results and next): each stands alone, a bad entry is
+ * answered `invalid` and never blocks the others; ids are echoed only as truncated strings.
+ */
+async function reportBatch(list: unknown[], user: HarperUser | undefined) {
+  const slots: Array<{ checked?: CheckedResult; invalid?: { id: string | null; error: string } }> = list.map(
+    (r: unknown) => {
+      try {
+        return { checked: checkResult(r) };
+      } catch (e) {
+        const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
+        return { invalid: { id: echoId(id), error: e instanceof HttpError ? e.message : 'invalid result' } };
+      }
+    },
+  );
+  const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
+  const answers = await applyCheckedResults(valid, callerOf(user));
+  let k = 0;
+  return slots.map((s) => {
+    if (s.invalid) return { id: s.invalid.id, accepted: false, code: 'invalid', error: s.invalid.error };
+    const a = answers[k++]!;
+    const id = echoId(a.id);
+    const dup = a.duplicate ? { duplicate: true } : {};
+    if (a.accepted) return { id, accepted: true, nextRenderTime: a.nextRenderTime, ...dup };
+    return { id, accepted: false, code: a.code, error: a.error, ...dup };
+  });
+}
+
 export function registerQueue(): void {
   route('POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = parseClaimLimit(req.body);
-    const r = claim(limit, callerOf(req.user));
+    const scope = await claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
+    const r = claim(limit, callerOf(req.user), scope);
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
 
@@ -70,6 +106,7 @@ export function registerQueue(): void {
     'fleet',
     async (req) => {
       const checked = checkResult(req.body);
+      await checkReporter(req.user?.username);
       const [a] = await applyCheckedResults([checked], callerOf(req.user));
       const dup = a!.duplicate ? { duplicate: true } : {};
       if (!a!.accepted) {
@@ -92,30 +129,27 @@ export function registerQueue(): void {
       const obj = requireObject(req.body, ['results']);
       if (!Array.isArray(obj.results) || obj.results.length < 1 || obj.results.length > MAX_BATCH)
         throw badRequest('invalid_body', `results must be an array of 1 to ${MAX_BATCH} results`);
-      // Each result stands alone: a bad entry is answered `invalid` and never blocks the others.
-      const slots: Array<{ checked?: CheckedResult; invalid?: { id: unknown; error: string } }> =
-        obj.results.map((r: unknown) => {
-          try {
-            return { checked: checkResult(r) };
-          } catch (e) {
-            const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
-            return {
-              invalid: { id: echoId(id), error: e instanceof HttpError ? e.message : 'invalid result' },
-            };
-          }
-        });
-      const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
-      const answers = await applyCheckedResults(valid, callerOf(req.user));
-      let k = 0;
-      const results = slots.map((s) => {
-        if (s.invalid) return { id: s.invalid.id, accepted: false, code: 'invalid', error: s.invalid.error };
-        const a = answers[k++]!;
-        const id = echoId(a.id);
-        const dup = a.duplicate ? { duplicate: true } : {};
-        if (a.accepted) return { id, accepted: true, nextRenderTime: a.nextRenderTime, ...dup };
-        return { id, accepted: false, code: a.code, error: a.error, ...dup };
-      });
-      return reply({ results });
+      await checkReporter(req.user?.username);
+      return reply({ results: await reportBatch(obj.results, req.user) });
+    },
+    { maxBodyBytes: () => MAX_BATCH * resultBodyLimit() },
+  );
+
+  // Report and claim in one round trip (API.md): exactly job_results, then claim, sharing their code.
+  route(
+    'POST',
+    '/render_queue/next',
+    'fleet',
+    async (req) => {
+      const obj = requireObject(req.body ?? {}, ['results', 'limit', 'queues']);
+      const list = obj.results ?? [];
+      if (!Array.isArray(list) || list.length > MAX_BATCH)
+        throw badRequest('invalid_body', `results must be an array of 0 to ${MAX_BATCH} results`);
+      const limit = parseClaimLimit({ limit: obj.limit });
+      const scope = await claimScope(req.user?.username, parseQueues(obj.queues));
+      const results = list.length > 0 ? await reportBatch(list, req.user) : [];
+      const r = claim(limit, callerOf(req.user), scope);
+      return reply({ results, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
     },
     { maxBodyBytes: () => MAX_BATCH * resultBodyLimit() },
   );

@@ -8,6 +8,7 @@ import {
   type ReadyEntryInput,
   type PublishResult,
 } from '../../util/readySet.js';
+import { nameHash } from '../../util/leaseToken.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 const MINUTE = 60_000;
@@ -61,7 +62,7 @@ test('a set published through one view is taken, in order and with every field, 
   const got = [...claimer.take(2), ...claimer.take(10)];
   assert.deepEqual(
     got,
-    published.map((e) => ({ ...e, generation: 1 })),
+    published.map((e) => ({ ...e, generation: 1, queue: 0 })),
   );
   assert.deepEqual(keeper.take(1), []);
 });
@@ -267,7 +268,7 @@ test('flags, marks, exact scores and an unknown due time round trip', () => {
   keeper.publish(xs, NOW);
   assert.deepEqual(
     claimer.take(3),
-    xs.map((e) => ({ ...e, generation: 1 })),
+    xs.map((e) => ({ ...e, generation: 1, queue: 0 })),
   );
 });
 
@@ -353,7 +354,10 @@ class Interleaving {
       for (const e of got) {
         const [, no, index] = /\/p(\d+)\/(\d+)$/.exec(e.key)!.map(Number);
         assert.equal(e.generation, this.generationOf[no!], `${e.key} carries its own generation`);
-        assert.deepEqual({ ...e, generation: 0 }, { ...this.published[no!]![index!]!, generation: 0 });
+        assert.deepEqual(
+          { ...e, generation: 0 },
+          { ...this.published[no!]![index!]!, generation: 0, queue: 0 },
+        );
       }
     }
   }
@@ -467,4 +471,31 @@ test('over random interleavings with whole publishes landing inside takes, every
     }),
     { numRuns: 1000 },
   );
+});
+
+test('a scoped scan reads the entries of its queues from the cursor on and takes nothing', () => {
+  const [keeper, claimer] = twoViews(16);
+  const xs = entries('s', 9).map((e, i) => ({ ...e, route: i % 3 === 0 ? 'product' : 'blog' }));
+  keeper.publish(xs, NOW);
+  assert.deepEqual(keysOf(claimer.take(2)), [xs[0]!.key, xs[1]!.key]);
+  const product = nameHash('product');
+  const seen: ReadyEntry[] = [];
+  const looked = claimer.scan(
+    (q) => q === product,
+    (e) => {
+      seen.push(e);
+      return false;
+    },
+  );
+  assert.equal(looked, 7, 'from the cursor to the end');
+  assert.deepEqual(keysOf(seen), [xs[3]!.key, xs[6]!.key], 'only product entries, past the cursor');
+  assert.ok(seen.every((e) => e.queue === product));
+  assert.equal(claimer.cursorPosition(), 2, 'the scan took nothing');
+  assert.deepEqual(keysOf(claimer.take(2)), [xs[2]!.key, xs[3]!.key], 'other claims still get every entry');
+  const stopped: string[] = [];
+  claimer.scan(
+    () => true,
+    (e) => stopped.push(e.key) >= 1,
+  );
+  assert.equal(stopped.length, 1, 'visit returning true stops the scan');
 });
