@@ -22,6 +22,9 @@ import { keeperSignal, leaseTable, onReadySetPoke, readySet, stateDoc } from './
 import { deriveStatus, isPaused, onControlChange, publishStatus } from './status.js';
 
 const POKE_MIN_MS = 50;
+const MINUTE_MS = 60_000;
+/** The minute publish runs this long after the boundary, so `now` is surely past it on every clock read. */
+const MINUTE_SLACK_MS = 5;
 
 let service: KeeperService | undefined;
 let ownership: Ownership | undefined;
@@ -192,6 +195,7 @@ export async function startKeeper(events: KeeperEvents): Promise<void> {
   if (ownership.nodes.length > 1)
     log.info(`keeper: clustered with ${ownership.nodes.join(', ')}; holding the rows this node owns`);
 
+  let dueNow: () => void = () => undefined;
   const svc = new KeeperService({
     source,
     ready,
@@ -207,6 +211,7 @@ export async function startKeeper(events: KeeperEvents): Promise<void> {
     metric: (name, v) => gauge(name, v),
     countRepaired: (n) => count('keeper_repaired', n),
     onDue: events.onDue,
+    onDueNow: () => dueNow(),
     owns: (key) => ownership?.owns(key) ?? true,
   });
   service = svc;
@@ -225,18 +230,32 @@ export async function startKeeper(events: KeeperEvents): Promise<void> {
       svc.reclassify();
   });
 
-  // The exhausted-set poke: a claim found the set used up while due rows remain.
-  let pokeTimer: NodeJS.Timeout | null = null;
-  let lastPokePublish = 0;
-  onReadySetPoke(() => {
-    if (pokeTimer || !svc.serving) return;
-    const wait = Math.max(0, lastPokePublish + POKE_MIN_MS - Date.now());
-    pokeTimer = setTimeout(() => {
-      pokeTimer = null;
-      lastPokePublish = Date.now();
+  // An early publish, at most every POKE_MIN_MS: a claim found the set used up while due rows remain
+  // (the exhausted-set poke), or a write made a row due now.
+  let earlyTimer: NodeJS.Timeout | null = null;
+  let lastEarlyPublish = 0;
+  const publishSoon = (): void => {
+    if (earlyTimer || !svc.serving) return;
+    const wait = Math.max(0, lastEarlyPublish + POKE_MIN_MS - Date.now());
+    earlyTimer = setTimeout(() => {
+      earlyTimer = null;
+      lastEarlyPublish = Date.now();
       svc.publishOnce(Date.now(), true);
     }, wait);
-  });
+  };
+  onReadySetPoke(publishSoon);
+  dueNow = publishSoon;
+
+  // Rows come due on minute boundaries (every writer floors due times): publish at each boundary, not at
+  // the next periodic tick, so the first grant of a burst comes within milliseconds of its due instant.
+  const armMinute = (): void => {
+    const wait = MINUTE_MS - (Date.now() % MINUTE_MS) + MINUTE_SLACK_MS;
+    setTimeout(() => {
+      if (svc.serving) svc.publishOnce(Date.now(), true);
+      armMinute();
+    }, wait).unref?.();
+  };
+  armMinute();
 
   const onClosed = (err?: unknown) => svc.subscriptionClosed(() => Date.now(), err);
 

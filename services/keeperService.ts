@@ -64,6 +64,11 @@ export interface KeeperDeps {
   countRepaired?: (n: number) => void;
   /** Called on every publish tick with the per-queue due summary (the notify `created` edge reads it). */
   onDue?: (summary: DueSummary, now: number) => void;
+  /**
+   * A live write made a row due now (filed due-now, revalidated, changed): the keeper asks for an early
+   * publish so it is claimable within ~50 ms instead of at the next interval (SPEC §10).
+   */
+  onDueNow?: () => void;
   /** Yield to the event loop between chunks (tests pass a no-op). */
   yieldLoop?: () => Promise<void>;
   /** Runs `fn` after `ms` (setTimeout, unref'd, by default; tests pass a fake timer). */
@@ -187,8 +192,10 @@ export class KeeperService {
     this.touched?.add(key);
     this.verifyTouched?.add(key);
     const row = ev.type === 'delete' || !ev.value ? undefined : toScheduleRow(key, ev.value);
-    this.core.apply(key, row && this.owns(key) ? toKeeperRow(row) : null, now);
+    const held = row && this.owns(key) ? toKeeperRow(row) : null;
+    const changed = this.core.apply(key, held, now);
     this.eventsApplied++;
+    if (changed && held && held.nextRenderTime <= now && this.serving) this.deps.onDueNow?.();
   }
 
   /** Opens the subscription and consumes it in the background; resolves once subscribed. */

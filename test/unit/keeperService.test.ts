@@ -191,6 +191,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
   const timers: Array<{ fn: () => void; ms: number }> = [];
   let owner: (key: string) => boolean = () => true;
   const failures = { subscribe: 0 };
+  const dueNowCalls: number[] = [];
   const source: ScheduleSource = {
     subscribe: async () => {
       if (failures.subscribe > 0) {
@@ -220,6 +221,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
     },
     later: (fn, ms) => void timers.push({ fn, ms }),
     owns: (key) => owner(key),
+    onDueNow: () => void dueNowCalls.push(clock.t),
   });
   return {
     svc,
@@ -235,6 +237,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
     closed,
     timers,
     failures,
+    dueNowCalls,
     setOwner: (fn: (key: string) => boolean) => void (owner = fn),
     onClosed: (err?: unknown) => void closed.push(err ?? 'ended'),
     setHook: (h: Hook | null) => {
@@ -561,4 +564,20 @@ test('a membership change drops rows no longer owned at once and picks up gained
   assert.equal(h.svc.core.size, 100);
   assert.equal(h.svc.stats.lastVerify?.repaired, 0, 'gains are not repairs');
   assert.equal(h.svc.exact(), true);
+});
+
+test('a live write that makes a row due now asks for an early publish; a later due time does not', async () => {
+  const k = harness();
+  k.fill(3, () => NOW + HOUR);
+  await k.start();
+  const stream = k.streams[0]!;
+  stream.push({ type: 'put', id: keyOf(10), value: stored(NOW + HOUR) });
+  await settle(() => k.svc.core.has(keyOf(10)), 'the later row held');
+  assert.deepEqual(k.dueNowCalls, [], 'a row due later waits for its minute');
+  stream.push({ type: 'put', id: keyOf(11), value: stored(NOW - MINUTE) });
+  await settle(() => k.svc.core.has(keyOf(11)), 'the due row held');
+  assert.equal(k.dueNowCalls.length, 1, 'filed due now: publish early');
+  stream.push({ type: 'put', id: keyOf(11), value: stored(NOW - MINUTE) });
+  await settle(() => k.svc.eventsApplied >= 3, 'the repeat applied');
+  assert.equal(k.dueNowCalls.length, 1, 'an unchanged row asks for nothing');
 });
