@@ -16,9 +16,9 @@ import { PROMETHEUS_CONTENT_TYPE } from '../../util/prometheus.js';
 const MAX_BATCH = 100;
 
 function resultBodyLimit(): number {
-  // The page body may be JSON-escaped (up to 6 bytes per character in the worst case is rare; 2× plus
-  // room for the envelope covers ordinary HTML); the exact limit is checked on the decoded string.
-  return config().render.maxBodyBytes * 2 + (64 << 10);
+  // API.md: a page of render.maxBodyBytes plus 64 KiB for the envelope and its JSON escapes; a page that
+  // escapes to more uses the raw-bytes framing. Checked before buffering (services/http.ts).
+  return config().render.maxBodyBytes + (64 << 10);
 }
 
 interface StateDocShape {
@@ -99,7 +99,7 @@ export function registerQueue(): void {
       });
       return reply({ results });
     },
-    { maxBodyBytes: () => MAX_BATCH * resultBodyLimit() },
+    { maxBodyBytes: () => config().render.maxBatchBytes },
   );
 
   const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
