@@ -37,8 +37,12 @@ const MAX_WARNED_UNKNOWN = 1000;
 const MAX_LOGGED_KEY_CHARS = 200;
 let warnedOverflow = false;
 
-/** A caller's key fit for a log line: JSON-quoted (no newline can forge a line), cut to 200 characters. */
+/**
+ * A caller's key fit for a log line: as is when it is plain (letters, digits, `_.-[]`, at most 200),
+ * otherwise cut to 200 characters and JSON-quoted, so no newline can forge a line.
+ */
 export function loggableKey(path: string): string {
+  if (path.length <= MAX_LOGGED_KEY_CHARS && /^[\w.[\]-]+$/.test(path)) return path;
   const cut = path.length > MAX_LOGGED_KEY_CHARS ? path.slice(0, MAX_LOGGED_KEY_CHARS) + '…' : path;
   return JSON.stringify((cut as unknown as { toWellFormed(): string }).toWellFormed());
 }
