@@ -248,7 +248,7 @@ export function checkResult(input: unknown): CheckedResult {
   if (
     o.renderTimeMs !== undefined &&
     o.renderTimeMs !== null &&
-    (typeof o.renderTimeMs !== 'number' || o.renderTimeMs < 0)
+    (typeof o.renderTimeMs !== 'number' || !Number.isFinite(o.renderTimeMs) || o.renderTimeMs < 0)
   )
     throw new HttpError(400, 'invalid_body', 'renderTimeMs must be a non-negative number');
   if (o.contentType !== undefined && o.contentType !== null && typeof o.contentType !== 'string')

@@ -8,10 +8,12 @@ import {
   DROP_WARN_INTERVAL_MS,
   RateLimiter,
   classifyResponse,
+  countsTowardDisable,
   retryDelayMs,
   type AttemptOutcome,
 } from '../util/deliveryPolicy.js';
 import { canReceive } from '../util/stallRules.js';
+import { MAX_WAKE_BODY_BYTES, wakeBody } from '../util/wakeBody.js';
 import {
   activeSecrets,
   mintMessageId,
@@ -71,8 +73,8 @@ interface Delivery {
 export const QUEUE_CAPACITY = 1000;
 /** Deliveries in flight at once; a slow receiver cannot hold up more than this many others. */
 export const CONCURRENCY = 4;
-/** The body limit of SPEC §6; a body over it is never sent. */
-export const MAX_BODY_BYTES = 4096;
+/** The body limit of SPEC §6; a body over it is never sent (the name bounds of util/wakeBody.ts keep it). */
+export const MAX_BODY_BYTES = MAX_WAKE_BODY_BYTES;
 
 export type DeliveryEnd = 'delivered' | 'failed' | 'abandoned';
 
@@ -291,8 +293,7 @@ export class Dispatcher {
     } catch {
       return { problem: 'its secret does not open under QUEUE_KEEPER_SECRET_KEY (rotate the hook)' };
     }
-    const body = JSON.stringify({
-      type: 'render.ready',
+    const body = wakeBody({
       reason: d.wake.reason,
       queue: d.wake.queue,
       fleet: fleet.name,
@@ -316,7 +317,7 @@ export class Dispatcher {
 function health(o: SendOutcome | null, success: boolean): DeliveryHealth {
   if (o === null) return { success, status: null, error: null };
   if ('status' in o) return { success, status: o.status, error: success ? null : `HTTP ${o.status}` };
-  return { success, status: null, error: o.phrase ?? o.error };
+  return { success, status: null, error: o.phrase ?? o.error, counts: success || countsTowardDisable(o) };
 }
 
 function describe(o: SendOutcome | null): string {

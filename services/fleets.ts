@@ -347,6 +347,8 @@ export interface DeliveryHealth {
   success: boolean;
   status: number | null;
   error: string | null;
+  /** false: recorded (last status and error) but not counted toward auto-disable (a temporary DNS failure). */
+  counts?: boolean;
 }
 
 /**
@@ -361,7 +363,11 @@ export async function recordDelivery(
 ): Promise<boolean> {
   let disabledNow = false;
   await updateHook(id, (h) => {
-    const failures = health.success ? 0 : h.consecutiveFailures + 1;
+    const failures = health.success
+      ? 0
+      : health.counts === false
+        ? h.consecutiveFailures
+        : h.consecutiveFailures + 1;
     const disable = !health.success && h.enabled && failures >= disableAfter;
     disabledNow = disable;
     return {

@@ -2,11 +2,15 @@
 // QueueControl table (`all` or a hostname), cached on every worker by a subscription. The derived status
 // is written to the exported QueueStatus table only when it changes, so MQTT subscribers of
 // `queue_status/#` wake at once and are not woken for nothing.
+import { HttpError, echo } from '../util/httpError.js';
 import { log, table, transaction } from './harper.js';
+import { peerNames } from './membership.js';
 import { nodeName } from './node.js';
 
 export type NodeStatus = 'empty' | 'queued' | 'paused' | 'unready';
 
+// Keyed by scope, which is `all` or a node name (checkPauseScope): the map and the table are bounded by
+// the cluster's size, never by what callers send.
 const pauses = new Map<string, boolean>();
 let lastWritten: NodeStatus | undefined;
 let controlStarted = false;
@@ -89,13 +93,42 @@ export async function startControl(): Promise<void> {
   })();
 }
 
-/** Records operator intent; returns the new pause state for the scope. */
+/**
+ * The scope of a pause or resume (API.md): required, `all` or the name of a node of the cluster (this
+ * node or a peer in system.hdb_nodes). Anything else is 400 `invalid_scope`, so a pause can never be
+ * filed for a host that does not exist — and no caller can grow QueueControl one row per string.
+ */
+export async function checkPauseScope(scope: unknown): Promise<string> {
+  if (scope === undefined || scope === null)
+    throw new HttpError(400, 'invalid_scope', 'scope is required: "all" or the hostname of a node');
+  if (typeof scope !== 'string' || scope.length === 0 || scope.length > 253)
+    throw new HttpError(400, 'invalid_scope', 'scope must be "all" or the hostname of a node');
+  if (scope === 'all' || scope === nodeName()) return scope;
+  if ((await peerNames()).includes(scope)) return scope;
+  throw new HttpError(
+    400,
+    'invalid_scope',
+    `scope ${echo(scope)} names no node of this cluster; use "all" or a node's hostname`,
+  );
+}
+
+/**
+ * Records operator intent; returns the new pause state for the scope. A resume deletes the scope's row
+ * (absent means not paused), so the table holds only scopes paused now.
+ */
 export async function setPause(scope: string, paused: boolean): Promise<boolean> {
   await transaction(async (txn) => {
-    await controlTable().put(scope, { id: scope, paused, updatedAt: Date.now() }, txn);
+    if (paused) await controlTable().put(scope, { id: scope, paused, updatedAt: Date.now() }, txn);
+    else await controlTable().delete(scope, txn);
   });
-  pauses.set(scope, paused);
+  if (paused) pauses.set(scope, true);
+  else pauses.delete(scope);
   return paused;
+}
+
+/** Test view: how many scopes this worker holds. */
+export function pauseScopesHeld(): number {
+  return pauses.size;
 }
 
 export function currentStatusWritten(): NodeStatus | undefined {

@@ -7,6 +7,14 @@ import { networkInterfaces } from 'node:os';
 import { Agent, buildConnector, errors } from 'undici';
 import type { HostVerdict } from '../util/addressPolicy.js';
 
+/** The connect callback's error when the resolver could not answer now; retried like the network. */
+export class TransientResolveError extends Error {
+  override name = 'TransientResolveError';
+  constructor(readonly phrase: string) {
+    super(phrase);
+  }
+}
+
 /** The connect callback's error when the policy refuses a host; it carries the class phrase only. */
 export class AddressRefusedError extends Error {
   override name = 'AddressRefusedError';
@@ -62,7 +70,11 @@ async function pinnedConnect(
   } catch {
     verdict = { ok: false, phrase: 'does not resolve' };
   }
-  if (!verdict.ok) return callback(new AddressRefusedError(verdict.phrase), null);
+  if (!verdict.ok)
+    return callback(
+      verdict.transient ? new TransientResolveError(verdict.phrase) : new AddressRefusedError(verdict.phrase),
+      null,
+    );
   // A literal IP is dialed as written (sockets skip the lookup), so the validator must have vouched for
   // exactly that literal.
   if (isIP(host) !== 0 && !verdict.addresses.includes(host)) {
@@ -107,7 +119,7 @@ export function localAddresses(): string[] {
 }
 
 export type DeliveryOutcome =
-  { status: number } | { error: 'timeout' | 'network' | 'refused'; phrase: string };
+  { status: number } | { error: 'timeout' | 'network' | 'dns' | 'refused'; phrase: string };
 
 export interface DeliveryRequest {
   url: URL | string;
@@ -123,6 +135,7 @@ const TLS_CODE = /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|
 /** Maps a failure to an outcome whose phrase never contains an address (node's messages do). */
 function failure(err: unknown, timedOut: boolean): DeliveryOutcome {
   if (err instanceof AddressRefusedError) return { error: 'refused', phrase: err.phrase };
+  if (err instanceof TransientResolveError) return { error: 'dns', phrase: err.phrase };
   if (
     timedOut ||
     err instanceof errors.ConnectTimeoutError ||
@@ -136,7 +149,9 @@ function failure(err: unknown, timedOut: boolean): DeliveryOutcome {
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'EPIPE') {
     return { error: 'network', phrase: 'connection reset' };
   }
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return { error: 'network', phrase: 'does not resolve' };
+  if (code === 'EAI_AGAIN')
+    return { error: 'dns', phrase: 'could not be resolved just now (temporary DNS failure)' };
+  if (code === 'ENOTFOUND') return { error: 'network', phrase: 'does not resolve' };
   if (TLS_CODE.test(code)) return { error: 'network', phrase: 'TLS handshake failed' };
   return { error: 'network', phrase: 'network error' };
 }

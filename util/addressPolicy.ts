@@ -44,9 +44,14 @@ export interface HookUrlPolicy extends HostPolicy {
   allowHttp: boolean;
 }
 
-export type HostVerdict = { ok: true; addresses: string[] } | { ok: false; phrase: string };
+/**
+ * `transient`: the resolver could not answer now (EAI_AGAIN and kin). That says nothing about the host's
+ * addresses, so it is a network error to retry, not a refusal.
+ */
+export type HostVerdict = { ok: true; addresses: string[] } | { ok: false; phrase: string; transient?: true };
 export type HookUrlVerdict =
-  { ok: true; url: URL; addresses: string[] } | { ok: false; code: 'invalid_url'; phrase: string };
+  | { ok: true; url: URL; addresses: string[] }
+  | { ok: false; code: 'invalid_url'; phrase: string; transient?: true };
 
 /** Longer URLs are refused outright; a hook URL is config, not data, and this keeps rows and logs small. */
 export const MAX_HOOK_URL_BYTES = 2048;
@@ -298,6 +303,12 @@ export function checkAddresses(
 }
 
 /**
+ * Resolver codes that mean "ask again later" (getaddrinfo's EAI_AGAIN; c-ares' timeout and server
+ * failure), as opposed to ENOTFOUND / EAI_NONAME, which is the name's own answer.
+ */
+export const TRANSIENT_DNS_CODES: ReadonlySet<string> = new Set(['EAI_AGAIN', 'ETIMEOUT', 'ESERVFAIL']);
+
+/**
  * Resolves a hook host once and checks every address. A literal IP (any notation) is checked directly
  * and returned in canonical form, because sockets skip the lookup for literals and inet_aton would read
  * `0177.0.0.1` differently from a naive check.
@@ -311,8 +322,10 @@ export async function validateHookHost(hostname: string, policy: HostPolicy): Pr
   let addresses: string[];
   try {
     addresses = await policy.resolve(host);
-  } catch {
+  } catch (e) {
     // The resolver's message names the host and sometimes the server; the phrase never does.
+    if (TRANSIENT_DNS_CODES.has(String((e as { code?: unknown } | null)?.code)))
+      return { ok: false, phrase: 'could not be resolved just now (temporary DNS failure)', transient: true };
     return { ok: false, phrase: 'does not resolve' };
   }
   return checkAddresses(addresses, policy);
@@ -348,7 +361,10 @@ export async function validateHookUrl(raw: string, policy: HookUrlPolicy): Promi
   const shape = checkHookUrlShape(raw, policy);
   if (!shape.ok) return shape;
   const host = await validateHookHost(shape.url.hostname, policy);
-  if (!host.ok) return { ok: false, code: 'invalid_url', phrase: host.phrase };
+  if (!host.ok)
+    return host.transient
+      ? { ok: false, code: 'invalid_url', phrase: host.phrase, transient: true }
+      : { ok: false, code: 'invalid_url', phrase: host.phrase };
   return { ok: true, url: shape.url, addresses: host.addresses };
 }
 

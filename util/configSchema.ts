@@ -1,5 +1,7 @@
 // The one configuration schema (SPEC §8): every key with its default, range and effect. Validation,
 // defaults, the README table and the "unknown key" warning all come from this list.
+import { parseAllowList } from './addressPolicy.js';
+import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from './wakeBody.js';
 
 /** What a change to the key does at runtime. */
 export type ConfigEffect = 'live' | 'timers' | 'reclassify' | 'restart';
@@ -47,6 +49,7 @@ export interface QueueKeeperConfig {
       nonSitemapPenalty: number;
     };
     maxBodyBytes: number;
+    maxBatchBytes: number;
   };
   notify: {
     allowHttp: boolean;
@@ -250,6 +253,16 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     description: 'Largest stored page body (bytes); larger results are 413.',
   },
   {
+    path: 'render.maxBatchBytes',
+    kind: 'int',
+    default: 64 * 1048576,
+    min: 1048576,
+    max: 256 * 1048576,
+    effect: 'live',
+    description:
+      'Largest whole request body of `job_results` and `next` (bytes), checked before buffering; larger is 413.',
+  },
+  {
     path: 'notify.allowHttp',
     kind: 'boolean',
     default: false,
@@ -414,7 +427,9 @@ function checkRange(k: ConfigKey, n: number, label = k.path): void {
 }
 
 const ROUTE_FIELDS = new Set(['name', 'match', 'path', 'renderInterval']);
-const CIDR = /^[0-9a-fA-F:.]+(\/\d{1,3})?$/;
+/** Role names, CIDR entries and routes are lists an operator types; these bounds only stop abuse. */
+const MAX_LIST = 1000;
+const MAX_ROUTE_PATH_CHARS = 1900;
 
 /** Checks one value against its key; returns the normalised value or throws ConfigError naming the key. */
 export function checkValue(k: ConfigKey, v: unknown): unknown {
@@ -432,13 +447,32 @@ export function checkValue(k: ConfigKey, v: unknown): unknown {
       if (typeof v !== 'boolean') throw new ConfigError(k.path, `${k.path} must be true or false`);
       return v;
     case 'roles':
-      if (!Array.isArray(v) || v.some((r) => typeof r !== 'string' || r.length === 0 || r.length > 200))
+      if (
+        !Array.isArray(v) ||
+        v.length > MAX_LIST ||
+        v.some((r) => typeof r !== 'string' || r.length === 0 || r.length > 200)
+      )
         throw new ConfigError(k.path, `${k.path} must be an array of role names`);
       return [...(v as string[])];
-    case 'cidrs':
-      if (!Array.isArray(v) || v.some((r) => typeof r !== 'string' || !CIDR.test(r)))
+    case 'cidrs': {
+      if (!Array.isArray(v) || v.length > MAX_LIST)
         throw new ConfigError(k.path, `${k.path} must be an array of addresses or CIDR blocks`);
+      // The transport's own parser decides, so a value stored here can never fail there.
+      v.forEach((r: unknown, i) => {
+        const bad = () =>
+          new ConfigError(
+            k.path,
+            `${k.path}[${i}] must be an IPv4 or IPv6 address, bare or with a prefix length (e.g. 10.0.0.0/8)`,
+          );
+        if (typeof r !== 'string' || r.length > 100) throw bad();
+        try {
+          parseAllowList([r]);
+        } catch {
+          throw bad();
+        }
+      });
       return [...(v as string[])];
+    }
     case 'durations': {
       if (!Array.isArray(v) || v.length === 0 || v.length > 32)
         throw new ConfigError(k.path, `${k.path} must be a non-empty array of durations in ms`);
@@ -450,7 +484,7 @@ export function checkValue(k: ConfigKey, v: unknown): unknown {
       return [...(v as number[])];
     }
     case 'routes': {
-      if (!Array.isArray(v) || v.length > 1000)
+      if (!Array.isArray(v) || v.length > MAX_LIST)
         throw new ConfigError(k.path, `${k.path} must be an array of routes`);
       const names = new Set<string>();
       return v.map((r: unknown, i) => {
@@ -459,9 +493,17 @@ export function checkValue(k: ConfigKey, v: unknown): unknown {
           throw new ConfigError(at, `${at} must be an object`);
         const route = r as Record<string, unknown>;
         for (const f of Object.keys(route))
-          if (!ROUTE_FIELDS.has(f)) throw new ConfigError(`${at}.${f}`, `${at}.${f} is not a route field`);
-        if (typeof route.name !== 'string' || !/^[A-Za-z0-9_.-]{1,100}$/.test(route.name))
-          throw new ConfigError(`${at}.name`, `${at}.name must be 1-100 letters, digits, '_', '.' or '-'`);
+          if (!ROUTE_FIELDS.has(f)) {
+            // The field name is the caller's: cut and made well-formed before it names anything.
+            const shown = `${at}.${(f.slice(0, 100) as unknown as { toWellFormed(): string }).toWellFormed()}`;
+            throw new ConfigError(shown, `${shown} is not a route field`);
+          }
+        // The name is the queue: it appears in every wake body, so it is bounded (util/wakeBody.ts).
+        if (typeof route.name !== 'string' || !QUEUE_NAME.test(route.name))
+          throw new ConfigError(
+            `${at}.name`,
+            `${at}.name must be 1-${MAX_QUEUE_NAME_CHARS} letters, digits, '_', '.' or '-'`,
+          );
         if (route.name === 'unrouted')
           throw new ConfigError(`${at}.name`, `${at}.name 'unrouted' is reserved`);
         if (names.has(route.name))
@@ -469,8 +511,15 @@ export function checkValue(k: ConfigKey, v: unknown): unknown {
         names.add(route.name);
         if (route.match !== 'exact' && route.match !== 'prefix')
           throw new ConfigError(`${at}.match`, `${at}.match must be "exact" or "prefix"`);
-        if (typeof route.path !== 'string' || !route.path.startsWith('/'))
-          throw new ConfigError(`${at}.path`, `${at}.path must be a path starting with /`);
+        if (
+          typeof route.path !== 'string' ||
+          !route.path.startsWith('/') ||
+          route.path.length > MAX_ROUTE_PATH_CHARS
+        )
+          throw new ConfigError(
+            `${at}.path`,
+            `${at}.path must be a path starting with / of at most ${MAX_ROUTE_PATH_CHARS} characters`,
+          );
         const out: RouteConfig = { name: route.name, match: route.match, path: route.path };
         if (route.renderInterval !== undefined && route.renderInterval !== null) {
           const ri = route.renderInterval;
@@ -492,24 +541,37 @@ export interface PartialCheck {
   values: Map<string, unknown>;
   /** Paths that name no key (ignored, logged once). */
   unknown: string[];
+  /** Lenient mode only: the keys refused, each left at its lower layer's value. */
+  errors: ConfigError[];
 }
 
 /**
  * Walks a nested partial config such as `{stall: {after: 2000}}`. Throws ConfigError naming the first
- * bad key; unknown paths are collected, not fatal.
+ * bad key; unknown paths are collected, not fatal. `lenient` (for stored sources: config.yaml and the
+ * override row, which were valid under some older rule or were edited by hand) collects bad keys in
+ * `errors` instead, so one bad value drops only itself, never the rest of its source.
  */
-export function checkPartial(partial: unknown, prefix = ''): PartialCheck {
+export function checkPartial(partial: unknown, opts: { lenient?: boolean } = {}): PartialCheck {
   const values = new Map<string, unknown>();
   const unknown: string[] = [];
-  if (partial === undefined || partial === null) return { values, unknown };
-  if (typeof partial !== 'object' || Array.isArray(partial))
-    throw new ConfigError(prefix || '(root)', `${prefix || 'the configuration'} must be an object`);
+  const errors: ConfigError[] = [];
+  if (partial === undefined || partial === null) return { values, unknown, errors };
+  if (typeof partial !== 'object' || Array.isArray(partial)) {
+    const e = new ConfigError('(root)', 'the configuration must be an object');
+    if (!opts.lenient) throw e;
+    return { values, unknown, errors: [e] };
+  }
   const walk = (obj: Record<string, unknown>, base: string) => {
     for (const [name, v] of Object.entries(obj)) {
       const path = base ? `${base}.${name}` : name;
       const key = KEY_BY_PATH.get(path);
       if (key) {
-        values.set(path, checkValue(key, v));
+        try {
+          values.set(path, checkValue(key, v));
+        } catch (e) {
+          if (!opts.lenient || !(e instanceof ConfigError)) throw e;
+          errors.push(e);
+        }
       } else if (
         typeof v === 'object' &&
         v !== null &&
@@ -522,8 +584,8 @@ export function checkPartial(partial: unknown, prefix = ''): PartialCheck {
       }
     }
   };
-  walk(partial as Record<string, unknown>, prefix);
-  return { values, unknown };
+  walk(partial as Record<string, unknown>, '');
+  return { values, unknown, errors };
 }
 
 /** Applies checked values on top of a config, returning a new object. */

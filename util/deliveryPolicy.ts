@@ -1,7 +1,8 @@
 // The pure rules of webhook delivery (SPEC §6): what an attempt's outcome means, how long to wait before
 // the next, how fast one hook may be called, and the drop-warning interval. Clock passed in, in ms.
 
-export type AttemptOutcome = { status: number } | { error: 'timeout' | 'network' | 'refused' };
+/** `dns`: the resolver could not answer now (EAI_AGAIN); our side's trouble, not the receiver's. */
+export type AttemptOutcome = { status: number } | { error: 'timeout' | 'network' | 'dns' | 'refused' };
 export type AttemptVerdict = 'success' | 'retry' | 'fail';
 
 /**
@@ -15,6 +16,15 @@ export function classifyResponse(outcome: AttemptOutcome): AttemptVerdict {
   if (s >= 200 && s < 300) return 'success';
   if (s === 408 || s === 429 || (s >= 500 && s < 600)) return 'retry';
   return 'fail';
+}
+
+/**
+ * Whether a failed delivery counts toward the hook's auto-disable. A temporary DNS failure is retried
+ * like any network error, but when it is all we saw, it says our resolver was down, not that the
+ * receiver is broken: ten of those in a row must not switch off a healthy hook.
+ */
+export function countsTowardDisable(last: AttemptOutcome | null): boolean {
+  return !(last !== null && 'error' in last && last.error === 'dns');
 }
 
 /** Pause after attempt 1, after attempt 2; later attempts reuse the last step. */

@@ -1,13 +1,38 @@
-// Operator endpoints of the foundation: config, revalidate, explain, health.
+// Operator endpoints of the foundation: config, revalidate, explain, health, pause and resume.
 import { ConfigError } from '../../util/configSchema.js';
 import { HttpError, badRequest } from '../../util/httpError.js';
 import { queueOf } from '../../util/scheduleRules.js';
-import { checkSingleUrl } from '../../util/validateInput.js';
+import { checkSingleUrl, requireObject } from '../../util/validateInput.js';
 import { config, updateConfig } from '../config.js';
 import { route, reply } from '../http.js';
 import { server } from '../harper.js';
+import { nodeStatusNow } from '../keeper.js';
+import { nodeName } from '../node.js';
 import { readRow, revalidate } from '../schedule.js';
 import { workersReady } from '../sharedMemory.js';
+import { checkPauseScope, publishStatus, setPause } from '../status.js';
+
+/** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
+const MAX_IGNORED_HEADER_BYTES = 1024;
+const MAX_IGNORED_KEY_CHARS = 100;
+
+/**
+ * The `x-ignored-keys` header: each unknown key made well-formed, cut to 100 characters and
+ * percent-encoded (so a newline, a `,` or a `✓` is plain ASCII and cannot break or split the header),
+ * comma-separated, and cut at 1 KiB. `x-ignored-count` always says how many there were.
+ */
+export function ignoredKeysHeader(keys: readonly string[]): string {
+  const parts: string[] = [];
+  let bytes = 0;
+  for (const k of keys) {
+    const cut = (k as unknown as { toWellFormed(): string }).toWellFormed().slice(0, MAX_IGNORED_KEY_CHARS);
+    const enc = encodeURIComponent(cut);
+    if (bytes + enc.length + 1 > MAX_IGNORED_HEADER_BYTES) break;
+    parts.push(enc);
+    bytes += enc.length + 1;
+  }
+  return parts.join(',');
+}
 
 export interface ExplainExtras {
   held: unknown;
@@ -38,8 +63,12 @@ export function registerAdmin(): void {
       throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
     try {
       const r = await updateConfig(req.body);
+      // Built only from bounded ASCII, so nothing here can throw after the row was committed.
       const headers: Record<string, string> = {};
-      if (r.ignored.length) headers['x-ignored-keys'] = r.ignored.join(',');
+      if (r.ignoredCount > 0) {
+        headers['x-ignored-keys'] = ignoredKeysHeader(r.ignored);
+        headers['x-ignored-count'] = String(r.ignoredCount);
+      }
       if (r.restartRequired.length) headers['x-restart-required'] = r.restartRequired.join(',');
       return reply(r.config, 200, headers);
     } catch (e) {
@@ -47,6 +76,17 @@ export function registerAdmin(): void {
       throw e;
     }
   });
+
+  const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
+    const obj = requireObject(req.body ?? {}, ['scope']);
+    const scope = await checkPauseScope(obj.scope);
+    await setPause(scope, paused);
+    // Published at once, not at the next status sync, when it concerns this node.
+    if (scope === 'all' || scope === nodeName()) await publishStatus(nodeStatusNow(), true);
+    return reply({ scope, paused });
+  };
+  route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
+  route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
 
   route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
     const url = checkSingleUrl(req.body);

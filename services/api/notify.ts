@@ -1,8 +1,9 @@
 // Operator endpoints for fleets and notify hooks (API.md, SPEC §6). Bodies are closed: an unknown field
 // is a 400. A hook secret leaves the server only in the answers of create and rotate.
 import { redactUrl, validateHookUrl } from '../../util/addressPolicy.js';
-import { HttpError, badRequest } from '../../util/httpError.js';
-import { describeType, requireObject } from '../../util/validateInput.js';
+import { HttpError, badRequest, echo } from '../../util/httpError.js';
+import { describeType, isWellFormed, requireObject } from '../../util/validateInput.js';
+import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../util/wakeBody.js';
 import { config } from '../config.js';
 import {
   CeilingExceeded,
@@ -67,7 +68,16 @@ function checkName(v: unknown, field: string): string {
   if (v.trim() === '') throw badRequest('invalid_' + field, `${field} must not be empty`);
   if (v.length > MAX_NAME_CHARS)
     throw badRequest('invalid_' + field, `${field} must be at most ${MAX_NAME_CHARS} characters`);
+  if (!isWellFormed(v)) throw badRequest('invalid_' + field, `${field} must be well-formed Unicode`);
   return v;
+}
+
+/** A fleet's name is sent in every wake body, so it obeys the wake's byte budget (util/wakeBody.ts). */
+function checkFleetName(v: unknown): string {
+  const name = checkName(v, 'name');
+  const problem = fleetNameProblem(name);
+  if (problem) throw badRequest('invalid_name', `name ${problem}`);
+  return name;
 }
 
 /** A queue list: absent = [] (all); otherwise distinct non-empty names. */
@@ -79,10 +89,11 @@ function checkQueues(v: unknown): string[] {
     throw badRequest('invalid_queues', `queues may name at most ${MAX_QUEUES} queues`);
   const out: string[] = [];
   v.forEach((q, i) => {
-    if (typeof q !== 'string' || q.trim() === '' || q.length > MAX_NAME_CHARS)
+    // A queue is a route name (or `unrouted`): anything longer than a route name can be names nothing.
+    if (typeof q !== 'string' || q.trim() === '' || q.length > MAX_QUEUE_NAME_CHARS || !isWellFormed(q))
       throw badRequest(
         'invalid_queues',
-        `queues[${i}] must be a non-empty queue name of at most ${MAX_NAME_CHARS} characters`,
+        `queues[${i}] must be a non-empty queue name of at most ${MAX_QUEUE_NAME_CHARS} characters`,
       );
     if (!out.includes(q)) out.push(q);
   });
@@ -103,21 +114,21 @@ function requireKey(): Buffer {
 function oneParam(req: ApiRequest, what: string): string {
   const id = req.params[0] ?? '';
   if (id === '' || req.params.length !== 1 || id.length > MAX_ID_CHARS)
-    throw new HttpError(404, 'not_found', `no ${what} at ${req.path.slice(0, 200)}`);
+    throw new HttpError(404, 'not_found', `no ${what} at ${echo(req.path)}`);
   return id;
 }
 
 async function existingHook(req: ApiRequest): Promise<HookRecord> {
   const id = req.params[0] ?? '';
   const hook = id && id.length <= MAX_ID_CHARS ? await getHook(id) : undefined;
-  if (!hook) throw new HttpError(404, 'not_found', `no hook with id ${JSON.stringify(id)}`);
+  if (!hook) throw new HttpError(404, 'not_found', `no hook with id ${echo(id)}`);
   return hook;
 }
 
 export function registerNotify(): void {
   route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
     const body = requireObject(req.body, ['name', 'queues', 'username']);
-    const name = checkName(body.name, 'name');
+    const name = checkFleetName(body.name);
     const queues = checkQueues(body.queues);
     const username =
       body.username === undefined || body.username === null ? null : checkName(body.username, 'username');
@@ -132,7 +143,7 @@ export function registerNotify(): void {
     const id = oneParam(req, 'fleet');
     const fleet = await revokeFleet(id, Date.now());
     fleetsChanged();
-    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${JSON.stringify(id)}`);
+    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(id)}`);
     return reply(fleetView(fleet));
   });
 
@@ -148,17 +159,22 @@ export function registerNotify(): void {
       throw badRequest('invalid_url', `url must be a string, not ${describeType(body.url)}`);
     const queues = checkQueues(body.queues);
     const fleet = body.fleetId.length <= MAX_ID_CHARS ? await getFleet(body.fleetId) : undefined;
-    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${JSON.stringify(body.fleetId)}`);
+    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(body.fleetId)}`);
     if (fleet.state !== 'active') throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
     if (fleet.queues.length > 0) {
       const outside = queues.find((q) => !fleet.queues.includes(q));
       if (outside !== undefined)
         throw badRequest(
           'invalid_queues',
-          `queue ${JSON.stringify(outside)} is not served by fleet ${JSON.stringify(fleet.name)}`,
+          `queue ${echo(outside)} is not served by fleet ${echo(fleet.name)}`,
         );
     }
     const verdict = await validateHookUrl(body.url, hookPolicy());
+    // A resolver that cannot answer now is our trouble, not a verdict on the URL: retry later.
+    if (!verdict.ok && verdict.transient)
+      throw new HttpError(503, 'unavailable', `url ${verdict.phrase}; try again`, undefined, {
+        'retry-after': '5',
+      });
     // The phrase names a class ("resolves to a private address"), never the address or the query.
     if (!verdict.ok) throw badRequest('invalid_url', `url ${verdict.phrase}`);
     const ceiling = config().notify.maxHooksPerFleet;
@@ -195,12 +211,12 @@ export function registerNotify(): void {
     const key = requireKey();
     const action = req.params[1];
     if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
-      throw new HttpError(404, 'not_found', `no endpoint at ${req.path}`);
+      throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
     if (req.body !== undefined) requireObject(req.body, []);
     const hook = await existingHook(req);
     if (action === 'rotate') {
       const r = await rotateHook(hook.id, key, Date.now());
-      if (!r) throw new HttpError(404, 'not_found', `no hook with id ${JSON.stringify(hook.id)}`);
+      if (!r) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
       return reply({
         secret: r.secret,
         previousSecretValidUntil: r.hook.previousValidUntil,
@@ -208,15 +224,14 @@ export function registerNotify(): void {
       });
     }
     const next = await setHookEnabled(hook.id, action === 'enable');
-    if (!next) throw new HttpError(404, 'not_found', `no hook with id ${JSON.stringify(hook.id)}`);
+    if (!next) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
     return reply(hookView(next));
   });
 
   route('DELETE', '/prerender_admin/hooks/*', 'admin', async (req) => {
     requireKey();
     const id = oneParam(req, 'hook');
-    if (!(await deleteHook(id)))
-      throw new HttpError(404, 'not_found', `no hook with id ${JSON.stringify(id)}`);
+    if (!(await deleteHook(id))) throw new HttpError(404, 'not_found', `no hook with id ${echo(id)}`);
     return reply({ deleted: true });
   });
 }

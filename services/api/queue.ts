@@ -1,5 +1,5 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
-import { HttpError, badRequest } from '../../util/httpError.js';
+import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../util/httpError.js';
 import { stateMaxAgeMs } from '../../util/keeperSignal.js';
 import { requireObject } from '../../util/validateInput.js';
 import { setExplainExtras } from './admin.js';
@@ -18,13 +18,11 @@ import { route, reply } from '../http.js';
 import { describeHeld, nodeStatusNow, servingView } from '../keeper.js';
 import { nodeName } from '../node.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../shared.js';
-import { isPaused, publishStatus, setPause } from '../status.js';
+import { isPaused } from '../status.js';
 import { metricsText } from '../metrics.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../util/prometheus.js';
 
 const MAX_BATCH = 100;
-/** Echoed strings are cut here (API.md): nothing a caller sends can make an answer large or fail to encode. */
-const MAX_ECHO_CHARS = 200;
 
 /** A caller's id as it may be echoed: only a string, truncated; anything else is null. */
 function echoId(id: unknown): string | null {
@@ -37,9 +35,9 @@ function queuesOf(body: unknown): unknown {
 }
 
 function resultBodyLimit(): number {
-  // The page body may be JSON-escaped (up to 6 bytes per character in the worst case is rare; 2× plus
-  // room for the envelope covers ordinary HTML); the exact limit is checked on the decoded string.
-  return config().render.maxBodyBytes * 2 + (64 << 10);
+  // API.md: a page of render.maxBodyBytes plus 64 KiB for the envelope and its JSON escapes; a page that
+  // escapes to more uses the raw-bytes framing. Checked before buffering (services/http.ts).
+  return config().render.maxBodyBytes + (64 << 10);
 }
 
 interface StateDocShape {
@@ -132,7 +130,7 @@ export function registerQueue(): void {
       await checkReporter(req.user?.username);
       return reply({ results: await reportBatch(obj.results, req.user) });
     },
-    { maxBodyBytes: () => MAX_BATCH * resultBodyLimit() },
+    { maxBodyBytes: () => config().render.maxBatchBytes },
   );
 
   // Report and claim in one round trip (API.md): exactly job_results, then claim, sharing their code.
@@ -151,21 +149,8 @@ export function registerQueue(): void {
       const r = claim(limit, callerOf(req.user), scope);
       return reply({ results, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
     },
-    { maxBodyBytes: () => MAX_BATCH * resultBodyLimit() },
+    { maxBodyBytes: () => config().render.maxBatchBytes },
   );
-
-  const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
-    const obj = requireObject(req.body ?? {}, ['scope']);
-    const scope = obj.scope ?? 'all';
-    if (typeof scope !== 'string' || !/^[A-Za-z0-9_.-]{1,253}$/.test(scope))
-      throw badRequest('invalid_scope', 'scope must be "all" or a hostname');
-    await setPause(scope, paused);
-    // Published at once, not at the next status sync, when it concerns this node.
-    if (scope === 'all' || scope === nodeName()) await publishStatus(nodeStatusNow(), true);
-    return reply({ scope, paused });
-  };
-  route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
-  route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
 
   route('GET', '/prerender_admin/overview', 'admin', async () => {
     const now = Date.now();

@@ -151,3 +151,54 @@ test('the README configuration table is the one generated from the schema', () =
     'README.md must contain the table printed by `node scripts/config-table.mjs`',
   );
 });
+
+test('notify.allowCidrs is checked by the transport parser: a bad entry is refused naming notify.allowCidrs', () => {
+  for (const bad of [
+    '10.0.0.0/40',
+    '999.1.1.1',
+    '::::',
+    '10.0.0.1/',
+    '1.2.3.4/8/9',
+    'fe80::1%eth0',
+    '0x7f.1',
+  ])
+    assert.throws(
+      () => checkPartial({ notify: { allowCidrs: ['10.0.0.0/8', bad] } }),
+      (e) => e instanceof ConfigError && e.key === 'notify.allowCidrs' && /allowCidrs\[1\]/.test(e.message),
+      bad,
+    );
+  assert.deepEqual(
+    checkPartial({ notify: { allowCidrs: ['10.0.0.0/8', '127.0.0.1', '::1/128'] } }).values.get(
+      'notify.allowCidrs',
+    ),
+    ['10.0.0.0/8', '127.0.0.1', '::1/128'],
+  );
+});
+
+test('a stored source checked leniently drops only its bad keys, keeping the rest', () => {
+  const r = checkPartial(
+    { notify: { allowCidrs: ['999.1.1.1'] }, stall: { after: 5000 } },
+    { lenient: true },
+  );
+  assert.equal(r.values.get('stall.after'), 5000);
+  assert.equal(r.values.has('notify.allowCidrs'), false);
+  assert.deepEqual(
+    r.errors.map((e) => e.key),
+    ['notify.allowCidrs'],
+  );
+});
+
+test('render.maxBatchBytes defaults to 64 MiB within 1 MiB to 256 MiB', () => {
+  assert.equal(defaultConfig().render.maxBatchBytes, 64 * 1048576);
+  assert.throws(() => checkPartial({ render: { maxBatchBytes: 1048575 } }), ConfigError);
+  assert.throws(() => checkPartial({ render: { maxBatchBytes: 256 * 1048576 + 1 } }), ConfigError);
+});
+
+test('a route name longer than 64 characters is refused (it would not fit the wake budget)', () => {
+  const route = (name: string) => ({ render: { routes: [{ name, match: 'prefix', path: '/p/' }] } });
+  assert.doesNotThrow(() => checkPartial(route('r'.repeat(64))));
+  assert.throws(
+    () => checkPartial(route('r'.repeat(65))),
+    (e) => e instanceof ConfigError && e.key === 'render.routes[0].name',
+  );
+});

@@ -397,3 +397,70 @@ test('a fault of ours is not the receiver fault: a secret that will not open or 
     );
   }
 });
+
+test('a temporary DNS failure (EAI_AGAIN) is retried like the network, and a delivery that saw only that does not count toward auto-disable', async () => {
+  const w = world({
+    reply: () => ({ error: 'dns', phrase: 'could not be resolved just now (temporary DNS failure)' }),
+  });
+  w.add(fleet('a'), hook('h1', 'a'));
+  await w.d.fire(wake());
+  await w.d.idle();
+  assert.equal(w.sent.length, 3, 'every attempt is made');
+  assert.deepEqual(w.sleeps, [1000, 5000]);
+  assert.deepEqual(w.healths, [
+    {
+      id: 'h1',
+      health: {
+        success: false,
+        status: null,
+        error: 'could not be resolved just now (temporary DNS failure)',
+        counts: false,
+      },
+    },
+  ]);
+  // A network error that is the receiver's (connection refused) still counts.
+  const net = world({ reply: () => ({ error: 'network', phrase: 'connection refused' }) });
+  net.add(fleet('a'), hook('h1', 'a'));
+  await net.d.fire(wake());
+  await net.d.idle();
+  assert.equal(net.sent.length, 3);
+  assert.equal(net.healths[0]!.health.counts, true);
+});
+
+test('a wake naming the longest acceptable URL, queue and fleet name is delivered within 4 KiB', async () => {
+  const { MAX_FLEET_NAME_BYTES, MAX_QUEUE_NAME_CHARS } = await import('../../util/wakeBody.js');
+  const { urlProblem, MAX_URL_BYTES } = await import('../../util/validateInput.js');
+  const head = 'https://a.example/';
+  const url = head + 'é'.repeat((MAX_URL_BYTES - head.length) / 2);
+  assert.equal(Buffer.byteLength(url), MAX_URL_BYTES);
+  assert.equal(urlProblem(url), null);
+  const w = world({ cfg: (c) => void (c.notify.maxAttempts = 10) });
+  const longJob = { id: url, url, dueAt: 9_999_999_999_999, fromSitemap: false };
+  // Nine failures, then the tenth (two-digit) attempt is the largest body; it must still go out.
+  let n = 0;
+  const w10 = world({
+    cfg: (c) => void (c.notify.maxAttempts = 10),
+    reply: () => (++n < 10 ? { status: 503 } : { status: 204 }),
+  });
+  for (const x of [w, w10]) {
+    x.add(fleet('a', { name: 'ü'.repeat(MAX_FLEET_NAME_BYTES / 2) }), hook('h1', 'a'));
+    await x.d.fire(
+      wake({
+        reason: 'requeued',
+        queue: 'q'.repeat(MAX_QUEUE_NAME_CHARS),
+        job: longJob,
+        createdAt: 9_999_999_999_999,
+      }),
+    );
+    await x.d.idle();
+  }
+  assert.equal(w.sent.length, 1);
+  assert.equal(w10.sent.length, 10);
+  const last = w10.sent[9]!;
+  assert.equal(last.body.attempt, 10);
+  assert.ok(Buffer.byteLength(last.raw) <= 4096, `${Buffer.byteLength(last.raw)} bytes`);
+  assert.deepEqual(
+    w10.d.recent.map((r) => r.end),
+    ['delivered'],
+  );
+});

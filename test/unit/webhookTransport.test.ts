@@ -425,3 +425,34 @@ test('proxy variables in the environment are ignored', async () => {
     rx.close();
   }
 });
+
+test('a temporary DNS failure (EAI_AGAIN) is a retryable dns outcome, not a refusal, and dials nothing', async () => {
+  const eaiAgain = Object.assign(new Error('getaddrinfo EAI_AGAIN flaky.test'), { code: 'EAI_AGAIN' });
+  const enotfound = Object.assign(new Error('getaddrinfo ENOTFOUND gone.test'), { code: 'ENOTFOUND' });
+  const policy: HostPolicy = {
+    allowList: [],
+    selfAddresses: [LOOPBACK],
+    resolve: async (host) => {
+      throw host === 'flaky.test' ? eaiAgain : enotfound;
+    },
+  };
+  const agent = createPinnedAgent({
+    validate: (host) => validateHookHost(host, policy),
+    connectTimeoutMs: 2000,
+  });
+  try {
+    const flaky = await post('https://flaky.test/hook', agent);
+    assert.deepEqual(flaky, {
+      error: 'dns',
+      phrase: 'could not be resolved just now (temporary DNS failure)',
+    });
+    assert.equal(classifyResponse(flaky), 'retry');
+    // A name that does not exist is the name's own answer: refused, not retried.
+    const gone = await post('https://gone.test/hook', agent);
+    assert.deepEqual(gone, { error: 'refused', phrase: 'does not resolve' });
+    assert.equal(classifyResponse(gone), 'fail');
+    assert.deepEqual(dialed, []);
+  } finally {
+    await agent.close();
+  }
+});

@@ -1,0 +1,56 @@
+// POST /prerender_admin/config is a read-modify-write of one override row (issue 12 point 1, fourth
+// bullet). Harper gives no compare-and-set, so two updates on different keys that overlap must be
+// serialised, or the later write carries the earlier snapshot and drops the other's key. The overlap is
+// forced, not hoped for: QUEUE_KEEPER_TEST_CONFIG_HOLD_MS holds every update open between its read
+// and its write, so without the lock both always read the same row (this test fails on the code
+// before the lock: the first key of each pair was lost every time).
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarper, type HarperInstance } from '../harness.js';
+import { until } from '../wait.js';
+
+let h: HarperInstance;
+
+before(async () => {
+  h = await startHarper({ env: { QUEUE_KEEPER_TEST_CONFIG_HOLD_MS: '300' } });
+});
+
+after(async () => {
+  await h?.destroy();
+});
+
+test('two overlapping config updates on different keys, through two workers, both land', async () => {
+  const pairs: Array<[Record<string, unknown>, Record<string, unknown>]> = [
+    [{ stall: { after: 7000 } }, { stall: { maxNudges: 7 } }],
+    [{ notify: { ratePerMinute: 77 } }, { queue: { maxClaimLimit: 17 } }],
+    [{ stall: { sweepLimit: 9 } }, { notify: { edgeCooldown: 9000 } }],
+  ];
+  for (const [a, b] of pairs) {
+    const [ra, rb] = await Promise.all([
+      h.fetch('/prerender_admin/config', { body: a, fresh: true }),
+      h.fetch('/prerender_admin/config', { body: b, fresh: true }),
+    ]);
+    assert.equal(ra.status, 200, ra.text);
+    assert.equal(rb.status, 200, rb.text);
+  }
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const want = (c: Record<string, any>) =>
+    c.stall.after === 7000 &&
+    c.stall.maxNudges === 7 &&
+    c.notify.ratePerMinute === 77 &&
+    c.queue.maxClaimLimit === 17 &&
+    c.stall.sweepLimit === 9 &&
+    c.notify.edgeCooldown === 9000;
+  // Every worker follows the stored row; both halves of every pair must be in it.
+  for (let i = 0; i < 6; i++) {
+    const c = await until(
+      'the effective config to hold every update',
+      async () => {
+        const r = await h.fetch('/prerender_admin/config', { fresh: true });
+        return want(r.json) ? r.json : undefined;
+      },
+      5000,
+    );
+    assert.ok(c);
+  }
+});

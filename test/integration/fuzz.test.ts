@@ -1,0 +1,691 @@
+// Generated malformed requests against every endpoint of a real Harper (issue 13): wrong credentials and
+// roles, odd methods and paths, cross-site markers, wrong content types, oversized, non-JSON, invalid
+// UTF-8, deeply nested, duplicate-key, `__proto__` and wrong-typed bodies, hostile strings. Every answer
+// must be below 500, `{error, code}` when 4xx, with the status API.md gives; afterwards the schedule,
+// the config, fleets, hooks and pauses are exactly what they were.
+//
+// Seed: QK_FUZZ_SEED (default 13); count: QK_FUZZ_RUNS (default 1200). A failure prints the seed and the
+// request, so `QK_FUZZ_SEED=<seed> npm test` replays it.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import http from 'node:http';
+import fc from 'fast-check';
+import {
+  ADMIN_PASS,
+  ADMIN_USER,
+  basicAuth,
+  startHarper,
+  type Credentials,
+  type HarperInstance,
+} from '../harness.js';
+
+const SEED = Number(process.env.QK_FUZZ_SEED ?? 13);
+const RUNS = Number(process.env.QK_FUZZ_RUNS ?? 1200);
+const CONCURRENCY = 8;
+
+let h: HarperInstance;
+const users: Record<string, Credentials | null> = {
+  none: null,
+  wrongPassword: { username: ADMIN_USER, password: 'not-the-password' },
+  admin: { username: ADMIN_USER, password: ADMIN_PASS },
+  feeder: { username: 'fz-feeder', password: 'fz-feeder-pass' },
+  discover: { username: 'fz-discover', password: 'fz-discover-pass' },
+  fleet: { username: 'fz-fleet', password: 'fz-fleet-pass' },
+  nobody: { username: 'fz-nobody', password: 'fz-nobody-pass' },
+};
+type Who = keyof typeof users;
+let fleetId = '';
+
+before(async () => {
+  h = await startHarper();
+  await h.operation({ operation: 'add_role', role: 'fz_no_queue_role', permission: { super_user: false } });
+  await h.addUser(users.feeder!.username, users.feeder!.password, 'render_feeder');
+  await h.addUser(users.discover!.username, users.discover!.password, 'render_discover');
+  await h.addUser(users.fleet!.username, users.fleet!.password, 'render_fleet');
+  await h.addUser(users.nobody!.username, users.nobody!.password, 'fz_no_queue_role');
+  // Rows due in two days: claims answer [] and nothing the fuzz sends may change them.
+  const dueAt = Date.now() + 2 * 86_400_000;
+  const targets = Array.from({ length: 30 }, (_, i) => ({ url: `https://fuzz.example.com/p/${i}`, dueAt }));
+  const filed = await h.fetch('/render_queue/targets', { body: { targets } });
+  assert.equal(filed.json.upserted, 30, filed.text);
+  const f = await h.fetch('/prerender_admin/fleets', { body: { name: 'fuzz-fleet' } });
+  assert.equal(f.status, 200, f.text);
+  fleetId = f.json.id;
+});
+
+after(async () => {
+  agent.destroy();
+  await h?.destroy();
+});
+
+// ------------------------------------------------------------------ the state that must not change
+
+async function snapshot() {
+  const rows = (await h.operation({
+    operation: 'sql',
+    sql: 'SELECT * FROM render_schedule.RenderSchedule',
+  })) as Array<Record<string, unknown>>;
+  const canon = rows
+    .map((r) =>
+      JSON.stringify(
+        Object.keys(r)
+          .sort()
+          .map((k) => [k, r[k]]),
+      ),
+    )
+    .sort()
+    .join('\n');
+  const control = (await h.operation({
+    operation: 'sql',
+    sql: 'SELECT * FROM render_queue.QueueControl',
+  })) as unknown[];
+  return {
+    rows: rows.length,
+    checksum: createHash('sha256').update(canon).digest('hex'),
+    config: (await h.fetch('/prerender_admin/config')).json,
+    fleets: (await h.fetch('/prerender_admin/fleets')).json,
+    hooks: (await h.fetch('/prerender_admin/hooks')).json,
+    control: control.length,
+  };
+}
+
+// ------------------------------------------------------------------ endpoints and their roles
+
+type BodyKind =
+  | 'none'
+  | 'targets'
+  | 'urls'
+  | 'claim'
+  | 'result'
+  | 'results'
+  | 'url'
+  | 'scope'
+  | 'config'
+  | 'fleet'
+  | 'hook'
+  | 'empty';
+
+interface Endpoint {
+  method: string;
+  path: (rand: string) => string;
+  who: Who[]; // besides admin
+  body: BodyKind;
+  /** Statuses a body-level malformation may answer (the envelope checks come first). */
+  ok: number[];
+}
+
+const EP: Endpoint[] = [
+  {
+    method: 'POST',
+    path: () => '/render_queue/targets',
+    who: ['feeder'],
+    body: 'targets',
+    ok: [200, 400, 413],
+  },
+  {
+    method: 'DELETE',
+    path: () => '/render_queue/targets',
+    who: ['feeder'],
+    body: 'urls',
+    ok: [200, 400, 413],
+  },
+  {
+    method: 'POST',
+    path: () => '/render_queue/discover',
+    who: ['discover'],
+    body: 'urls',
+    ok: [200, 400, 413],
+  },
+  { method: 'POST', path: () => '/render_queue/claim', who: ['fleet'], body: 'claim', ok: [200, 400] },
+  {
+    method: 'POST',
+    path: () => '/render_queue/job_result',
+    who: ['fleet'],
+    body: 'result',
+    ok: [400, 404, 409, 413],
+  },
+  {
+    method: 'POST',
+    path: () => '/render_queue/job_results',
+    who: ['fleet'],
+    body: 'results',
+    ok: [200, 400],
+  },
+  ...[
+    'queue-state',
+    'overview',
+    'config',
+    'metrics',
+    'fleets',
+    'hooks',
+    'stall-ledger',
+    'health',
+    'console',
+  ].map((p): Endpoint => ({
+    method: 'GET',
+    path: () => `/prerender_admin/${p}`,
+    who: [],
+    body: 'none',
+    ok: [200, 503],
+  })),
+  { method: 'GET', path: (r) => `/prerender_admin/console/${r}`, who: [], body: 'none', ok: [404] },
+  { method: 'POST', path: () => '/prerender_admin/explain', who: [], body: 'url', ok: [400] },
+  { method: 'POST', path: () => '/prerender_admin/revalidate', who: [], body: 'url', ok: [400] },
+  { method: 'POST', path: () => '/prerender_admin/pause', who: [], body: 'scope', ok: [400] },
+  { method: 'POST', path: () => '/prerender_admin/resume', who: [], body: 'scope', ok: [400] },
+  { method: 'POST', path: () => '/prerender_admin/config', who: [], body: 'config', ok: [200, 400] },
+  { method: 'POST', path: () => '/prerender_admin/fleets', who: [], body: 'fleet', ok: [400] },
+  { method: 'DELETE', path: (r) => `/prerender_admin/fleets/${r}`, who: [], body: 'empty', ok: [400, 404] },
+  { method: 'POST', path: () => '/prerender_admin/hooks', who: [], body: 'hook', ok: [400, 404] },
+  {
+    method: 'POST',
+    path: (r) => `/prerender_admin/hooks/${r}/${['rotate', 'enable', 'disable'][r.length % 3]}`,
+    who: [],
+    body: 'empty',
+    ok: [400, 404],
+  },
+  { method: 'DELETE', path: (r) => `/prerender_admin/hooks/${r}`, who: [], body: 'empty', ok: [400, 404] },
+];
+
+/** Method+path pairs that exist, for the 405 rule (prefix routes by their prefix). */
+const KNOWN: Array<[string, RegExp]> = [
+  ['POST', /^\/render_queue\/targets\/?$/],
+  ['DELETE', /^\/render_queue\/targets\/?$/],
+  ['POST', /^\/render_queue\/(discover|claim|job_result|job_results)\/?$/],
+  [
+    'GET',
+    /^\/prerender_admin\/(queue-state|overview|config|metrics|fleets|hooks|stall-ledger|health|console)\/?$/,
+  ],
+  ['POST', /^\/prerender_admin\/(explain|revalidate|pause|resume|config|fleets|hooks)\/?$/],
+  ['DELETE', /^\/prerender_admin\/fleets\/.+/],
+  ['POST', /^\/prerender_admin\/hooks\/.+/],
+  ['DELETE', /^\/prerender_admin\/hooks\/.+/],
+  ['GET', /^\/prerender_admin\/console\/.+/],
+];
+
+// ------------------------------------------------------------------ hostile values
+
+/** URLs refused by construction (never a URL that could file, delete or revalidate a row). */
+const badUrl = fc.oneof(
+  fc.constantFrom(
+    'https://a.example/p/1\ud800',
+    'https://a.example/\udc00',
+    'https://a.example/x\u0000y',
+    'https://a.example/x\u0085y',
+    'https://a.example/x\u009by',
+    'https://a.example/x\u007fy',
+    'https://a.example/x"y',
+    'https://a.example/x\\y',
+    'https://a.example/a b',
+    'ftp://a.example/x',
+    'javascript:alert(1)',
+    '/relative/path',
+    '',
+    'https://',
+    'https://a.example/' + 'x'.repeat(1900),
+  ),
+  fc.string({ unit: 'grapheme', maxLength: 40 }).map((s) => `https://a.example/${s}\ud800`),
+  fc.string({ unit: 'binary', maxLength: 40 }).map((s) => `https://a.example/${s}\u0001`),
+  fc.oneof(fc.integer(), fc.boolean(), fc.constant(null), fc.object(), fc.array(fc.nat())),
+);
+
+const hostileString = fc.oneof(
+  fc.string({ unit: 'binary', maxLength: 50 }),
+  fc.string({ unit: 'grapheme', maxLength: 50 }),
+  fc.constantFrom('\ud800', '\n\r', '✓', '__proto__', 'constructor', '"\\', '\u2028', 'x'.repeat(5000)),
+);
+
+const anyJson = fc.jsonValue({ maxDepth: 4 });
+
+/** Endpoint-shaped bodies that are wrong in some way; each names the statuses it may get. */
+function shapedBody(kind: BodyKind): fc.Arbitrary<{ value: unknown; ok?: number[] }> {
+  const v = (a: fc.Arbitrary<unknown>, ok?: number[]) => a.map((value) => ({ value, ok }));
+  switch (kind) {
+    case 'targets':
+      return fc.oneof(
+        v(
+          fc.record({ targets: fc.array(fc.record({ url: badUrl }), { minLength: 1, maxLength: 5 }) }),
+          [200],
+        ),
+        v(
+          fc.record({
+            targets: fc.array(
+              fc.record({
+                url: fc.constant('https://fuzz.example.com/never-filed'),
+                dueAt: fc.oneof(fc.constantFrom(0, -1, 946684799999, 9e15), fc.double({ max: 9e11 })),
+              }),
+              { minLength: 1, maxLength: 3 },
+            ),
+          }),
+          [200],
+        ),
+        v(
+          fc.record({
+            targets: fc.array(
+              fc.record({
+                url: fc.constant('https://fuzz.example.com/never-filed'),
+                cadenceMs: fc.oneof(fc.integer({ max: 59_999 }), fc.double(), hostileString),
+              }),
+              { minLength: 1, maxLength: 3 },
+            ),
+          }),
+          [200],
+        ),
+        v(
+          fc.record({
+            targets: fc.oneof(
+              anyJson.filter((x) => !Array.isArray(x)),
+              fc.constant({}),
+            ),
+          }),
+          [400],
+        ),
+        v(fc.record({ targets: fc.constant([]), extra: anyJson }), [400]),
+      );
+    case 'urls':
+      return fc.oneof(
+        v(fc.record({ urls: fc.array(badUrl, { minLength: 1, maxLength: 5 }) }), [200]),
+        v(fc.record({ urls: anyJson.filter((x) => !Array.isArray(x)) }), [400]),
+        v(fc.record({ urls: fc.constant([]), extra: anyJson }), [400]),
+      );
+    case 'claim':
+      return fc.oneof(
+        v(
+          fc.record({
+            limit: fc.oneof(
+              fc.integer({ max: 0 }),
+              fc.double().filter((d) => !Number.isInteger(d)),
+              hostileString,
+              fc.object(),
+            ),
+          }),
+          [400],
+        ),
+        v(fc.record({ limit: fc.integer({ min: 1, max: 10_000 }) }), [200]),
+        v(
+          fc.dictionary(
+            hostileString.filter((k) => k !== 'limit' && k !== 'queues'),
+            anyJson,
+            { minKeys: 1, maxKeys: 3 },
+          ),
+          [400],
+        ),
+      );
+    case 'result':
+    case 'results': {
+      const result = fc.record(
+        {
+          id: fc.oneof(badUrl, hostileString, fc.constant('https://fuzz.example.com/unknown')),
+          leaseToken: fc.oneof(fc.double(), hostileString, fc.constant(null)),
+          outcome: fc.oneof(fc.constantFrom('rendered', 'failed', 'nope'), hostileString),
+          statusCode: fc.oneof(fc.integer(), fc.double(), hostileString),
+          body: fc.oneof(hostileString, fc.integer()),
+        },
+        { requiredKeys: ['id'] },
+      );
+      if (kind === 'result') return v(result, [400, 404, 409]);
+      return fc.oneof(
+        v(fc.record({ results: fc.array(result, { minLength: 1, maxLength: 5 }) }), [200]),
+        v(
+          fc.record({
+            results: fc.oneof(
+              fc.constant([]),
+              anyJson.filter((x) => !Array.isArray(x)),
+            ),
+          }),
+          [400],
+        ),
+        v(fc.record({ results: fc.array(result, { minLength: 101, maxLength: 103 }) }), [400]),
+      );
+    }
+    case 'url':
+      return fc.oneof(
+        v(fc.record({ url: badUrl })),
+        v(fc.record({ url: fc.constant('https://a.example/'), more: anyJson })),
+      );
+    case 'scope':
+      return fc.oneof(
+        v(fc.record({ scope: hostileString.filter((s) => s !== 'all') })),
+        v(fc.record({ scope: fc.oneof(fc.integer(), fc.object(), fc.constant(null)) })),
+        v(fc.constant({})),
+        v(fc.record({ scope: fc.constant('all'), other: anyJson })),
+      );
+    case 'config':
+      return fc.oneof(
+        v(
+          fc.constantFrom(
+            { stall: { after: 5 } },
+            { stall: { after: '2000' } },
+            { stall: { after: 1e999 } },
+            { notify: { allowCidrs: ['10.0.0.0/40'] } },
+            { notify: { allowCidrs: ['999.1.1.1'] } },
+            { notify: { allowCidrs: ['::::'] } },
+            { render: { routes: [{ name: 'r'.repeat(65), match: 'prefix', path: '/p/' }] } },
+            { render: { routes: [{ name: 'ok', match: 'prefix', path: '/p/', evil: 1 }] } },
+            { render: { maxBatchBytes: 1 } },
+            { queue: { feederRoles: 'render_feeder' } },
+          ),
+          [400],
+        ),
+        // Unknown keys only, hostile ones included: 200 with the keys reported, nothing applied.
+        v(
+          fc.dictionary(
+            hostileString.filter((k) => !['queue', 'render', 'notify', 'stall', 'maintenance'].includes(k)),
+            anyJson,
+            { minKeys: 1, maxKeys: 5 },
+          ),
+          [200],
+        ),
+        v(fc.oneof(fc.array(anyJson), fc.string(), fc.integer()), [400]),
+      );
+    case 'fleet':
+      return fc.oneof(
+        v(
+          fc.record({
+            name: fc.oneof(
+              fc.integer(),
+              fc.constant(''),
+              fc.constant('x'.repeat(61)),
+              fc.constantFrom('a"b', 'a\\b', 'a\nb', '\ud800', 'a\u0085'),
+            ),
+          }),
+        ),
+        v(
+          fc.record({
+            name: fc.constant('ok-name'),
+            queues: fc.oneof(
+              fc.constant('q'),
+              fc.array(fc.oneof(fc.integer(), fc.constant('q'.repeat(65))), { minLength: 1 }),
+            ),
+          }),
+        ),
+        v(fc.record({ name: fc.constant('ok-name'), extra: anyJson })),
+      );
+    case 'hook': {
+      const ssrf = fc.constantFrom(
+        'https://127.0.0.1/',
+        'https://[::1]/',
+        'https://[::ffff:127.0.0.1]/',
+        'https://[::ffff:10.0.0.1]/',
+        'https://[64:ff9b::a00:1]/',
+        'https://2130706433/',
+        'https://0177.0.0.1/',
+        'https://0x7f.0.0.1/',
+        'https://127.1/',
+        'https://169.254.169.254./latest',
+        'https://10.0.0.1./',
+        'https://0/',
+        'http://8.8.8.8/',
+        'https://user:pw@1.1.1.1/',
+        'not a url',
+      );
+      return fc.oneof(
+        v(fc.record({ fleetId: fc.constant('FLEET'), url: ssrf }), [400]),
+        v(fc.record({ fleetId: fc.oneof(hostileString, fc.integer()), url: ssrf }), [400, 404]),
+        v(fc.record({ fleetId: fc.constant('FLEET'), url: ssrf, queues: fc.constant('x') }), [400]),
+      );
+    }
+    case 'empty':
+      return fc.oneof(v(fc.constant(undefined)), v(fc.record({ x: anyJson }), [400, 404]));
+    case 'none':
+      return v(fc.constant(undefined));
+  }
+}
+
+// ------------------------------------------------------------------ one generated request
+
+interface Req {
+  method: string;
+  path: string;
+  who: Who;
+  headers: Record<string, string>;
+  raw?: string | Buffer;
+  /** Acceptable statuses and, for envelope refusals, the code. */
+  expect: number[];
+  code?: string;
+  label: string;
+}
+
+const rand = fc.string({
+  unit: fc.constantFrom(...'abcdefghijklmnopqrstuvwxyz0123456789-_.'.split('')),
+  minLength: 1,
+  maxLength: 40,
+});
+
+/** Null most of the time; the arbitrary `pct` percent of the time. */
+const rarely = <T>(a: fc.Arbitrary<T>, pct: number): fc.Arbitrary<T | null> =>
+  fc.oneof({ arbitrary: fc.constant(null), weight: 100 - pct }, { arbitrary: a, weight: pct });
+
+const requestArb: fc.Arbitrary<Req> = fc
+  .record({
+    ep: fc.constantFrom(...EP),
+    // Mostly the endpoint's own role, so most requests get past the envelope to the body checks.
+    who: fc.oneof(
+      { arbitrary: fc.constant<Who | 'right'>('right'), weight: 6 },
+      { arbitrary: fc.constantFrom<Who | 'right'>(...(Object.keys(users) as Who[])), weight: 4 },
+    ),
+    r: rand,
+    methodSwap: rarely(fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'), 8),
+    pathJunk: rarely(
+      fc.oneof(
+        rand.map((s) => `zz${s}`),
+        fc.constantFrom('..%2f..', '%ff', '%', '//', 'x/'.repeat(300)),
+      ),
+      8,
+    ),
+    site: rarely(
+      fc.oneof(
+        fc.constantFrom(
+          { 'sec-fetch-site': 'cross-site' },
+          { 'sec-fetch-site': 'same-site' },
+          { origin: 'null' },
+          { origin: 'https://evil.example' },
+        ),
+        fc.constantFrom({ 'sec-fetch-site': 'same-origin' }, { 'sec-fetch-site': 'none' }),
+      ),
+      15,
+    ),
+    ctype: rarely(
+      fc.constantFrom(
+        'text/plain',
+        'application/x-www-form-urlencoded',
+        'multipart/form-data; boundary=x',
+        'application/json; charset=latin1',
+        'application/jsonx',
+        'application/octet-stream',
+        '',
+      ),
+      12,
+    ),
+    mutation: fc.constantFrom(
+      'shaped',
+      'shaped',
+      'shaped',
+      'notjson',
+      'badutf8',
+      'deep',
+      'wrongtype',
+      'dupkeys',
+      'proto',
+      'huge',
+    ),
+    notJson: fc.string({ unit: 'binary', maxLength: 60 }),
+    depth: fc.integer({ min: 33, max: 50_000 }),
+    wrong: fc.oneof(fc.integer(), fc.string(), fc.array(fc.nat(), { maxLength: 3 }), fc.boolean()),
+    shaped: fc.constant(null),
+  })
+  .chain((g) => shapedBody(g.ep.body).map((shaped) => ({ ...g, shaped })))
+  .map((g0): Req => {
+    const g = { ...g0, who: (g0.who === 'right' ? (g0.ep.who[0] ?? 'admin') : g0.who) as Who };
+    const method = g.methodSwap ?? g.ep.method;
+    const path = g.pathJunk !== null ? `/${g.ep.path(g.r).split('/')[1]}/${g.pathJunk}` : g.ep.path(g.r);
+    const headers: Record<string, string> = { ...((g.site ?? {}) as Record<string, string>) };
+    const label = `${method} ${path.slice(0, 80)} as ${g.who} [${g.mutation}${g.site ? ' ' + JSON.stringify(g.site) : ''}${g.ctype !== null ? ' ct=' + g.ctype : ''}]`;
+    const base = { method, path, who: g.who, headers, label };
+    if (g.who === 'none' || g.who === 'wrongPassword')
+      return { ...base, expect: [401], code: g.who === 'none' ? 'unauthenticated' : undefined };
+    const known = KNOWN.filter(([, re]) => re.test(path));
+    if (known.length === 0) return { ...base, expect: [404], code: 'not_found' };
+    if (!known.some(([m]) => m === method))
+      return { ...base, expect: [405], code: method === 'HEAD' ? undefined : 'method_not_allowed' };
+    if (g.methodSwap !== null && g.methodSwap !== g.ep.method) {
+      // Another endpoint at the same path (GET/POST config, hooks, fleets): only the envelope is judged.
+      return { ...base, expect: [200, 400, 403, 404, 413, 415, 503] };
+    }
+    if (g.who !== 'admin' && !g.ep.who.includes(g.who)) return { ...base, expect: [403], code: 'forbidden' };
+    if (method === 'GET') return { ...base, expect: g.ep.ok };
+    if (g.site && /cross-site|same-site|null|evil/.test(JSON.stringify(g.site)))
+      return { ...base, headers, expect: [403], code: 'cross_site' };
+    // The body.
+    let raw: string | Buffer | undefined;
+    let expect = g.ep.ok;
+    let code: string | undefined;
+    const shapedValue = (g.shaped.value as unknown) ?? undefined;
+    const fix = (s: string) => s.replace('"FLEET"', JSON.stringify(fleetId));
+    switch (g.mutation) {
+      case 'shaped':
+        raw = shapedValue === undefined ? undefined : fix(JSON.stringify(shapedValue));
+        expect = g.shaped.ok ?? g.ep.ok;
+        break;
+      case 'notjson':
+        raw = `{${g.notJson},,}`;
+        expect = [400];
+        code = 'invalid_json';
+        break;
+      case 'badutf8':
+        raw = Buffer.concat([
+          Buffer.from('{"url":"https://a.example/'),
+          Buffer.from([0xff, 0xfe, 0xc3]),
+          Buffer.from('"}'),
+        ]);
+        expect = [400];
+        code = 'invalid_json';
+        break;
+      case 'deep':
+        raw = '['.repeat(g.depth) + ']'.repeat(g.depth);
+        expect = [400];
+        code = 'invalid_json';
+        break;
+      case 'wrongtype':
+        raw = JSON.stringify(g.wrong);
+        expect = g.ep.body === 'claim' ? [200, 400] : g.ep.body === 'empty' ? [400, 404] : [400];
+        break;
+      case 'dupkeys': {
+        const s = JSON.stringify(shapedValue ?? {});
+        raw = s === '{}' ? '{"a":1,"a":2}' : fix(s.replace(/^\{/, '{"__dup":1,"__dup":2,'));
+        expect = g.ep.body === 'config' ? [200, 400] : g.ep.body === 'empty' ? [400, 404] : [400];
+        break;
+      }
+      case 'proto':
+        raw = '{"__proto__":{"polluted":true},"constructor":{"prototype":{"polluted":true}}}';
+        expect =
+          g.ep.body === 'config'
+            ? [200]
+            : g.ep.body === 'claim'
+              ? [400]
+              : g.ep.body === 'empty'
+                ? [400, 404]
+                : [400];
+        break;
+      case 'huge':
+        // Over 1 MiB: the admin limit (413); under the feeding limit, where the huge string is a bad field (400).
+        raw = JSON.stringify({ pad: 'x'.repeat(1_100_000) });
+        expect =
+          path.startsWith('/prerender_admin/') || /claim$/.test(path) || /job_result$/.test(path)
+            ? [413]
+            : [400];
+        code = expect[0] === 413 ? 'payload_too_large' : undefined;
+        if (/job_result$/.test(path)) expect = [400, 413];
+        if (/job_results$/.test(path)) expect = [400];
+        break;
+    }
+    if (g.ctype !== null) {
+      // '' stands for no content-type header at all.
+      if (g.ctype !== '') headers['content-type'] = g.ctype;
+      const octet = g.ctype === 'application/octet-stream' && /job_result$/.test(path);
+      if (octet) return { ...base, headers, raw, expect: [400, 415] };
+      if (g.ctype !== '' || raw !== undefined)
+        return { ...base, headers, raw, expect: [415], code: 'unsupported_media_type' };
+    } else if (raw !== undefined) headers['content-type'] = 'application/json';
+    return { ...base, headers, raw, expect, code: expect.length === 1 ? code : undefined };
+  });
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
+
+/** One request exactly as generated: the harness would add a content type, this sends only what it is told. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+function send(r: Req): Promise<{ status: number; text: string; json: any }> {
+  const headers: Record<string, string> = { ...r.headers };
+  const who = users[r.who];
+  if (who) headers.authorization = basicAuth(who);
+  if (r.raw !== undefined) headers['content-length'] = String(Buffer.byteLength(r.raw));
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: '127.0.0.1', port: h.ports.http, path: r.path, method: r.method, headers, agent },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let json: unknown;
+          try {
+            json = text ? JSON.parse(text) : undefined;
+          } catch {
+            json = undefined;
+          }
+          resolve({ status: res.statusCode ?? 0, text, json });
+        });
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    if (r.raw !== undefined) req.write(r.raw);
+    req.end();
+  });
+}
+
+test(`at least 1,000 generated malformed requests: every answer < 500, {error, code}, the status API.md gives, nothing changed`, async () => {
+  const beforeState = await snapshot();
+  const reqs = fc.sample(requestArb, { seed: SEED, numRuns: RUNS });
+  const failures: string[] = [];
+  const statuses: Record<number, number> = {};
+  let next = 0;
+  const worker = async () => {
+    while (next < reqs.length) {
+      const r = reqs[next++]!;
+      let res;
+      try {
+        res = await send(r);
+      } catch (e) {
+        failures.push(`${r.label}: transport error ${(e as Error).message}`);
+        continue;
+      }
+      statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+      const problems: string[] = [];
+      if (res.status >= 500) problems.push('a 5xx');
+      if (!r.expect.includes(res.status))
+        problems.push(`status ${res.status}, expected ${r.expect.join('|')}`);
+      if (res.status >= 400 && r.method !== 'HEAD' && r.who !== 'wrongPassword') {
+        if (typeof res.json?.error !== 'string' || typeof res.json?.code !== 'string')
+          problems.push('not {error, code}');
+        else if (r.code && res.json.code !== r.code)
+          problems.push(`code ${res.json.code}, expected ${r.code}`);
+      }
+      if (problems.length) failures.push(`${r.label}: ${problems.join('; ')}: ${res.text.slice(0, 200)}`);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  const afterState = await snapshot();
+  console.log(
+    `fuzz: ${reqs.length} requests, seed ${SEED} (QK_FUZZ_SEED), statuses ${JSON.stringify(statuses)}`,
+  );
+  assert.ok(reqs.length >= 1000);
+  assert.deepEqual(failures.slice(0, 20), [], `seed ${SEED}: ${failures.length} failing requests`);
+  assert.deepEqual(
+    afterState,
+    beforeState,
+    `seed ${SEED}: the schedule, config, fleets, hooks or pauses changed`,
+  );
+  assert.equal(({} as Record<string, unknown>).polluted, undefined, 'no prototype was polluted');
+});
