@@ -222,6 +222,46 @@ export interface CheckedResult {
   body: string | null;
 }
 
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * A result in the raw-bytes framing (API.md job_result): `x-metadata-size: n`, then n bytes of the
+ * result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
+ */
+export function checkFramedResult(raw: Buffer, metadataSize: string | null | undefined): CheckedResult {
+  const n =
+    metadataSize !== null && metadataSize !== undefined && /^\d{1,9}$/.test(metadataSize)
+      ? Number(metadataSize)
+      : NaN;
+  if (!Number.isSafeInteger(n) || n < 2 || n > raw.length)
+    throw new HttpError(
+      400,
+      'invalid_body',
+      `x-metadata-size must be the byte length of the JSON metadata at the start of the body (2 to ${raw.length})`,
+    );
+  let meta: unknown;
+  try {
+    meta = JSON.parse(strictUtf8.decode(raw.subarray(0, n)));
+  } catch {
+    throw new HttpError(400, 'invalid_json', 'the metadata part is not valid UTF-8 JSON');
+  }
+  if (typeof meta === 'object' && meta !== null && 'body' in meta)
+    throw new HttpError(
+      400,
+      'invalid_body',
+      'the metadata must not carry body: the page follows it as raw bytes',
+    );
+  const page = raw.subarray(n);
+  const max = config().render.maxBodyBytes;
+  if (page.length > max)
+    throw new HttpError(413, 'payload_too_large', `body is larger than render.maxBodyBytes (${max} bytes)`);
+  const checked = checkResult(meta);
+  return {
+    ...checked,
+    body: page.length > 0 || checked.outcome === 'rendered' ? page.toString('utf8') : null,
+  };
+}
+
 /** Validates one result; throws HttpError (400, or 413 for a body over render.maxBodyBytes). */
 export function checkResult(input: unknown): CheckedResult {
   const o = requireObject(input, RESULT_FIELDS, 'result');

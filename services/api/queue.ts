@@ -6,6 +6,7 @@ import { setExplainExtras } from './admin.js';
 import {
   applyCheckedResults,
   callerOf,
+  checkFramedResult,
   checkResult,
   claim,
   parseClaimLimit,
@@ -103,7 +104,9 @@ export function registerQueue(): void {
     '/render_queue/job_result',
     'fleet',
     async (req) => {
-      const checked = checkResult(req.body);
+      const checked = req.rawBody
+        ? checkFramedResult(req.rawBody, req.headers.get('x-metadata-size'))
+        : checkResult(req.body);
       await checkReporter(req.user?.username);
       const [a] = await applyCheckedResults([checked], callerOf(req.user));
       const dup = a!.duplicate ? { duplicate: true } : {};
@@ -116,7 +119,7 @@ export function registerQueue(): void {
       }
       return reply({ accepted: true, nextRenderTime: a!.nextRenderTime, ...dup });
     },
-    { maxBodyBytes: resultBodyLimit },
+    { maxBodyBytes: resultBodyLimit, octetStream: true },
   );
 
   route(

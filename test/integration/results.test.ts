@@ -215,3 +215,47 @@ test('rows whose keys cannot round-trip (lone surrogates) never starve the claim
   const [next] = await claimAll(fleetA, (j) => j.id === again, 1, 30_000);
   assert.equal(next?.id, again);
 });
+
+test('a result in the raw-bytes framing (x-metadata-size) is checked and answered like the JSON form', async () => {
+  const url = 'https://raw.example.com/page';
+  await file([{ url, dueAt: Date.now() - MIN }]);
+  const [job] = await claimAll(fleetA, (j) => j.id === url, 1);
+  const page = Buffer.from('<html><body>raw bytes: ✓ ünïcode</body></html>', 'utf8');
+  const framed = (meta: unknown, body = page, size?: number) => {
+    const m = Buffer.from(JSON.stringify(meta), 'utf8');
+    return h.fetch('/render_queue/job_result', {
+      auth: fleetA,
+      rawBody: Buffer.concat([m, body]),
+      headers: { 'content-type': 'application/octet-stream', 'x-metadata-size': String(size ?? m.length) },
+    });
+  };
+  const meta = {
+    id: job!.id,
+    leaseToken: job!.leaseToken,
+    outcome: 'rendered',
+    statusCode: 200,
+    contentType: 'text/html',
+  };
+  for (const [bad, size] of [
+    [meta, 0],
+    [meta, 100_000],
+    [{ ...meta, body: 'inline' }, undefined],
+    [{ ...meta, outcome: 'exploded' }, undefined],
+  ] as const) {
+    const r = await framed(bad, page, size);
+    assert.equal(r.status, 400, r.text);
+  }
+  const ok = await framed(meta);
+  assert.equal(ok.status, 200, ok.text);
+  assert.equal(ok.json.accepted, true);
+  const again = await framed(meta);
+  assert.deepEqual(again.json, { ...ok.json, duplicate: true });
+  const stored = await h.operation({
+    operation: 'search_by_id',
+    database: 'render_queue',
+    table: 'RenderedPage',
+    ids: [url],
+    get_attributes: ['*'],
+  });
+  assert.equal(String(stored[0]?.body), page.toString('utf8'));
+});
