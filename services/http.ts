@@ -391,9 +391,29 @@ export function installHttp(): void {
   server.http(async (request: any, next: (r: any) => Promise<any>) => {
     const url: string = request.url ?? '';
     if (!hasOurPrefix(url)) return next(request);
-    return served(await dispatch(request));
+    const res = served(await dispatch(request));
+    ours.add(res);
+    return res;
   });
+  // Harper refuses wrong credentials itself, before any route runs, with a bare {"error":"Login
+  // failed"}. Wrapping the whole chain (runFirst) lets our paths answer that in the API's own shape.
+  server.http(
+    async (request: any, next: (r: any) => Promise<any>) => {
+      const res = await next(request);
+      if (res?.status !== 401 || ours.has(res) || !hasOurPrefix(request.url ?? '')) return res;
+      return served(
+        json(401, {
+          error: 'authentication failed: the credentials were not accepted',
+          code: 'unauthenticated',
+        }),
+      );
+    },
+    { runFirst: true },
+  );
 }
+
+/** Responses our dispatcher built (already in the API's shape), so the runFirst wrapper leaves them be. */
+const ours = new WeakSet<object>();
 
 /** Shape a handler result with a status and headers. */
 export function reply(body: unknown, status = 200, headers?: Record<string, string>): ApiResponse {

@@ -524,7 +524,7 @@ const requestArb: fc.Arbitrary<Req> = fc
     const label = `${method} ${path.slice(0, 80)} as ${g.who} [${g.mutation}${g.site ? ' ' + JSON.stringify(g.site) : ''}${g.ctype !== null ? ' ct=' + g.ctype : ''}]`;
     const base = { method, path, who: g.who, headers, label };
     if (g.who === 'none' || g.who === 'wrongPassword')
-      return { ...base, expect: [401], code: g.who === 'none' ? 'unauthenticated' : undefined };
+      return { ...base, expect: [401], code: 'unauthenticated' };
     const known = KNOWN.filter(([, re]) => re.test(path));
     if (known.length === 0) return { ...base, expect: [404], code: 'not_found' };
     if (!known.some(([m]) => m === method))
@@ -666,7 +666,7 @@ test(`at least 1,000 generated malformed requests: every answer < 500, {error, c
       if (res.status >= 500) problems.push('a 5xx');
       if (!r.expect.includes(res.status))
         problems.push(`status ${res.status}, expected ${r.expect.join('|')}`);
-      if (res.status >= 400 && r.method !== 'HEAD' && r.who !== 'wrongPassword') {
+      if (res.status >= 400 && r.method !== 'HEAD') {
         if (typeof res.json?.error !== 'string' || typeof res.json?.code !== 'string')
           problems.push('not {error, code}');
         else if (r.code && res.json.code !== r.code)
