@@ -49,6 +49,8 @@ export interface FetchInit {
   auth?: Credentials | null;
   /** A new connection each time, so requests spread over workers. */
   fresh?: boolean;
+  /** Give up (reject) when no complete answer came within this many ms. */
+  timeoutMs?: number;
 }
 
 export interface FetchResult {
@@ -163,6 +165,8 @@ function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<Fe
         res.on('error', reject);
       },
     );
+    if (init.timeoutMs !== undefined)
+      req.setTimeout(init.timeoutMs, () => req.destroy(new Error(`no answer within ${init.timeoutMs} ms`)));
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (req.reusedSocket && err.code === 'ECONNRESET') Object.assign(err, { staleSocket: true });
       reject(err);
@@ -174,11 +178,65 @@ function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<Fe
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * A start that failed. Whatever it had started is gone by the time this is thrown: the Harper child is
+ * stopped (its pid is here so a test can check) and a temp root it made is removed.
+ */
+export class HarperStartError extends Error {
+  constructor(
+    message: string,
+    readonly pid: number | undefined,
+    readonly root: string,
+    readonly ports: Record<string, number> | undefined,
+    /** The last status the ready path answered, if it answered at all. */
+    readonly lastStatus: number | undefined,
+    /** Everything Harper printed (the message has only its tail). */
+    readonly output: string,
+  ) {
+    super(message);
+    this.name = 'HarperStartError';
+  }
+}
+
+/** How long one readiness request may take before it counts as no answer. */
+const READY_REQUEST_TIMEOUT_MS = 5000;
+
 export async function startHarper(opts: StartOptions = {}): Promise<HarperInstance> {
-  const componentDir = opts.componentDir ?? repoRoot;
-  const threads = opts.threads ?? 2;
   const root = opts.root ?? mkdtempSync(join(tmpdir(), 'qk-harper-'));
   const freshRoot = !opts.root;
+  let child: ChildProcess | undefined;
+  let ports: Record<string, number> | undefined;
+  let lastStatus: number | undefined;
+  let output = (): string => '';
+  try {
+    return await boot(opts, root, {
+      spawned: (c, p, out) => ((child = c), (ports = p), (output = out)),
+      answered: (status) => (lastStatus = status),
+    });
+  } catch (e) {
+    // Stop what this start began before reporting: a Harper left booting keeps the test process alive.
+    const running = child;
+    if (running?.pid !== undefined && running.exitCode === null && running.signalCode === null) {
+      const exited = new Promise((r) => running.once('exit', r));
+      running.kill('SIGTERM');
+      const t = setTimeout(() => running.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(t);
+    }
+    if (freshRoot) rmSync(root, { recursive: true, force: true });
+    const message = e instanceof Error ? e.message : String(e);
+    throw new HarperStartError(message, child?.pid, root, ports, lastStatus, output());
+  }
+}
+
+interface BootWatch {
+  spawned: (child: ChildProcess, ports: Record<string, number>, output: () => string) => void;
+  answered: (status: number) => void;
+}
+
+async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise<HarperInstance> {
+  const componentDir = opts.componentDir ?? repoRoot;
+  const threads = opts.threads ?? 2;
   const home = join(root, 'home');
   const dataRoot = join(root, 'hdb');
   const portsFile = join(root, 'ports.json');
@@ -227,6 +285,9 @@ export async function startHarper(opts: StartOptions = {}): Promise<HarperInstan
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
+  watch.spawned(child, ports, () => out);
+  let spawnError: Error | undefined;
+  child.on('error', (e) => (spawnError = e));
   const keep = (c: Buffer) => {
     out += c.toString();
     if (out.length > 400_000) out = out.slice(-200_000);
@@ -269,20 +330,25 @@ export async function startHarper(opts: StartOptions = {}): Promise<HarperInstan
     },
     destroy: async () => {
       await inst.stop();
-      if (freshRoot || opts.root) rmSync(root, { recursive: true, force: true });
+      rmSync(root, { recursive: true, force: true });
     },
   };
 
   const readyPath = opts.readyPath ?? '/prerender_admin/health';
+  let lastStatus: number | undefined;
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 90_000);
   for (;;) {
+    if (spawnError) throw new Error(`Harper could not be started: ${spawnError.message}`);
     if (exited) throw new Error(`Harper exited during start:\n${out.slice(-4000)}`);
     if (Date.now() > deadline) {
-      await inst.destroy();
-      throw new Error(`Harper not ready after timeout:\n${out.slice(-4000)}`);
+      const answer = lastStatus === undefined ? 'no answer' : `last answer ${lastStatus}`;
+      throw new Error(`Harper not ready after timeout (${readyPath}: ${answer}):\n${out.slice(-4000)}`);
     }
     try {
-      const r = await request(url, readyPath, { fresh: true });
+      const timeoutMs = Math.max(250, Math.min(READY_REQUEST_TIMEOUT_MS, deadline - Date.now()));
+      const r = await request(url, readyPath, { fresh: true, timeoutMs });
+      lastStatus = r.status;
+      watch.answered(r.status);
       if (r.status < 500 && r.status !== 404) {
         const workers = (r.json as { workersReady?: number } | undefined)?.workersReady;
         if (workers === undefined || workers >= threads) break;
