@@ -266,8 +266,16 @@ async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise
     localStudio: { enabled: false },
     ...(opts.harperConfig ?? {}),
   };
+  // Under `npm test`, npm_* variables describe that run (npm_config_local_prefix is this checkout); an
+  // npm that Harper spawns (deploy_component's install) must not inherit them.
+  const inherited = Object.entries(process.env).filter(
+    (e): e is [string, string] =>
+      e[1] !== undefined &&
+      !e[0].toLowerCase().startsWith('npm_') &&
+      !['AUTHENTICATION_AUTHORIZELOCAL', 'NODE_OPTIONS', 'NODE_TEST_CONTEXT'].includes(e[0]),
+  );
   const env: Record<string, string> = {
-    ...(process.env as Record<string, string>),
+    ...Object.fromEntries(inherited),
     TC_AGREEMENT: 'yes',
     HDB_ADMIN_USERNAME: ADMIN_USER,
     HDB_ADMIN_PASSWORD: ADMIN_PASS,
@@ -277,9 +285,6 @@ async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise
     QUEUE_KEEPER_SECRET_KEY: process.env.QUEUE_KEEPER_SECRET_KEY ?? Buffer.alloc(32, 7).toString('base64'),
     ...(opts.env ?? {}),
   };
-  delete env.AUTHENTICATION_AUTHORIZELOCAL;
-  delete env.NODE_OPTIONS;
-  delete env.NODE_TEST_CONTEXT;
   const child: ChildProcess = spawn(process.execPath, [harperBin(), 'run', componentDir], {
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
