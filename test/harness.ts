@@ -201,6 +201,48 @@ export class HarperStartError extends Error {
 /** How long one readiness request may take before it counts as no answer. */
 const READY_REQUEST_TIMEOUT_MS = 5000;
 
+export interface ReadyWatch {
+  /** Worker threads that must report in (`workersReady` in the answer, when it has one). */
+  threads: number;
+  /** Epoch ms after which waiting fails. */
+  deadline: number;
+  /** A reason to stop waiting at once (the process died), or undefined. */
+  failed: () => string | undefined;
+  answered?: (status: number) => void;
+  /** Output to add to the timeout message. */
+  tail?: () => string;
+}
+
+/**
+ * Polls `readyPath` (as admin, each time on a new connection) until it answers below 500, not 404, with
+ * every worker reporting in. No single request may outlast the deadline: one that gets no answer (a
+ * server that accepted the connection and hangs) is given up, so the deadline always holds.
+ */
+export async function waitReady(url: string, readyPath: string, w: ReadyWatch): Promise<void> {
+  let lastStatus: number | undefined;
+  for (;;) {
+    const failure = w.failed();
+    if (failure) throw new Error(failure);
+    if (Date.now() > w.deadline) {
+      const answer = lastStatus === undefined ? 'no answer' : `last answer ${lastStatus}`;
+      throw new Error(`Harper not ready after timeout (${readyPath}: ${answer}):\n${w.tail?.() ?? ''}`);
+    }
+    try {
+      const timeoutMs = Math.max(250, Math.min(READY_REQUEST_TIMEOUT_MS, w.deadline - Date.now()));
+      const r = await request(url, readyPath, { fresh: true, timeoutMs });
+      lastStatus = r.status;
+      w.answered?.(r.status);
+      if (r.status < 500 && r.status !== 404) {
+        const workers = (r.json as { workersReady?: number } | undefined)?.workersReady;
+        if (workers === undefined || workers >= w.threads) return;
+      }
+    } catch {
+      // not listening yet, or no answer in time
+    }
+    await sleep(150);
+  }
+}
+
 export async function startHarper(opts: StartOptions = {}): Promise<HarperInstance> {
   const root = opts.root ?? mkdtempSync(join(tmpdir(), 'qk-harper-'));
   const freshRoot = !opts.root;
@@ -340,28 +382,17 @@ async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise
   };
 
   const readyPath = opts.readyPath ?? '/prerender_admin/health';
-  let lastStatus: number | undefined;
-  const deadline = Date.now() + (opts.readyTimeoutMs ?? 90_000);
-  for (;;) {
-    if (spawnError) throw new Error(`Harper could not be started: ${spawnError.message}`);
-    if (exited) throw new Error(`Harper exited during start:\n${out.slice(-4000)}`);
-    if (Date.now() > deadline) {
-      const answer = lastStatus === undefined ? 'no answer' : `last answer ${lastStatus}`;
-      throw new Error(`Harper not ready after timeout (${readyPath}: ${answer}):\n${out.slice(-4000)}`);
-    }
-    try {
-      const timeoutMs = Math.max(250, Math.min(READY_REQUEST_TIMEOUT_MS, deadline - Date.now()));
-      const r = await request(url, readyPath, { fresh: true, timeoutMs });
-      lastStatus = r.status;
-      watch.answered(r.status);
-      if (r.status < 500 && r.status !== 404) {
-        const workers = (r.json as { workersReady?: number } | undefined)?.workersReady;
-        if (workers === undefined || workers >= threads) break;
-      }
-    } catch {
-      // not listening yet
-    }
-    await sleep(150);
-  }
+  await waitReady(url, readyPath, {
+    threads,
+    deadline: Date.now() + (opts.readyTimeoutMs ?? 90_000),
+    failed: () =>
+      spawnError
+        ? `Harper could not be started: ${spawnError.message}`
+        : exited
+          ? `Harper exited during start:\n${out.slice(-4000)}`
+          : undefined,
+    answered: watch.answered,
+    tail: () => out.slice(-4000),
+  });
   return inst;
 }

@@ -19,7 +19,6 @@ before(() => {
     join(component, 'hang.js'),
     [
       "import harperdb from 'harperdb';",
-      "console.log('hang component loaded');",
       "harperdb.server.http((request, next) => (request.pathname === '/hang' ? new Promise(() => {}) : next(request)));",
     ].join('\n'),
   );
@@ -56,15 +55,16 @@ async function failedStart(start: Promise<unknown>): Promise<HarperStartError> {
 }
 
 test(
-  'a start whose ready path never answers fails at its deadline and stops the Harper it spawned',
+  'a start that is not ready by its deadline stops the Harper it spawned and removes its temp root',
   { timeout: 60_000 },
   async () => {
+    // /hang never answers: whether Harper is still booting or already serving at the deadline, the start
+    // must leave nothing behind (that the deadline holds against a hanging request is a unit test:
+    // test/unit/harnessReady.test.ts).
     const e = await failedStart(
-      startHarper({ componentDir: component, readyPath: '/hang', readyTimeoutMs: 20_000 }),
+      startHarper({ componentDir: component, readyPath: '/hang', readyTimeoutMs: 12_000 }),
     );
-    assert.match(e.message, /not ready after timeout \(\/hang: no answer\)/);
-    // The deadline leaves room for the boot, so the stop hits a Harper that is up with a request in flight.
-    assert.match(e.output, /hang component loaded/, 'Harper had loaded the component before it was stopped');
+    assert.match(e.message, /not ready after timeout \(\/hang: (no answer|last answer \d+)\)/);
     assert.ok(e.pid !== undefined && e.ports !== undefined);
     assert.equal(isRunning(e.pid), false, `Harper pid ${e.pid} is still running`);
     assert.equal(existsSync(e.root), false, `the temp root ${e.root} is still there`);
