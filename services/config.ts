@@ -70,11 +70,17 @@ export function warnedUnknownCount(): number {
   return warnedUnknown.size;
 }
 
+/** Keys of a host app's `queue-keeper:` section that tell Harper how to load the package; not ours. */
+const HARPER_LOADING_KEYS = ['package', 'install'];
+
 function readYamlSection(file: string): Record<string, unknown> {
   if (!existsSync(file)) return {};
   const doc = parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown> | null;
   const section = doc?.[COMPONENT_KEY];
-  return typeof section === 'object' && section !== null ? (section as Record<string, unknown>) : {};
+  if (typeof section !== 'object' || section === null) return {};
+  return Object.fromEntries(
+    Object.entries(section as Record<string, unknown>).filter(([k]) => !HARPER_LOADING_KEYS.includes(k)),
+  );
 }
 
 /**

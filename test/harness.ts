@@ -49,6 +49,8 @@ export interface FetchInit {
   auth?: Credentials | null;
   /** A new connection each time, so requests spread over workers. */
   fresh?: boolean;
+  /** Give up (reject) when no complete answer came within this many ms. */
+  timeoutMs?: number;
 }
 
 export interface FetchResult {
@@ -163,6 +165,8 @@ function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<Fe
         res.on('error', reject);
       },
     );
+    if (init.timeoutMs !== undefined)
+      req.setTimeout(init.timeoutMs, () => req.destroy(new Error(`no answer within ${init.timeoutMs} ms`)));
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (req.reusedSocket && err.code === 'ECONNRESET') Object.assign(err, { staleSocket: true });
       reject(err);
@@ -174,11 +178,107 @@ function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<Fe
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * A start that failed. Whatever it had started is gone by the time this is thrown: the Harper child is
+ * stopped (its pid is here so a test can check) and a temp root it made is removed.
+ */
+export class HarperStartError extends Error {
+  constructor(
+    message: string,
+    readonly pid: number | undefined,
+    readonly root: string,
+    readonly ports: Record<string, number> | undefined,
+    /** The last status the ready path answered, if it answered at all. */
+    readonly lastStatus: number | undefined,
+    /** Everything Harper printed (the message has only its tail). */
+    readonly output: string,
+  ) {
+    super(message);
+    this.name = 'HarperStartError';
+  }
+}
+
+/** How long one readiness request may take before it counts as no answer. */
+const READY_REQUEST_TIMEOUT_MS = 5000;
+
+export interface ReadyWatch {
+  /** Worker threads that must report in (`workersReady` in the answer, when it has one). */
+  threads: number;
+  /** Epoch ms after which waiting fails. */
+  deadline: number;
+  /** A reason to stop waiting at once (the process died), or undefined. */
+  failed: () => string | undefined;
+  answered?: (status: number) => void;
+  /** Output to add to the timeout message. */
+  tail?: () => string;
+}
+
+/**
+ * Polls `readyPath` (as admin, each time on a new connection) until it answers below 500, not 404, with
+ * every worker reporting in. No single request may outlast the deadline: one that gets no answer (a
+ * server that accepted the connection and hangs) is given up, so the deadline always holds.
+ */
+export async function waitReady(url: string, readyPath: string, w: ReadyWatch): Promise<void> {
+  let lastStatus: number | undefined;
+  for (;;) {
+    const failure = w.failed();
+    if (failure) throw new Error(failure);
+    if (Date.now() > w.deadline) {
+      const answer = lastStatus === undefined ? 'no answer' : `last answer ${lastStatus}`;
+      throw new Error(`Harper not ready after timeout (${readyPath}: ${answer}):\n${w.tail?.() ?? ''}`);
+    }
+    try {
+      const timeoutMs = Math.max(250, Math.min(READY_REQUEST_TIMEOUT_MS, w.deadline - Date.now()));
+      const r = await request(url, readyPath, { fresh: true, timeoutMs });
+      lastStatus = r.status;
+      w.answered?.(r.status);
+      if (r.status < 500 && r.status !== 404) {
+        const workers = (r.json as { workersReady?: number } | undefined)?.workersReady;
+        if (workers === undefined || workers >= w.threads) return;
+      }
+    } catch {
+      // not listening yet, or no answer in time
+    }
+    await sleep(150);
+  }
+}
+
 export async function startHarper(opts: StartOptions = {}): Promise<HarperInstance> {
-  const componentDir = opts.componentDir ?? repoRoot;
-  const threads = opts.threads ?? 2;
   const root = opts.root ?? mkdtempSync(join(tmpdir(), 'qk-harper-'));
   const freshRoot = !opts.root;
+  let child: ChildProcess | undefined;
+  let ports: Record<string, number> | undefined;
+  let lastStatus: number | undefined;
+  let output = (): string => '';
+  try {
+    return await boot(opts, root, {
+      spawned: (c, p, out) => ((child = c), (ports = p), (output = out)),
+      answered: (status) => (lastStatus = status),
+    });
+  } catch (e) {
+    // Stop what this start began before reporting: a Harper left booting keeps the test process alive.
+    const running = child;
+    if (running?.pid !== undefined && running.exitCode === null && running.signalCode === null) {
+      const exited = new Promise((r) => running.once('exit', r));
+      running.kill('SIGTERM');
+      const t = setTimeout(() => running.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(t);
+    }
+    if (freshRoot) rmSync(root, { recursive: true, force: true });
+    const message = e instanceof Error ? e.message : String(e);
+    throw new HarperStartError(message, child?.pid, root, ports, lastStatus, output());
+  }
+}
+
+interface BootWatch {
+  spawned: (child: ChildProcess, ports: Record<string, number>, output: () => string) => void;
+  answered: (status: number) => void;
+}
+
+async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise<HarperInstance> {
+  const componentDir = opts.componentDir ?? repoRoot;
+  const threads = opts.threads ?? 2;
   const home = join(root, 'home');
   const dataRoot = join(root, 'hdb');
   const portsFile = join(root, 'ports.json');
@@ -208,8 +308,16 @@ export async function startHarper(opts: StartOptions = {}): Promise<HarperInstan
     localStudio: { enabled: false },
     ...(opts.harperConfig ?? {}),
   };
+  // Under `npm test`, npm_* variables describe that run (npm_config_local_prefix is this checkout); an
+  // npm that Harper spawns (deploy_component's install) must not inherit them.
+  const inherited = Object.entries(process.env).filter(
+    (e): e is [string, string] =>
+      e[1] !== undefined &&
+      !e[0].toLowerCase().startsWith('npm_') &&
+      !['AUTHENTICATION_AUTHORIZELOCAL', 'NODE_OPTIONS', 'NODE_TEST_CONTEXT'].includes(e[0]),
+  );
   const env: Record<string, string> = {
-    ...(process.env as Record<string, string>),
+    ...Object.fromEntries(inherited),
     TC_AGREEMENT: 'yes',
     HDB_ADMIN_USERNAME: ADMIN_USER,
     HDB_ADMIN_PASSWORD: ADMIN_PASS,
@@ -219,14 +327,14 @@ export async function startHarper(opts: StartOptions = {}): Promise<HarperInstan
     QUEUE_KEEPER_SECRET_KEY: process.env.QUEUE_KEEPER_SECRET_KEY ?? Buffer.alloc(32, 7).toString('base64'),
     ...(opts.env ?? {}),
   };
-  delete env.AUTHENTICATION_AUTHORIZELOCAL;
-  delete env.NODE_OPTIONS;
-  delete env.NODE_TEST_CONTEXT;
   const child: ChildProcess = spawn(process.execPath, [harperBin(), 'run', componentDir], {
     env,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
+  watch.spawned(child, ports, () => out);
+  let spawnError: Error | undefined;
+  child.on('error', (e) => (spawnError = e));
   const keep = (c: Buffer) => {
     out += c.toString();
     if (out.length > 400_000) out = out.slice(-200_000);
@@ -269,28 +377,22 @@ export async function startHarper(opts: StartOptions = {}): Promise<HarperInstan
     },
     destroy: async () => {
       await inst.stop();
-      if (freshRoot || opts.root) rmSync(root, { recursive: true, force: true });
+      rmSync(root, { recursive: true, force: true });
     },
   };
 
   const readyPath = opts.readyPath ?? '/prerender_admin/health';
-  const deadline = Date.now() + (opts.readyTimeoutMs ?? 90_000);
-  for (;;) {
-    if (exited) throw new Error(`Harper exited during start:\n${out.slice(-4000)}`);
-    if (Date.now() > deadline) {
-      await inst.destroy();
-      throw new Error(`Harper not ready after timeout:\n${out.slice(-4000)}`);
-    }
-    try {
-      const r = await request(url, readyPath, { fresh: true });
-      if (r.status < 500 && r.status !== 404) {
-        const workers = (r.json as { workersReady?: number } | undefined)?.workersReady;
-        if (workers === undefined || workers >= threads) break;
-      }
-    } catch {
-      // not listening yet
-    }
-    await sleep(150);
-  }
+  await waitReady(url, readyPath, {
+    threads,
+    deadline: Date.now() + (opts.readyTimeoutMs ?? 90_000),
+    failed: () =>
+      spawnError
+        ? `Harper could not be started: ${spawnError.message}`
+        : exited
+          ? `Harper exited during start:\n${out.slice(-4000)}`
+          : undefined,
+    answered: watch.answered,
+    tail: () => out.slice(-4000),
+  });
   return inst;
 }

@@ -1,12 +1,14 @@
-// The operator console in a real browser: headless Debian Chromium driven by playwright-core against a
-// real Harper (2 worker threads) with seeded rows. Every page test fails on any console error or
+// The operator console in a real browser: headless Chromium (from npm, test/browser.ts) driven by
+// playwright-core against a real Harper (2 worker threads) with seeded rows. Every page test fails on any console error or
 // uncaught exception in the page, so a drawing bug cannot hide behind a passing assertion.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { launchChromium } from '../browser.js';
 import { ADMIN_PASS, ADMIN_USER, repoRoot, startHarper, type HarperInstance } from '../harness.js';
+import { startTogether } from '../startTogether.js';
 import { until } from '../wait.js';
 
 const CONSOLE = '/prerender_admin/console';
@@ -74,14 +76,12 @@ async function seed(): Promise<void> {
 }
 
 before(async () => {
-  // Harper and Chromium boot side by side: each takes seconds, and the test's budget is ~40 s.
-  const [harper, chrome] = await Promise.all([
-    startHarper(),
-    chromium.launch({
-      executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-      args: ['--no-sandbox'],
-    }),
-  ]);
+  // Harper and Chromium boot side by side: each takes seconds, and the test's budget is ~40 s. If either
+  // fails, the other is stopped before the hook fails, so the run ends instead of hanging.
+  const [harper, chrome] = await startTogether<[HarperInstance, Browser]>(
+    { start: startHarper(), stop: (x) => x.destroy() },
+    { start: launchChromium(), stop: (x) => x.close() },
+  );
   h = harper;
   browser = chrome;
   context = await browser.newContext({

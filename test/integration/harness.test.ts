@@ -1,0 +1,101 @@
+// The harness itself: a start that fails leaves nothing behind. A Harper left booting after a failed
+// before() keeps the test process alive and `npm test` never ends; a temp root left behind piles up.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { HarperStartError, startHarper } from '../harness.js';
+
+let component: string;
+
+before(() => {
+  // A tiny component whose /hang never answers: Harper is up and serving, yet never ready.
+  component = mkdtempSync(join(tmpdir(), 'qk-hang-component-'));
+  writeFileSync(join(component, 'package.json'), JSON.stringify({ name: 'hang', type: 'module' }));
+  writeFileSync(join(component, 'config.yaml'), 'rest: true\njsResource:\n  files: hang.js\n');
+  writeFileSync(
+    join(component, 'hang.js'),
+    [
+      "import harperdb from 'harperdb';",
+      "harperdb.server.http((request, next) => (request.pathname === '/hang' ? new Promise(() => {}) : next(request)));",
+    ].join('\n'),
+  );
+});
+
+after(() => rmSync(component, { recursive: true, force: true }));
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    assert.equal((e as NodeJS.ErrnoException).code, 'ESRCH');
+    return false;
+  }
+}
+
+function refused(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => (socket.destroy(), resolve(false)));
+    socket.once('error', () => resolve(true));
+  });
+}
+
+async function failedStart(start: Promise<unknown>): Promise<HarperStartError> {
+  try {
+    await start;
+  } catch (e) {
+    assert.ok(e instanceof HarperStartError, String(e));
+    return e;
+  }
+  assert.fail('the start was expected to fail');
+}
+
+test(
+  'a start that is not ready by its deadline stops the Harper it spawned and removes its temp root',
+  { timeout: 60_000 },
+  async () => {
+    // /hang never answers: whether Harper is still booting or already serving at the deadline, the start
+    // must leave nothing behind (that the deadline holds against a hanging request is a unit test:
+    // test/unit/harnessReady.test.ts).
+    const e = await failedStart(
+      startHarper({ componentDir: component, readyPath: '/hang', readyTimeoutMs: 12_000 }),
+    );
+    assert.match(e.message, /not ready after timeout \(\/hang: (no answer|last answer \d+)\)/);
+    assert.ok(e.pid !== undefined && e.ports !== undefined);
+    assert.equal(isRunning(e.pid), false, `Harper pid ${e.pid} is still running`);
+    assert.equal(existsSync(e.root), false, `the temp root ${e.root} is still there`);
+    assert.equal(await refused(e.ports.http), true, 'something still listens on the HTTP port');
+  },
+);
+
+test(
+  'a start whose Harper exits during boot removes the temp root it made',
+  { timeout: 60_000 },
+  async () => {
+    const e = await failedStart(startHarper({ componentDir: join(component, 'no-such-folder') }));
+    assert.match(e.message, /exited during start/);
+    assert.ok(e.pid !== undefined);
+    assert.equal(isRunning(e.pid), false);
+    assert.equal(existsSync(e.root), false, `the temp root ${e.root} is still there`);
+  },
+);
+
+test(
+  'a failed restart on a root the caller owns stops Harper but leaves that root in place',
+  { timeout: 60_000 },
+  async () => {
+    const root = mkdtempSync(join(tmpdir(), 'qk-harper-owned-'));
+    try {
+      const e = await failedStart(startHarper({ root, componentDir: join(component, 'no-such-folder') }));
+      assert.equal(e.root, root);
+      assert.equal(isRunning(e.pid!), false);
+      assert.equal(existsSync(root), true);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  },
+);

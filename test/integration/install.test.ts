@@ -1,0 +1,304 @@
+// queue-keeper installed the way users install it: `npm pack` of the checkout, the tarball installed
+// into a host Harper app next to its harperdb, and that app booted (issue 18). A second, bare app shows
+// the two other paths: a copy without its build says so in hdb.log, and deploy_component installs the
+// tarball into a running Harper. Packing and installing happen once per run.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve, sep } from 'node:path';
+import { repoRoot, startHarper, type HarperInstance } from '../harness.js';
+import { startTogether } from '../startTogether.js';
+import { until } from '../wait.js';
+
+const HOST_ROUTE = { name: 'host-only-route', match: 'prefix', path: '/from-host-config/' };
+const HOST_URL = 'https://install.example.com/from-host-config/page-1';
+const NOT_BUILT = 'queue-keeper is not built';
+/** How deploy_component installs the package's dependencies: no devDependencies, and no harperdb copy
+ * (Harper links its own into every component it loads). */
+const DEPLOY_INSTALL = 'npm install --omit=dev --legacy-peer-deps --prefer-offline --no-audit --no-fund';
+
+const work = mkdtempSync(join(tmpdir(), 'qk-install-'));
+const harperRoot = realpathSync(join(repoRoot, 'node_modules', 'harperdb'));
+let tarball: string;
+let hostApp: string;
+let bareApp: string;
+let host: HarperInstance;
+let bare: HarperInstance;
+let installedWith = '';
+
+/** npm with none of the npm_* variables of an enclosing `npm test` (they name this checkout). */
+function npm(args: string[], cwd: string) {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env))
+    if (v !== undefined && !k.toLowerCase().startsWith('npm_')) env[k] = v;
+  const r = spawnSync('npm', args, { cwd, env, encoding: 'utf8' });
+  return { ok: r.status === 0, out: `${r.stdout ?? ''}${r.stderr ?? ''}${r.error ? String(r.error) : ''}` };
+}
+
+function files(dir: string, skip: (rel: string) => boolean = () => false): string[] {
+  const out: string[] = [];
+  const walk = (d: string) => {
+    for (const name of readdirSync(d)) {
+      const p = join(d, name);
+      const rel = relative(dir, p).split(sep).join('/');
+      if (skip(rel)) continue;
+      if (statSync(p).isDirectory()) walk(p);
+      else out.push(rel);
+    }
+  };
+  walk(dir);
+  return out.sort();
+}
+
+/** The compiled modules dist/resources.js reaches through relative imports (what Harper loads). */
+function runtimeModules(pkg: string): string[] {
+  const seen = new Set<string>();
+  const visit = (file: string) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    for (const m of readFileSync(file, 'utf8').matchAll(
+      /\bfrom\s*['"](\.[^'"]+)['"]|\bimport\s*\(?\s*['"](\.[^'"]+)['"]/g,
+    ))
+      visit(resolve(dirname(file), m[1] ?? m[2]!));
+  };
+  visit(join(pkg, 'dist', 'resources.js'));
+  return [...seen].map((f) => relative(pkg, f).split(sep).join('/')).sort();
+}
+
+/** `npm pack` of a copy of the working tree (so this run's dist/ is left alone), into `work`. */
+function packCheckout(): string {
+  const copy = join(work, 'checkout');
+  const skipTop = new Set(['node_modules', 'dist', '.git', '.harper-data', 'test-artifacts']);
+  cpSync(repoRoot, copy, {
+    recursive: true,
+    filter: (p) => {
+      const rel = relative(repoRoot, p).split(sep).join('/');
+      return !skipTop.has(rel.split('/')[0]!) && !rel.startsWith('bench/results') && !rel.endsWith('.tgz');
+    },
+  });
+  symlinkSync(join(repoRoot, 'node_modules'), join(copy, 'node_modules'), 'dir');
+  const r = npm(['pack', '--pack-destination', work], copy);
+  assert.ok(r.ok, `npm pack failed:\n${r.out}`);
+  const packed = readdirSync(work).filter((f) => f.endsWith('.tgz'));
+  assert.equal(packed.length, 1, r.out);
+  return join(work, packed[0]!);
+}
+
+/** A Harper app that already has harperdb (this checkout's copy, linked) and gets the tarball. */
+function makeHostApp(): string {
+  const dir = join(work, 'host-app');
+  mkdirSync(join(dir, 'node_modules'), { recursive: true });
+  const harperVersion = (
+    JSON.parse(readFileSync(join(harperRoot, 'package.json'), 'utf8')) as { version: string }
+  ).version;
+  writeFileSync(
+    join(dir, 'package.json'),
+    JSON.stringify({
+      name: 'qk-host-app',
+      private: true,
+      type: 'module',
+      dependencies: { harperdb: harperVersion, 'queue-keeper': `file:${tarball}` },
+    }),
+  );
+  writeFileSync(
+    join(dir, 'config.yaml'),
+    [
+      'queue-keeper:',
+      '  package: queue-keeper',
+      '  render:',
+      '    routes:',
+      `      - { name: ${HOST_ROUTE.name}, match: ${HOST_ROUTE.match}, path: ${HOST_ROUTE.path} }`,
+      '',
+    ].join('\n'),
+  );
+  symlinkSync(harperRoot, join(dir, 'node_modules', 'harperdb'), 'dir');
+  // From the local npm cache when it has everything; otherwise npm may ask the registry for metadata.
+  let r = npm(['install', '--offline', '--no-audit', '--no-fund'], dir);
+  installedWith = 'npm install --offline';
+  if (!r.ok) {
+    r = npm(['install', '--prefer-offline', '--no-audit', '--no-fund'], dir);
+    installedWith = 'npm install --prefer-offline (the cache lacked some metadata)';
+  }
+  assert.ok(r.ok, `installing the tarball into the host app failed:\n${r.out}`);
+  return dir;
+}
+
+/** An app with only a health route, holding a copy of the package without its dist/. */
+function makeBareApp(): string {
+  const dir = join(work, 'bare-app');
+  const unbuilt = join(dir, 'node_modules', 'queue-keeper-unbuilt');
+  mkdirSync(unbuilt, { recursive: true });
+  writeFileSync(
+    join(dir, 'package.json'),
+    JSON.stringify({ name: 'qk-bare-app', private: true, type: 'module' }),
+  );
+  writeFileSync(
+    join(dir, 'config.yaml'),
+    'rest: true\njsResource:\n  files: health.js\nqueue-keeper-unbuilt:\n  package: queue-keeper-unbuilt\n',
+  );
+  writeFileSync(
+    join(dir, 'health.js'),
+    "import harperdb from 'harperdb';\n" +
+      "harperdb.server.http((request, next) => (request.pathname === '/host-health' ? new Response('ok') : next(request)));\n",
+  );
+  const installed = join(hostApp, 'node_modules', 'queue-keeper');
+  cpSync(installed, unbuilt, {
+    recursive: true,
+    filter: (p) => !['dist', 'node_modules'].includes(relative(installed, p).split(sep)[0]!),
+  });
+  return dir;
+}
+
+const timings: string[] = [];
+function timed<T>(what: string, fn: () => T): T {
+  const t0 = Date.now();
+  const v = fn();
+  timings.push(`${what} ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  return v;
+}
+
+before(async () => {
+  tarball = timed('pack', packCheckout);
+  hostApp = timed('install', makeHostApp);
+  bareApp = makeBareApp();
+  const booting = Date.now();
+  const cache = npm(['config', 'get', 'cache'], work).out.trim();
+  [host, bare] = await startTogether<[HarperInstance, HarperInstance]>(
+    { start: startHarper({ componentDir: hostApp }), stop: (h) => h.destroy() },
+    {
+      // deploy_component runs npm inside Harper, whose HOME is private: point it at the real cache.
+      start: startHarper({
+        componentDir: bareApp,
+        readyPath: '/host-health',
+        env: { npm_config_cache: cache },
+      }),
+      stop: (h) => h.destroy(),
+    },
+  );
+  timings.push(`two boots ${((Date.now() - booting) / 1000).toFixed(1)} s`);
+});
+
+after(async () => {
+  await Promise.all([host?.destroy(), bare?.destroy()]);
+  rmSync(work, { recursive: true, force: true });
+});
+
+test('the packed tarball carries the runtime build and its static files, and no tests, benchmarks, sources or maps', (t) => {
+  t.diagnostic(`host app installed with: ${installedWith}; ${timings.join(', ')}`);
+  const pkg = join(hostApp, 'node_modules', 'queue-keeper');
+  // node_modules/ inside it is Harper's link to its own harperdb, made when it loaded the component.
+  const shipped = files(pkg, (rel) => rel === 'node_modules');
+  const statics = ['README.md', 'config.yaml', 'index.js', 'package.json', 'roles.yaml', 'schema.graphql'];
+  const web = files(join(repoRoot, 'web')).map((f) => `web/${f}`);
+  const expected = [...statics, 'scripts/prepare.mjs', ...web, ...runtimeModules(pkg)].sort();
+  assert.deepEqual(shipped, expected);
+  assert.ok(!shipped.some((f) => /^dist\/(test|bench)\//.test(f) || f.endsWith('.map') || f.endsWith('.ts')));
+});
+
+test("installed next to the app's harperdb, the component brings only its runtime dependencies and no second harperdb", () => {
+  const mine = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as {
+    dependencies: Record<string, string>;
+    devDependencies: Record<string, string>;
+  };
+  const installed = new Set(
+    readdirSync(join(hostApp, 'node_modules')).flatMap((n) =>
+      n.startsWith('@') ? readdirSync(join(hostApp, 'node_modules', n)).map((s) => `${n}/${s}`) : [n],
+    ),
+  );
+  for (const dep of Object.keys(mine.dependencies)) assert.ok(installed.has(dep), `${dep} is not installed`);
+  for (const dev of Object.keys(mine.devDependencies))
+    if (dev !== 'harperdb') assert.ok(!installed.has(dev), `the devDependency ${dev} was installed`);
+  assert.equal(realpathSync(join(hostApp, 'node_modules', 'harperdb')), harperRoot);
+  const nested = join(hostApp, 'node_modules', 'queue-keeper', 'node_modules', 'harperdb');
+  if (existsSync(nested)) assert.equal(realpathSync(nested), harperRoot, 'a second harperdb was installed');
+});
+
+test('the component answers queue-state in the host app', async () => {
+  const r = await host.fetch('/prerender_admin/queue-state');
+  assert.ok(r.status === 200 || r.status === 503, `${r.status} ${r.text}`);
+  if (r.status === 200) assert.equal(typeof r.json.now.due, 'number', r.text);
+  else assert.ok(typeof r.json.error === 'string' && typeof r.json.code === 'string', r.text);
+});
+
+test("a route defined only in the host app's config.yaml classifies a filed URL, as explain shows", async () => {
+  const filed = await host.fetch('/render_queue/targets', { body: { targets: [{ url: HOST_URL }] } });
+  assert.equal(filed.status, 200, filed.text);
+  assert.equal(filed.json.upserted, 1, filed.text);
+  const explained = await host.fetch('/prerender_admin/explain', { body: { url: HOST_URL } });
+  assert.equal(explained.status, 200, explained.text);
+  assert.equal(explained.json.queue, HOST_ROUTE.name);
+  assert.ok(explained.json.row, explained.text);
+  const cfg = await host.fetch('/prerender_admin/config');
+  assert.deepEqual(cfg.json.render.routes, [HOST_ROUTE]);
+  // `package:` in the host section is Harper's key for loading the package, not an unknown option.
+  assert.doesNotMatch(host.output(), /Unknown configuration key package/);
+});
+
+test('the roles from roles.yaml exist in the host app', async () => {
+  const roles = (await host.operation({ operation: 'list_roles' })) as Array<{ role: string }>;
+  const names = roles.map((r) => r.role);
+  for (const role of ['render_feeder', 'render_discover', 'render_fleet'])
+    assert.ok(names.includes(role), role);
+});
+
+test('a copy loaded without its build says so in one error line of hdb.log', async () => {
+  const log = join(bare.root, 'hdb', 'log', 'hdb.log');
+  const lines = await until('the not-built line in hdb.log', () => {
+    const found = existsSync(log)
+      ? readFileSync(log, 'utf8')
+          .split('\n')
+          .filter((l) => l.includes(NOT_BUILT))
+      : [];
+    return found.length > 0 && found;
+  });
+  assert.equal(lines.length, 1, lines.join('\n'));
+  assert.match(lines[0]!, /\[error\]/);
+  assert.match(lines[0]!, /queue-keeper-unbuilt\/dist\/resources\.js is missing/);
+  const r = await bare.fetch('/prerender_admin/queue-state');
+  assert.equal(r.status, 404, 'the unbuilt copy serves nothing');
+});
+
+test('deploy_component with the tarball path installs the component into a running Harper, which serves it after the restart', async (t) => {
+  const t0 = Date.now();
+  const deployed = (await bare.operation({
+    operation: 'deploy_component',
+    project: 'queue-keeper',
+    package: tarball,
+    install_command: DEPLOY_INSTALL,
+    restart: true,
+  })) as { message: string };
+  assert.match(deployed.message, /Successfully deployed: queue-keeper/);
+  const deployedAt = Date.now();
+  await until(
+    'both workers serving the deployed component',
+    async () => {
+      const r = await bare.fetch('/prerender_admin/health', { fresh: true }).catch(() => undefined);
+      return r?.status === 200 && r.json.workersReady >= 2;
+    },
+    60_000,
+    250,
+  );
+  t.diagnostic(
+    `deploy_component ${((deployedAt - t0) / 1000).toFixed(1)} s, then serving after ${((Date.now() - deployedAt) / 1000).toFixed(1)} s`,
+  );
+  const state = await bare.fetch('/prerender_admin/queue-state');
+  assert.ok(state.status === 200 || state.status === 503, `${state.status} ${state.text}`);
+  const component = join(bare.root, 'hdb', 'components', 'queue-keeper');
+  assert.ok(existsSync(join(component, 'dist', 'resources.js')));
+  assert.ok(!existsSync(join(component, 'node_modules', 'typescript')), 'devDependencies were installed');
+  assert.equal(realpathSync(join(component, 'node_modules', 'harperdb')), harperRoot);
+});
