@@ -91,6 +91,21 @@ async function reportBatch(list: unknown[], user: HarperUser | undefined) {
   });
 }
 
+/**
+ * The lease figures as worker 0's last reconcile stored them (a read never rescans and rewrites the
+ * lease table); before the first reconcile, the live gauge (which only ever drifts high).
+ */
+function leaseFigures(now: number): {
+  occupancy: number;
+  oldestExpiresAt: number | null;
+  oldestGrantedAt: number | null;
+} {
+  const leases = leaseTable();
+  const stored = leases.lastReconcile();
+  if (stored && now - stored.at <= stateMaxAgeMs(config().queue.keeper.stateInterval)) return stored;
+  return { occupancy: leases.occupancy(), oldestExpiresAt: null, oldestGrantedAt: null };
+}
+
 export function registerQueue(): void {
   route('POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = parseClaimLimit(req.body);
@@ -158,7 +173,8 @@ export function registerQueue(): void {
   route('GET', '/prerender_admin/overview', 'admin', async () => {
     const now = Date.now();
     const leases = leaseTable();
-    const rec = leases.reconcile(now);
+    // Reads never write: the lease figures are worker 0's last reconcile (every stateInterval).
+    const rec = leaseFigures(now);
     const snap = readySet().snapshot();
     const signal = keeperSignal().read();
     const view = servingView(now);
@@ -204,7 +220,7 @@ export function registerQueue(): void {
           error: `the keeper cannot vouch for its numbers (${state.phase})`,
           code: 'unavailable',
           now: {
-            inFlight: leaseTable().reconcile(now).occupancy,
+            inFlight: leaseFigures(now).occupancy,
             paused: isPaused(),
             status: nodeStatusNow(now),
           },
@@ -220,7 +236,7 @@ export function registerQueue(): void {
 
   route('GET', '/prerender_admin/metrics', 'admin', async () => {
     const now = Date.now();
-    const occupancy = leaseTable().reconcile(now).occupancy;
+    const occupancy = leaseFigures(now).occupancy;
     const state = vouchedState(now);
     const view = servingView(now);
     const text = metricsText({
