@@ -222,7 +222,7 @@ export class ReadySet {
     if ((seq & 1) === 1) return 0;
     const count = Atomics.load(h, at + S_COUNT);
     const generation = Atomics.load(h, at + S_GENERATION);
-    const meta = this.meta[slot];
+    const meta = pick(this.meta, slot);
     let i = Math.max(0, Math.min(count, Atomics.load(h, H_CURSOR)));
     let looked = 0;
     for (; i < count; i++) {
@@ -266,9 +266,9 @@ export class ReadySet {
     if (lock < 0) return busy();
     yield 'acquired';
 
-    const scores = this.scores[slot];
-    const meta = this.meta[slot];
-    const keys = this.keys[slot];
+    const scores = pick(this.scores, slot);
+    const meta = pick(this.meta, slot);
+    const keys = pick(this.keys, slot);
     const limit = Math.min(entries.length, this.capacity);
     let used = 0;
     let count = 0;
@@ -358,7 +358,7 @@ export class ReadySet {
   }
 
   private readEntry(slot: number, i: number, generation: number): ReadyEntry | null {
-    const meta = this.meta[slot];
+    const meta = pick(this.meta, slot);
     const m = i * META_INTS;
     const due = meta[m]!;
     const offset = meta[m + 1]!;
@@ -366,8 +366,8 @@ export class ReadySet {
     const length = lengthFlags & MAX_KEY_BYTES;
     if (offset < 0 || offset + length > this.keyBytesPerSlot) return null; // torn; the seq check will agree
     return {
-      key: this.keys[slot].toString('utf8', offset, offset + length),
-      score: this.scores[slot][i]!,
+      key: pick(this.keys, slot).toString('utf8', offset, offset + length),
+      score: pick(this.scores, slot)[i]!,
       dueMs: due === DUE_UNKNOWN ? NaN : fromSharedSeconds(due),
       fromSitemap: (lengthFlags & FLAG_SITEMAP) !== 0,
       verified: (lengthFlags & FLAG_VERIFIED) !== 0,
@@ -399,6 +399,11 @@ export class ReadySet {
   private activeGeneration(): number {
     return Atomics.load(this.header, SLOT_HEADER[Atomics.load(this.header, H_ACTIVE)]! + S_GENERATION);
   }
+}
+
+/** One of a slot pair by slot number (0 or 1), typed without an index that could miss. */
+function pick<T>(pair: readonly [T, T], slot: number): T {
+  return slot === 0 ? pair[0] : pair[1];
 }
 
 function flagsOf(e: ReadyEntryInput): number {

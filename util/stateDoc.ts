@@ -104,7 +104,7 @@ export class StateDoc<T = unknown> {
     if (Atomics.compareExchange(h, at + S_SEQ, seq, mine) !== seq) return false;
     Atomics.store(h, at + S_WRITER_SINCE, nowSec);
     yield 'acquired';
-    this.slots[slot].set(bytes, 0);
+    (slot === 0 ? this.slots[0] : this.slots[1]).set(bytes, 0);
     Atomics.store(h, at + S_LENGTH, bytes.length);
     Atomics.store(h, at + S_GENERATION, (Atomics.add(h, H_GENERATION, 1) + 1) | 0);
     Atomics.store(h, at + S_WRITTEN_AT, nowSec);
@@ -136,7 +136,7 @@ export class StateDoc<T = unknown> {
       const writtenSec = Atomics.load(h, at + S_WRITTEN_AT);
       yield 'headerRead';
       if (length < 0 || length > this.maxDocBytes) continue;
-      const copy = Buffer.from(this.slots[slot].subarray(0, length));
+      const copy = Buffer.from((slot === 0 ? this.slots[0] : this.slots[1]).subarray(0, length));
       // Seqlock check: a writer that came back round to this slot since we read its header may have
       // changed the bytes, the length or both; decode only a copy the counter vouches for.
       if (Atomics.load(h, at + S_SEQ) !== seq) continue;

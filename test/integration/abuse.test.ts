@@ -114,7 +114,7 @@ test('hole 2: a cross-site form, a text/plain body, a foreign Origin or Sec-Fetc
     ['/prerender_admin/pause', { origin: 'null' }, '{"scope":"all"}', 403, 'cross_site'],
     [
       '/prerender_admin/pause',
-      { origin: `http://127.0.0.1:${h.ports.http + 1}` },
+      { origin: `http://127.0.0.1:${h.ports.http! + 1}` },
       '{"scope":"all"}',
       403,
       'cross_site',

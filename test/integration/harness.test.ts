@@ -68,7 +68,7 @@ test(
     assert.ok(e.pid !== undefined && e.ports !== undefined);
     assert.equal(isRunning(e.pid), false, `Harper pid ${e.pid} is still running`);
     assert.equal(existsSync(e.root), false, `the temp root ${e.root} is still there`);
-    assert.equal(await refused(e.ports.http), true, 'something still listens on the HTTP port');
+    assert.equal(await refused(e.ports.http!), true, 'something still listens on the HTTP port');
   },
 );
 
