@@ -153,3 +153,16 @@ test('the lint catches what promtool catches', () => {
   );
   assert.deepEqual(lintExposition(family('queue_keeper_claim_granted_total', 'counter')), []);
 });
+
+test('the README Metrics table lists every family of the catalogue, and no other', () => {
+  const readme = readFileSync(join(repoRoot, 'README.md'), 'utf8');
+  const section = readme.slice(
+    readme.indexOf('## Metrics'),
+    readme.indexOf('\n## ', readme.indexOf('## Metrics') + 1),
+  );
+  const rows = [...section.matchAll(/^\| `(queue_keeper_[a-z_]+)` \| (\w+) \|/gm)].map((m) => [m[1], m[2]]);
+  assert.deepEqual(
+    rows,
+    Object.values(CATALOGUE).map((d) => [d.name, d.kind]),
+  );
+});
