@@ -4,10 +4,11 @@ import { registerAdmin } from './services/api/admin.js';
 import { registerConsole } from './services/api/console.js';
 import { registerFeeding } from './services/api/feeding.js';
 import { registerNotify } from './services/api/notify.js';
-import { registerQueue } from './services/api/queue.js';
+import { registerQueue, vouchedState } from './services/api/queue.js';
 import { registerStall } from './services/api/stall.js';
 import { startConfig } from './services/config.js';
 import { log, workerIndex } from './services/harper.js';
+import { healthRecordDuty } from './services/healthFigures.js';
 import { installHttp } from './services/http.js';
 import { startHeldAsks, startKeeper } from './services/keeper.js';
 import { startMaintenance } from './services/maintenance.js';
@@ -31,7 +32,7 @@ async function start(): Promise<void> {
   startHeldAsks();
   if (workerIndex() === 0) {
     startNotify();
-    startMaintenance([stallSweepDuty(), secretCleanupDuty()]);
+    startMaintenance([stallSweepDuty(), secretCleanupDuty(), healthRecordDuty(vouchedState)]);
     void startKeeper({ onDue: onDueSummary, onRequeued }).catch((e: unknown) =>
       log.error('queue keeper failed to start', e),
     );

@@ -242,11 +242,11 @@ export async function metricValues(h: HarperInstance): Promise<Map<string, numbe
 /** What the claim path did between two points: ready-set publishes, grants, stale and wedged skips. */
 export async function claimCounters(h: HarperInstance) {
   const [o, m] = await Promise.all([overview(h), metricValues(h)]);
-  const pick = (suffix: string) => [...m].find(([k]) => k.endsWith(suffix))?.[1] ?? NaN;
+  const pick = (name: string) => m.get(name) ?? NaN;
   return {
     generation: Number(o.ready.generation),
-    granted: pick('claim_granted'),
-    stale: pick('claim_stale'),
-    wedged: pick('claim_wedged'),
+    granted: pick('queue_keeper_claim_granted_total'),
+    stale: pick('queue_keeper_claim_stale_total'),
+    wedged: pick('queue_keeper_claim_wedged_total'),
   };
 }

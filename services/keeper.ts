@@ -16,7 +16,7 @@ import {
   type ScheduleSource,
 } from './keeperService.js';
 import { currentOwnership } from './membership.js';
-import { count, gauge } from './metrics.js';
+import { count, record } from './metrics.js';
 import { readRow, subscribeSchedule, walkSchedule } from './schedule.js';
 import { keeperSignal, leaseTable, onReadySetPoke, readySet, stateDoc } from './shared.js';
 import { deriveStatus, isPaused, onControlChange, publishStatus } from './status.js';
@@ -208,7 +208,7 @@ export async function startKeeper(events: KeeperEvents): Promise<void> {
     inFlight: () => leases.occupancy(),
     nodeView: () => ({ paused: isPaused(), status: nodeStatusNow() }),
     log,
-    metric: (name, v) => gauge(name, v),
+    metric: (name, v) => record(name, v),
     countRepaired: (n) => count('keeper_repaired', n),
     onDue: events.onDue,
     onDueNow: () => dueNow(),

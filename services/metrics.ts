@@ -1,28 +1,30 @@
-// Metric values for the catalogue in util/metricCatalogue.ts. Counters are cumulative per node: each lives in a slot of a process-wide shared buffer, so an increment on any
-// worker shows in a scrape answered by any other. Every value is also recorded to Harper analytics.
+// Metric values for the catalogue in util/metricCatalogue.ts. Counters and histograms are cumulative per
+// node: their cells live in a process-wide shared buffer (util/metricStore.ts), so an observation on any
+// worker shows in a scrape answered by any other. Every value is also recorded to Harper analytics as
+// `queue_health.<name>`, with a label's value as the analytics path.
 import { LabelledCounters } from '../util/labelledCounters.js';
-import { exposition } from '../util/prometheus.js';
+import { MetricStore } from '../util/metricStore.js';
+import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../util/catalogueExposition.js';
 import { log, server } from './harper.js';
+import { route } from './http.js';
 import { sharedBuffer } from './sharedMemory.js';
-import { METRICS, type MetricDef, type MetricName } from '../util/metricCatalogue.js';
+import { METRICS, type MetricDef, type MetricName, type RequestEndpoint } from '../util/metricCatalogue.js';
 
-export { METRICS, type MetricDef, type MetricName };
+export { METRICS, type LiveFigures, type MetricDef, type MetricName };
 
+const CATALOGUE: Readonly<Record<string, MetricDef>> = METRICS;
 const NAMES = Object.keys(METRICS) as MetricName[];
-const INDEX = new Map(NAMES.map((n, i) => [n, i]));
 
-let slots: BigInt64Array | undefined;
-let gauges: Float64Array | undefined;
-function counterSlots(): BigInt64Array {
-  slots ??= new BigInt64Array(sharedBuffer('metrics:counters', 8 * 64).buffer, 0, 64);
-  return slots;
-}
-function gaugeSlots(): Float64Array {
-  gauges ??= new Float64Array(sharedBuffer('metrics:gauges', 8 * 64).buffer, 0, 64);
-  return gauges;
+let store: MetricStore | undefined;
+function cells(): MetricStore {
+  store ??= new MetricStore(
+    sharedBuffer('metrics:cells', MetricStore.wordsFor(CATALOGUE) * 8).buffer,
+    CATALOGUE,
+  );
+  return store;
 }
 
-// Labelled series live in their own shared table (one slot per series), cross-worker like the rest.
+// Labelled counters live in their own shared table (one slot per series), cross-worker like the rest.
 const LABELLED_SERIES = 64;
 let labelled: LabelledCounters | undefined;
 let labelledFullWarned = false;
@@ -33,80 +35,89 @@ function labelledCounters(): LabelledCounters {
   return labelled;
 }
 
+function analytics(def: MetricDef, value: number, labels?: Record<string, string>): void {
+  const path = labels ? Object.values(labels).join('/') : undefined;
+  server.recordAnalytics?.(value, `queue_health.${def.name}`, path);
+}
+
 export function count(name: MetricName, n = 1, labels?: Record<string, string>): void {
   if (n === 0) return;
+  const def: MetricDef = METRICS[name];
   if (labels) {
-    if (!labelledCounters().add(`${name}${JSON.stringify(labels)}`, n) && !labelledFullWarned) {
+    if (!labelledCounters().add(labelledSeriesKey(name, labels), n) && !labelledFullWarned) {
       labelledFullWarned = true;
       log.warn(
-        `metrics: no room for series ${name}${JSON.stringify(labels)} (${LABELLED_SERIES} labelled series at most)`,
+        `metrics: no room for series ${def.name}${JSON.stringify(labels)} (${LABELLED_SERIES} labelled series at most)`,
       );
     }
   } else {
-    Atomics.add(counterSlots(), INDEX.get(name)!, BigInt(n));
+    cells().add(name, n);
   }
-  server.recordAnalytics?.(n, `queue_health.${name}`);
+  analytics(def, n, labels);
 }
 
 export function gauge(name: MetricName, value: number): void {
-  gaugeSlots()[INDEX.get(name)!] = value;
-  server.recordAnalytics?.(value, `queue_health.${name}`);
+  cells().set(name, value);
+  analytics(METRICS[name], value);
 }
 
-export interface MetricSample {
-  name: MetricName;
-  def: MetricDef;
-  value: number;
-  labels?: Record<string, string>;
+/** One histogram observation in the call site's unit (ms for durations; the catalogue scales it). */
+export function observe(name: MetricName, value: number, labels?: Record<string, string>): void {
+  const def: MetricDef = METRICS[name];
+  const scaled = value * (def.scale ?? 1);
+  if (cells().observe(name, scaled, labels)) analytics(def, scaled, labels);
 }
 
-/** Every sample this node can report (counters cumulative since the process started). */
-export function samples(): MetricSample[] {
-  const out: MetricSample[] = [];
-  for (const name of NAMES) {
-    const def: MetricDef = METRICS[name];
-    if ('labels' in def && def.labels) continue;
-    const i = INDEX.get(name)!;
-    out.push({
-      name,
-      def,
-      value: def.kind === 'counter' ? Number(Atomics.load(counterSlots(), i)) : gaugeSlots()[i]!,
-    });
-  }
-  for (const { key, value } of labelledCounters().entries()) {
-    const at = key.indexOf('{');
-    const name = key.slice(0, at) as MetricName;
-    out.push({
-      name,
-      def: METRICS[name],
-      value,
-      labels: JSON.parse(key.slice(at)) as Record<string, string>,
-    });
-  }
-  return out;
+/** A gauge's new value or a histogram's observation, by the catalogue's kind (the keeper's one hook). */
+export function record(name: MetricName, value: number): void {
+  if (METRICS[name].kind === 'histogram') observe(name, value);
+  else gauge(name, value);
+}
+
+/** The handler with its duration observed under `endpoint`, whether it answers or throws. */
+export function timed<A extends unknown[], R>(
+  endpoint: RequestEndpoint,
+  handler: (...args: A) => Promise<R>,
+): (...args: A) => Promise<R> {
+  const labels = { endpoint };
+  return async (...args: A) => {
+    const t0 = performance.now();
+    try {
+      return await handler(...args);
+    } finally {
+      observe('request_ms', performance.now() - t0, labels);
+    }
+  };
+}
+
+/** `route` with the handler's duration observed under `endpoint` (one histogram series per endpoint). */
+export function timedRoute(
+  endpoint: RequestEndpoint,
+  ...[method, path, caller, handler, opts]: Parameters<typeof route>
+): void {
+  route(method, path, caller, timed(endpoint, handler), opts);
 }
 
 /**
- * The Prometheus exposition of every catalogue entry, in catalogue order. `live` replaces a gauge's last
- * recorded value with a reading taken for this scrape (lease scan, keeper signal, state document).
+ * The Prometheus exposition of every catalogue entry, in catalogue order. `live` gives the readings
+ * taken for this scrape (lease scan, keeper signal, state document).
  */
-export function metricsText(live: Partial<Record<MetricName, number>> = {}): string {
-  const all = samples();
-  return exposition(
-    NAMES.map((name) => {
-      const def: MetricDef = METRICS[name];
-      const own = all.filter((s) => s.name === name);
-      const value = live[name];
-      return {
-        name,
-        kind: def.kind,
-        help: def.help,
-        unit: def.unit,
-        samples:
-          value !== undefined
-            ? [{ value }]
-            : own.map((s) => ({ value: s.value, ...(s.labels ? { labels: s.labels } : {}) })),
-      };
-    }),
-  );
+export function metricsText(live: LiveFigures = {}): string {
+  return catalogueExposition(cells(), labelledCounters().entries(), live);
+}
+
+/** Records the live readings to Harper analytics (the counters and histograms record as they happen). */
+export function recordLive(live: LiveFigures): number {
+  let recorded = 0;
+  for (const name of NAMES) {
+    const value = live[name];
+    if (value === undefined) continue;
+    const def: MetricDef = METRICS[name];
+    for (const s of typeof value === 'number' ? [{ value, labels: undefined }] : value) {
+      if (Number.isNaN(s.value)) continue;
+      analytics(def, s.value, s.labels);
+      recorded++;
+    }
+  }
+  return recorded;
 }

@@ -646,4 +646,20 @@ export class LeaseTable extends LeaseSlots {
     }
     return latest;
   }
+
+  /**
+   * Live leases by the nameHash of their queue (S_QUEUE; 0 for a slot written without one), for the
+   * per-queue metrics. Read-only: one pass of consistent slot reads that changes no slot and no gauge.
+   */
+  leasesByQueue(now: number): Map<number, number> {
+    const out = new Map<number, number>();
+    for (let slot = 0; slot < this.slotCount; slot++) {
+      const base = HEADER_WORDS + slot * SLOT_WORDS;
+      if ((Atomics.load(this.words, base) & STATE_MASK) !== LEASED) continue;
+      const word = this.read(base, false);
+      if ((word & STATE_MASK) !== LEASED || fromSec(this.expiryRead) <= now) continue;
+      out.set(this.queueRead, (out.get(this.queueRead) ?? 0) + 1);
+    }
+    return out;
+  }
 }

@@ -1,61 +1,243 @@
 // The one metric catalogue (SPEC §5): name, kind, unit, help and labels of every series. Both outputs —
 // Harper analytics under `queue_health` and the Prometheus exposition — are produced from it, and a
-// unit test fails if code emits a name it does not declare. Pure, so tests can read it without Harper.
+// unit test fails if code emits a key it does not declare. Pure, so tests can read it without Harper.
+//
+// Each entry's key is the short name call sites pass (`count('claim_granted')`, `metric?.('keeper_publish_ms',
+// ms)`); `name` is what an operator sees. Keys stay stable so call sites never change with a rename;
+// names follow Prometheus naming (`promtool check metrics` clean): the `queue_keeper_` prefix, `_total`
+// on counters, durations as histograms in seconds, ratios in `_ratio`.
 
-export type MetricKind = 'counter' | 'gauge';
+export type MetricKind = 'counter' | 'gauge' | 'histogram';
 
 export interface MetricDef {
+  /** The exposition name, and the Harper analytics metric `queue_health.<name>`. */
+  name: string;
   kind: MetricKind;
+  /** Unit of the exposed value (a base unit: seconds, ratio, rows …), named in HELP. */
   unit: string;
   help: string;
   labels?: readonly string[];
+  /** A label whose values the code chooses from a closed list (never from what a caller sends). */
+  labelValues?: Readonly<Record<string, readonly string[]>>;
+  /** Factor from what a call site passes to the exposed unit: 0.001 for a duration measured in ms. */
+  scale?: number;
+  /** Histogram upper bounds in the exposed unit, ascending; `+Inf` is implied. */
+  buckets?: readonly number[];
+  /** Read at scrape time (lease table, state document, keeper signal) rather than recorded by calls. */
+  live?: true;
 }
 
+/** The prefix of every family (SPEC §5): a bare `due_rows` would collide with other exporters. */
+export const METRIC_PREFIX = 'queue_keeper_';
+
+/** Values of the `endpoint` label: the fleet endpoints whose handler time is measured. */
+export const REQUEST_ENDPOINTS = ['claim', 'job_result', 'job_results', 'next'] as const;
+export type RequestEndpoint = (typeof REQUEST_ENDPOINTS)[number];
+
+// Buckets from bench/README.md. Claim and result handlers take ~1–50 ms on an idle node and a few
+// hundred ms at the p99 of a 24-client drain; a job_results of 100 writes is the long tail, so the top
+// finite bucket is 5 s.
+const REQUEST_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+// A publish is ~1 ms with few rows and 7–30 ms (p50–p99) with 300k due of 1M held.
+const PUBLISH_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1];
+// Load and verification walk the table: milliseconds when empty, 4 s at 250k rows, 18 s at 1M, a
+// minute or more on a loaded machine or a bigger table.
+const WALK_BUCKETS = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600];
+
 export const METRICS = {
-  keeper_load_ms: { kind: 'gauge', unit: 'ms', help: 'Duration of the last keeper load from the table.' },
-  keeper_publish_ms: {
+  keeper_live: {
+    name: 'queue_keeper_keeper_live',
     kind: 'gauge',
-    unit: 'ms',
-    help: 'Duration of the last ready-set publish (top-K and write).',
+    unit: 'boolean',
+    help: "1 while this node's keeper is live and serving claims, else 0.",
   },
-  keeper_verify_ms: { kind: 'gauge', unit: 'ms', help: 'Duration of the last verification walk.' },
+  keeper_exact: {
+    name: 'queue_keeper_keeper_exact',
+    kind: 'gauge',
+    unit: 'boolean',
+    help: '1 while the keeper vouches its counts are exact (live, not resyncing, no partial load, last verification repaired nothing).',
+    live: true,
+  },
+  keeper_rows: {
+    name: 'queue_keeper_keeper_rows',
+    kind: 'gauge',
+    unit: 'rows',
+    help: 'Schedule rows the keeper holds in memory.',
+    live: true,
+  },
+  state_age: {
+    name: 'queue_keeper_state_age_seconds',
+    kind: 'gauge',
+    unit: 'seconds',
+    help: 'Age of the queue-state document the per-queue series come from.',
+    live: true,
+  },
+  keeper_load_ms: {
+    name: 'queue_keeper_keeper_load_duration_seconds',
+    kind: 'histogram',
+    unit: 'seconds',
+    help: 'Duration of keeper loads from the table.',
+    scale: 0.001,
+    buckets: WALK_BUCKETS,
+  },
+  keeper_publish_ms: {
+    name: 'queue_keeper_keeper_publish_duration_seconds',
+    kind: 'histogram',
+    unit: 'seconds',
+    help: 'Duration of ready-set publishes (top-K and write).',
+    scale: 0.001,
+    buckets: PUBLISH_BUCKETS,
+  },
+  keeper_verify_ms: {
+    name: 'queue_keeper_keeper_verify_duration_seconds',
+    kind: 'histogram',
+    unit: 'seconds',
+    help: 'Duration of verification walks of the table.',
+    scale: 0.001,
+    buckets: WALK_BUCKETS,
+  },
   keeper_repaired: {
+    name: 'queue_keeper_keeper_rows_repaired_total',
     kind: 'counter',
     unit: 'rows',
     help: 'Rows the keeper held wrongly and repaired (expected 0).',
   },
-  keeper_live: { kind: 'gauge', unit: 'bool', help: '1 while the keeper is live and serving.' },
-  claim_granted: { kind: 'counter', unit: 'jobs', help: 'Leases granted to fleets.' },
+  claim_granted: {
+    name: 'queue_keeper_claim_granted_total',
+    kind: 'counter',
+    unit: 'jobs',
+    help: 'Leases granted to fleets.',
+  },
   claim_stale: {
+    name: 'queue_keeper_claim_stale_total',
     kind: 'counter',
     unit: 'jobs',
     help: 'Ready entries skipped because the row was no longer due.',
   },
   claim_wedged: {
+    name: 'queue_keeper_claim_wedged_total',
     kind: 'counter',
     unit: 'jobs',
     help: 'Keys held instead of granted after repeated unreported leases.',
   },
-  lease_occupancy: { kind: 'gauge', unit: 'leases', help: 'Live leases in the lease table.' },
-  overdue: { kind: 'gauge', unit: 'rows', help: 'Due rows not in flight (now.unclaimed).' },
-  notify_delivered: { kind: 'counter', unit: 'deliveries', help: 'Webhook deliveries answered with 2xx.' },
+  request_ms: {
+    name: 'queue_keeper_request_duration_seconds',
+    kind: 'histogram',
+    unit: 'seconds',
+    help: 'Handler time of fleet claim and result requests, by endpoint.',
+    labels: ['endpoint'],
+    labelValues: { endpoint: REQUEST_ENDPOINTS },
+    scale: 0.001,
+    buckets: REQUEST_BUCKETS,
+  },
+  leases_held: {
+    name: 'queue_keeper_leases_held',
+    kind: 'gauge',
+    unit: 'leases',
+    help: 'Live leases in the lease table (jobs in flight).',
+    live: true,
+  },
+  lease_capacity: {
+    name: 'queue_keeper_lease_capacity',
+    kind: 'gauge',
+    unit: 'leases',
+    help: 'Leases the lease table can hold (queue.maxLeases).',
+    live: true,
+  },
+  lease_occupancy: {
+    name: 'queue_keeper_lease_occupancy_ratio',
+    kind: 'gauge',
+    unit: 'ratio',
+    help: 'Live leases over lease capacity (0 to 1).',
+    live: true,
+  },
+  due: {
+    name: 'queue_keeper_due_rows',
+    kind: 'gauge',
+    unit: 'rows',
+    help: 'Due rows (now.due); NaN while the keeper cannot vouch for its numbers.',
+    live: true,
+  },
+  overdue: {
+    name: 'queue_keeper_unclaimed_rows',
+    kind: 'gauge',
+    unit: 'rows',
+    help: 'Due rows not in flight (now.unclaimed); NaN while the keeper cannot vouch for its numbers.',
+    live: true,
+  },
+  queue_due: {
+    name: 'queue_keeper_queue_due_rows',
+    kind: 'gauge',
+    unit: 'rows',
+    help: 'Due rows per queue.',
+    labels: ['queue'],
+    live: true,
+  },
+  queue_oldest_due_age: {
+    name: 'queue_keeper_queue_oldest_due_age_seconds',
+    kind: 'gauge',
+    unit: 'seconds',
+    help: 'How long the oldest due row of the queue has been due (0 when none is due).',
+    labels: ['queue'],
+    live: true,
+  },
+  queue_lateness: {
+    name: 'queue_keeper_queue_lateness_cadences',
+    kind: 'gauge',
+    unit: 'cadences',
+    help: "Lateness of the queue's worst due row, in its cadences (0 when none is due).",
+    labels: ['queue'],
+    live: true,
+  },
+  queue_leases: {
+    name: 'queue_keeper_queue_leases_held',
+    kind: 'gauge',
+    unit: 'leases',
+    help: 'Live leases per queue.',
+    labels: ['queue'],
+    live: true,
+  },
+  notify_delivered: {
+    name: 'queue_keeper_notify_delivered_total',
+    kind: 'counter',
+    unit: 'deliveries',
+    help: 'Webhook deliveries answered with 2xx.',
+  },
   notify_failed: {
+    name: 'queue_keeper_notify_failed_total',
     kind: 'counter',
     unit: 'deliveries',
     help: 'Webhook deliveries that failed every attempt.',
   },
   notify_dropped: {
+    name: 'queue_keeper_notify_dropped_total',
     kind: 'counter',
     unit: 'deliveries',
     help: 'Webhook deliveries dropped because the queue was full.',
   },
-  notify_disabled: { kind: 'counter', unit: 'hooks', help: 'Hooks auto-disabled after repeated failures.' },
+  notify_disabled: {
+    name: 'queue_keeper_notify_hooks_disabled_total',
+    kind: 'counter',
+    unit: 'hooks',
+    help: 'Hooks auto-disabled after repeated failures.',
+  },
   stall_nudges_total: {
+    name: 'queue_keeper_stall_nudges_total',
     kind: 'counter',
     unit: 'nudges',
-    help: 'Stalled-queue wakes fired.',
+    help: 'Stalled-queue wakes fired, per queue.',
     labels: ['queue'],
   },
 } as const satisfies Record<string, MetricDef>;
 
 export type MetricName = keyof typeof METRICS;
+
+/** Every exposition name the catalogue defines, with the series names a histogram adds. */
+export function seriesNames(): Set<string> {
+  const out = new Set<string>();
+  for (const def of Object.values(METRICS) as MetricDef[]) {
+    out.add(def.name);
+    if (def.kind === 'histogram') for (const s of ['_bucket', '_sum', '_count']) out.add(def.name + s);
+  }
+  return out;
+}

@@ -20,7 +20,8 @@ import { describeHeld, nodeStatusNow, servingView } from '../keeper.js';
 import { nodeName } from '../node.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../shared.js';
 import { isPaused } from '../status.js';
-import { metricsText } from '../metrics.js';
+import { leaseFigures, liveFigures } from '../healthFigures.js';
+import { metricsText, timedRoute } from '../metrics.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../util/prometheus.js';
 
 const MAX_BATCH = 100;
@@ -51,7 +52,7 @@ interface StateDocShape {
  * older than maxAgeMs; otherwise the phase to report. queue-state and the metrics answer from this one
  * judgement.
  */
-function vouchedState(
+export function vouchedState(
   now: number,
 ): { ok: true; doc: StateDocShape; maxAgeMs: number } | { ok: false; phase: string } {
   const read = stateDoc<StateDocShape>().read();
@@ -91,30 +92,16 @@ async function reportBatch(list: unknown[], user: HarperUser | undefined) {
   });
 }
 
-/**
- * The lease figures as worker 0's last reconcile stored them (a read never rescans and rewrites the
- * lease table); before the first reconcile, the live gauge (which only ever drifts high).
- */
-function leaseFigures(now: number): {
-  occupancy: number;
-  oldestExpiresAt: number | null;
-  oldestGrantedAt: number | null;
-} {
-  const leases = leaseTable();
-  const stored = leases.lastReconcile();
-  if (stored && now - stored.at <= stateMaxAgeMs(config().queue.keeper.stateInterval)) return stored;
-  return { occupancy: leases.occupancy(), oldestExpiresAt: null, oldestGrantedAt: null };
-}
-
 export function registerQueue(): void {
-  route('POST', '/render_queue/claim', 'fleet', async (req) => {
+  timedRoute('claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = parseClaimLimit(req.body);
     const scope = await claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
     const r = claim(limit, callerOf(req.user), scope);
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
 
-  route(
+  timedRoute(
+    'job_result',
     'POST',
     '/render_queue/job_result',
     'fleet',
@@ -137,7 +124,8 @@ export function registerQueue(): void {
     { maxBodyBytes: resultBodyLimit, octetStream: true },
   );
 
-  route(
+  timedRoute(
+    'job_results',
     'POST',
     '/render_queue/job_results',
     'fleet',
@@ -152,7 +140,8 @@ export function registerQueue(): void {
   );
 
   // Report and claim in one round trip (API.md): exactly job_results, then claim, sharing their code.
-  route(
+  timedRoute(
+    'next',
     'POST',
     '/render_queue/next',
     'fleet',
@@ -236,15 +225,7 @@ export function registerQueue(): void {
 
   route('GET', '/prerender_admin/metrics', 'admin', async () => {
     const now = Date.now();
-    const occupancy = leaseFigures(now).occupancy;
-    const state = vouchedState(now);
-    const view = servingView(now);
-    const text = metricsText({
-      lease_occupancy: occupancy,
-      // Unknown while the keeper cannot vouch for its numbers: NaN, never a stale figure shown as live.
-      overdue: state.ok ? Math.max(0, state.doc.now.due - occupancy) : NaN,
-      keeper_live: keeperSignal().read().phase === 'live' && view.serving && !view.stale ? 1 : 0,
-    });
+    const text = metricsText(liveFigures(now, vouchedState(now)));
     return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
   });
 

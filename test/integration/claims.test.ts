@@ -368,8 +368,8 @@ test('the Prometheus scrape parses, and claim counters from both workers show in
     return { families: parseScrape(r.text), by: String(r.headers['x-served-by']) };
   };
   const before = await scrape();
-  assert.equal(before.families.get('claim_granted')?.type, 'COUNTER');
-  assert.equal(before.families.get('lease_occupancy')?.type, 'GAUGE');
+  assert.equal(before.families.get('queue_keeper_claim_granted_total')?.type, 'COUNTER');
+  assert.equal(before.families.get('queue_keeper_leases_held')?.type, 'GAUGE');
   const now = Date.now();
   await file(
     Array.from({ length: 60 }, (_, i) => ({ url: `https://scrape.example.com/${i}`, dueAt: now - MIN })),
@@ -399,12 +399,12 @@ test('the Prometheus scrape parses, and claim counters from both workers show in
   const seenBy = new Map<string, number>();
   for (let i = 0; i < 20 && seenBy.size < 2; i++) {
     const s = await scrape();
-    seenBy.set(s.by, total(s.families, 'claim_granted'));
+    seenBy.set(s.by, total(s.families, 'queue_keeper_claim_granted_total'));
   }
   assert.equal(seenBy.size, 2, 'both workers answered a scrape');
   for (const [by, value] of seenBy)
     assert.equal(
-      value - total(before.families, 'claim_granted'),
+      value - total(before.families, 'queue_keeper_claim_granted_total'),
       jobs.length,
       `the scrape answered by ${by}`,
     );

@@ -367,10 +367,10 @@ test('deliveries, failures and auto-disables are counted in the metrics', async 
   const scrape = parseScrape((await h.fetch('/prerender_admin/metrics')).text);
   // From the tests above: several 2xx deliveries, failed ones (retry, hang, redirect, disable) and one
   // auto-disable.
-  assert.ok(total(scrape, 'notify_delivered') >= 2, 'notify_delivered');
-  assert.ok(total(scrape, 'notify_failed') >= 4, 'notify_failed');
-  assert.equal(total(scrape, 'notify_disabled'), 1);
-  assert.equal(total(scrape, 'notify_dropped'), 0);
+  assert.ok(total(scrape, 'queue_keeper_notify_delivered_total') >= 2, 'delivered');
+  assert.ok(total(scrape, 'queue_keeper_notify_failed_total') >= 4, 'failed');
+  assert.equal(total(scrape, 'queue_keeper_notify_hooks_disabled_total'), 1);
+  assert.equal(total(scrape, 'queue_keeper_notify_dropped_total'), 0);
 });
 
 test('without QUEUE_KEEPER_SECRET_KEY hook endpoints answer 503 unavailable', async () => {

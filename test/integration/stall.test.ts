@@ -225,7 +225,13 @@ test('a stalled queue is woken once per backoff step up to the cap, keeps its le
 
   // --- the operator's view: the metric (counters are per process: two wakes since the restart) and the log
   const scrape = parseScrape((await harper().fetch('/prerender_admin/metrics')).text);
-  const nudges = scrape.get('stall_nudges_total')?.metrics.find((m) => m.labels?.queue === QUEUE);
-  assert.equal(Number(nudges?.value), 2, 'stall_nudges_total{queue} counts the wakes since the restart');
+  const nudges = scrape
+    .get('queue_keeper_stall_nudges_total')
+    ?.metrics.find((m) => m.labels?.queue === QUEUE);
+  assert.equal(
+    Number(nudges?.value),
+    2,
+    'queue_keeper_stall_nudges_total{queue} counts the wakes since the restart',
+  );
   assert.match(harper().output(), /nudged stalled queues count=1/);
 });
