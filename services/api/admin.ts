@@ -6,9 +6,10 @@ import { checkSingleUrl, requireObject } from '../../util/validateInput.js';
 import { config, updateConfig } from '../config.js';
 import { route, reply } from '../http.js';
 import { server } from '../harper.js';
-import { nodeStatusNow } from '../keeper.js';
+import { describeHeld, nodeStatusNow } from '../keeper.js';
 import { nodeName } from '../node.js';
 import { readRow, revalidate } from '../schedule.js';
+import { leaseTable } from '../shared.js';
 import { workersReady } from '../sharedMemory.js';
 import { checkPauseScope, publishStatus, setPause } from '../status.js';
 
@@ -34,21 +35,11 @@ export function ignoredKeysHeader(keys: readonly string[]): string {
   return parts.join(',');
 }
 
-export interface ExplainExtras {
-  held: unknown;
-  score: number | null;
-  lease: unknown;
-}
-
-let explainExtras: (url: string, now: number) => Promise<ExplainExtras> = async () => ({
-  held: null,
-  score: null,
-  lease: null,
-});
-
-/** The keeper and lease modules fill in the held entry, its score and the lease of an explained URL. */
-export function setExplainExtras(fn: (url: string, now: number) => Promise<ExplainExtras>): void {
-  explainExtras = fn;
+/** What the keeper holds for a URL (asked of worker 0 from any worker), its score and its lease. */
+async function explainExtras(url: string, now: number) {
+  const held = await describeHeld(url, now);
+  const lease = leaseTable().lookup(url, now);
+  return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
 }
 
 export function registerAdmin(): void {

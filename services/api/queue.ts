@@ -2,7 +2,6 @@
 import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../util/httpError.js';
 import { stateMaxAgeMs } from '../../util/keeperSignal.js';
 import { requireObject } from '../../util/validateInput.js';
-import { setExplainExtras } from './admin.js';
 import {
   applyCheckedResults,
   callerOf,
@@ -16,7 +15,7 @@ import { config } from '../config.js';
 import { checkReporter, claimScope, parseQueues } from '../fleetScope.js';
 import type { HarperUser } from '../harper.js';
 import { route, reply } from '../http.js';
-import { describeHeld, nodeStatusNow, servingView } from '../keeper.js';
+import { nodeStatusNow, servingView } from '../keeper.js';
 import { nodeName } from '../node.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../shared.js';
 import { isPaused } from '../status.js';
@@ -227,11 +226,5 @@ export function registerQueue(): void {
     const now = Date.now();
     const text = metricsText(liveFigures(now, vouchedState(now)));
     return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
-  });
-
-  setExplainExtras(async (url, now) => {
-    const held = await describeHeld(url, now);
-    const lease = leaseTable().lookup(url, now);
-    return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
   });
 }
