@@ -1,6 +1,7 @@
 // Feeding endpoints (API.md "Feeding"): targets, delete, discover.
 import { checkTargetsBody, checkUrlList } from '../../util/validateInput.js';
 import { route, reply } from '../http.js';
+import { deletePages } from '../pages.js';
 import { deleteTargets, discoverUrls, fileTargets } from '../schedule.js';
 
 // 10,000 targets of up to 1,900-byte URLs plus their fields fit well inside 32 MiB.
@@ -29,6 +30,8 @@ export function registerFeeding(): void {
     async (req) => {
       const { urls, rejected } = checkUrlList(req.body);
       const deleted = await deleteTargets(urls.map((u) => u.url));
+      // A row's page goes with it (the page sweep removes any a racing result stores after this).
+      await deletePages(urls.map((u) => u.url));
       return reply(rejected.length ? { deleted, rejected } : { deleted });
     },
     { maxBodyBytes: () => FEED_BODY_LIMIT },
