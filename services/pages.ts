@@ -15,7 +15,7 @@
 //   pointing at a missing file (seen on 4.7.29: "Incomplete blob"). So this module only ever puts.
 // - one write per URL per transaction: a second put of the same URL in one transaction would leave the
 //   first blob's file referenced by nothing (only `cleanup_orphan_blobs` finds those).
-import { orphanedPages } from '../util/pageSweep.js';
+import { orphanedPages, PageWalk } from '../util/pageSweep.js';
 import { table, transaction } from './harper.js';
 import type { Duty } from './maintenance.js';
 
@@ -119,25 +119,11 @@ export const PAGE_SWEEP_CHUNK = 2000;
  * (a cursor over the keys, wrapping at the end) and removes those whose schedule row is gone.
  */
 export function pageSweepDuty(deps: PageSweepDeps): Duty {
-  const chunk = deps.chunk ?? PAGE_SWEEP_CHUNK;
-  let cursor: string | undefined;
+  const walk = new PageWalk(deps.chunk ?? PAGE_SWEEP_CHUNK);
   return {
     name: 'page-sweep',
     runOnce: async (now): Promise<PageSweepResult> => {
-      const entries: Array<{ url: string; renderedAt: number | null }> = [];
-      const range = pages().primaryStore.getRange(
-        cursor === undefined ? { limit: chunk } : { start: cursor, exclusiveStart: true, limit: chunk },
-      );
-      let seen = 0;
-      let last: string | undefined;
-      for (const { key, value } of range) {
-        seen++;
-        last = String(key);
-        if (value === null || typeof value !== 'object') continue; // a tombstone, not a page
-        const at = (value as { renderedAt?: unknown }).renderedAt;
-        entries.push({ url: last, renderedAt: typeof at === 'number' ? at : null });
-      }
-      cursor = seen < chunk ? undefined : last;
+      const entries = walk.next(pages().primaryStore);
       const orphans = orphanedPages(entries, deps.hasRow, now, await deps.graceMs());
       const removed = await deletePages(orphans);
       return { checked: entries.length, removed };

@@ -24,3 +24,42 @@ export function orphanedPages(
     .filter((e) => !hasRow(e.url) && (e.renderedAt === null || now - e.renderedAt >= graceMs))
     .map((e) => e.url);
 }
+
+/** The slice of an lmdb store the walk needs (`Table.primaryStore`; lmdb-js honours `exclusiveStart`). */
+export interface OrderedStore {
+  getRange(opts: { start?: string; exclusiveStart?: boolean; limit: number }): Iterable<{
+    key: unknown;
+    value: unknown;
+  }>;
+}
+
+/**
+ * A bounded walk over the stored pages: each `next` reads at most `chunk` keys after the last one it
+ * saw, and starts over from the first key once a read comes back short. Tombstones (non-record values)
+ * are skipped but still move the cursor.
+ */
+export class PageWalk {
+  private cursor: string | undefined;
+
+  constructor(private readonly chunk: number) {}
+
+  next(store: OrderedStore): StoredPageEntry[] {
+    const range = store.getRange(
+      this.cursor === undefined
+        ? { limit: this.chunk }
+        : { start: this.cursor, exclusiveStart: true, limit: this.chunk },
+    );
+    const entries: StoredPageEntry[] = [];
+    let seen = 0;
+    let last: string | undefined;
+    for (const { key, value } of range) {
+      seen++;
+      last = String(key);
+      if (value === null || typeof value !== 'object') continue;
+      const at = (value as { renderedAt?: unknown }).renderedAt;
+      entries.push({ url: last, renderedAt: typeof at === 'number' ? at : null });
+    }
+    this.cursor = seen < this.chunk ? undefined : last;
+    return entries;
+  }
+}
