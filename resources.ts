@@ -12,10 +12,16 @@ import { healthRecordDuty } from './services/healthFigures.js';
 import { installHttp } from './services/http.js';
 import { startHeldAsks, startKeeper } from './services/keeper.js';
 import { startMaintenance } from './services/maintenance.js';
+import { peerNames } from './services/membership.js';
 import { onDueSummary, onRequeued, secretCleanupDuty, startNotify } from './services/notify.js';
+import { pageSweepDuty } from './services/pages.js';
+import { readRow } from './services/schedule.js';
 import { registerWorker } from './services/sharedMemory.js';
 import { stallSweepDuty } from './services/stallSweep.js';
 import { startControl } from './services/status.js';
+
+// Longer than any replication lag we expect between the page and schedule databases after a reconnect.
+const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
 
 registerFeeding();
 registerAdmin();
@@ -32,7 +38,16 @@ async function start(): Promise<void> {
   startHeldAsks();
   if (workerIndex() === 0) {
     startNotify();
-    startMaintenance([stallSweepDuty(), secretCleanupDuty(), healthRecordDuty(vouchedState)]);
+    startMaintenance([
+      stallSweepDuty(),
+      secretCleanupDuty(),
+      healthRecordDuty(vouchedState),
+      pageSweepDuty({
+        hasRow: (url) => readRow(url) !== undefined,
+        // Clustered, a page can arrive before its row (util/pageSweep.ts): leave it alone for a while.
+        graceMs: async () => ((await peerNames()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
+      }),
+    ]);
     void startKeeper({ onDue: onDueSummary, onRequeued }).catch((e: unknown) =>
       log.error('queue keeper failed to start', e),
     );

@@ -374,7 +374,7 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     min: 250,
     max: 600000,
     effect: 'timers',
-    description: "Worker 0's maintenance tick (stall sweep, secret cleanup) (ms).",
+    description: "Worker 0's maintenance tick (stall sweep, secret cleanup, page sweep) (ms).",
   },
 ];
 

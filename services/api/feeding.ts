@@ -1,6 +1,7 @@
 // Feeding endpoints (API.md "Feeding"): targets, delete, discover.
 import { checkTargetsBody, checkUrlList } from '../../util/validateInput.js';
 import { route, reply } from '../http.js';
+import { deletePages } from '../pages.js';
 import { deleteTargets, discoverUrls, fileTargets } from '../schedule.js';
 
 // API.md: targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
@@ -31,6 +32,8 @@ export function registerFeeding(): void {
     async (req) => {
       const { urls, rejected } = checkUrlList(req.body);
       const deleted = await deleteTargets(urls.map((u) => u.url));
+      // A row's page goes with it (the page sweep removes any a racing result stores after this).
+      await deletePages(urls.map((u) => u.url));
       return reply(rejected.length ? { deleted, rejected } : { deleted });
     },
     { maxBodyBytes: () => FEED_BODY_LIMIT },

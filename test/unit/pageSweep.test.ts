@@ -1,0 +1,58 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { orphanedPages, PageWalk } from '../../util/pageSweep.js';
+
+const rows = new Set(['https://a.example.com/kept']);
+const hasRow = (url: string) => rows.has(url);
+const now = 10_000_000;
+
+test('a page whose row is gone is an orphan, a page with its row is not', () => {
+  const entries = [
+    { url: 'https://a.example.com/kept', renderedAt: now - 5 },
+    { url: 'https://a.example.com/gone', renderedAt: now - 5 },
+  ];
+  assert.deepEqual(orphanedPages(entries, hasRow, now, 0), ['https://a.example.com/gone']);
+});
+
+test('within the grace a page without its row is left alone; after it, it goes', () => {
+  const entries = [
+    { url: 'https://a.example.com/fresh', renderedAt: now - 999 },
+    { url: 'https://a.example.com/old', renderedAt: now - 1000 },
+    { url: 'https://a.example.com/undated', renderedAt: null },
+  ];
+  assert.deepEqual(orphanedPages(entries, hasRow, now, 1000), [
+    'https://a.example.com/old',
+    'https://a.example.com/undated',
+  ]);
+});
+
+/** An ordered key-value store with lmdb-js's getRange options (start, exclusiveStart, limit). */
+function store(entries: Array<[string, unknown]>) {
+  const sorted = [...entries].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return {
+    reads: 0,
+    getRange(opts: { start?: string; exclusiveStart?: boolean; limit: number }) {
+      this.reads++;
+      const from = sorted.filter(([k]) =>
+        opts.start === undefined ? true : opts.exclusiveStart ? k > opts.start : k >= opts.start,
+      );
+      return from.slice(0, opts.limit).map(([key, value]) => ({ key, value }));
+    },
+  };
+}
+
+test('the walk reads a bounded chunk per step, resumes after the last key and starts over at the end', () => {
+  const s = store([
+    ['u1', { renderedAt: 1 }],
+    ['u2', { renderedAt: 2 }],
+    ['u3', null],
+    ['u4', { renderedAt: 4 }],
+    ['u5', {}],
+  ]);
+  const walk = new PageWalk(2);
+  const urls = () => walk.next(s).map((e) => e.url);
+  assert.deepEqual(urls(), ['u1', 'u2']);
+  assert.deepEqual(urls(), ['u4'], 'a tombstone is skipped but moves the cursor');
+  assert.deepEqual(walk.next(s), [{ url: 'u5', renderedAt: null }]);
+  assert.deepEqual(urls(), ['u1', 'u2'], 'a short read wrapped the cursor to the start');
+});
