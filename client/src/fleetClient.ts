@@ -353,8 +353,8 @@ export class FleetClient {
       this.setState('stopped');
       return (this.stopPromise = Promise.resolve());
     }
-    this.stopping = true;
     this.setState('stopping', `${this.running.size} in flight, ${this.pending.length} to report`);
+    this.stopping = true;
     if (opts.drainTimeoutMs !== undefined)
       this.drainTimer = this.clock.setTimer(() => {
         for (const r of [...this.running.values()])
@@ -616,6 +616,8 @@ export class FleetClient {
 
   private setState(s: FleetState, detail = ''): void {
     if (s === this.stateNow && detail === this.stateDetail) return;
+    // Once stopping, a claim that was already on the wire does not make the fleet look running again.
+    if (this.stopping && s !== 'stopped' && s !== 'circuit-open') return;
     const changed = s !== this.stateNow;
     this.stateNow = s;
     this.stateDetail = detail;

@@ -63,13 +63,14 @@ export class MqttWake {
       }
     });
     c.on('close', () => {
+      if (this.client !== c) return; // our own stop()
       if (this.connected) {
         this.connected = false;
         this.events.onConnection(false);
       }
     });
     c.on('error', (err) => {
-      if (this.connected) return;
+      if (this.connected || this.client !== c) return;
       this.events.onConnection(false, err.message);
     });
     c.on('message', (_topic, payload) => {

@@ -337,3 +337,22 @@ test('the claim carries the configured queues and basic auth', async (t) => {
   assert.deepEqual(r.server.seen[0]!.body.queues, ['product', 'docs']);
   assert.equal(r.server.seen[0]!.auth, 'Basic ' + Buffer.from('fleet:pw').toString('base64'));
 });
+
+test('an opted-in signal stops the fleet like stop(), and the handler is gone afterwards', async (t) => {
+  const r = await rig(ok, { handleSignals: ['SIGUSR2'] });
+  t.after(r.close);
+  const before = process.listenerCount('SIGUSR2');
+  await r.fleet.start();
+  assert.equal(process.listenerCount('SIGUSR2'), before + 1);
+  process.emit('SIGUSR2');
+  assert.equal(r.fleet.state, 'stopping');
+  await r.fleet.stop();
+  assert.equal(r.fleet.state, 'stopped');
+  assert.equal(process.listenerCount('SIGUSR2'), before);
+  // A claim already on the wire when the stop came did not make it look running again.
+  assert.ok(
+    !r.logs
+      .slice(r.logs.indexOf('info stopping: 0 in flight, 0 to report'))
+      .some((l) => / idle|running/.test(l)),
+  );
+});
