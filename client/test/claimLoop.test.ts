@@ -349,10 +349,26 @@ test('an opted-in signal stops the fleet like stop(), and the handler is gone af
   await r.fleet.stop();
   assert.equal(r.fleet.state, 'stopped');
   assert.equal(process.listenerCount('SIGUSR2'), before);
-  // A claim already on the wire when the stop came did not make it look running again.
-  assert.ok(
-    !r.logs
-      .slice(r.logs.indexOf('info stopping: 0 in flight, 0 to report'))
-      .some((l) => / idle|running/.test(l)),
+});
+
+test('a claim already on the wire when stop() comes does not make the fleet look idle or running again', async (t) => {
+  const r = await rig(ok);
+  t.after(r.close);
+  const held = deferred<void>();
+  r.server.handler = async (_req, i) => {
+    if (i === 1) await held.promise;
+    return { queueStatus: 'empty', json: { results: [], jobs: [] } };
+  };
+  await r.fleet.start();
+  r.clock.fire(await r.clock.timer());
+  await until('the second claim on the wire', () => r.server.seen.length === 2);
+  const stopping = r.fleet.stop();
+  held.resolve();
+  await stopping;
+  const after = r.logs.slice(r.logs.findIndex((l) => l.startsWith('info stopping')));
+  assert.deepEqual(
+    after.map((l) => l.split(':')[0]),
+    ['info stopping', 'info stopped'],
   );
+  assert.equal(r.fleet.counters.idleWaits, 2, 'the late answer still counted');
 });
