@@ -317,18 +317,25 @@ test('stop with a drain timeout aborts what is still rendering and reports it fa
   assert.equal(last.body.results![0]!.error!.name, 'FleetStopping');
 });
 
-test('start rejects with the server code when the fleet is refused, and leaves nothing running', async (t) => {
-  const r = await rig(ok);
-  t.after(r.close);
-  r.server.handler = () => ({ status: 403, json: { error: 'the fleet is revoked', code: 'fleet_revoked' } });
-  await assert.rejects(
-    r.fleet.start(),
-    (e: unknown) => e instanceof FleetRefusedError && e.code === 'fleet_revoked',
-  );
-  assert.equal(r.fleet.state, 'stopped');
-  assert.equal(r.server.seen.length, 1);
-  assert.deepEqual(r.clock.pending(), []);
-});
+test(
+  'start rejects with the server code when the fleet is refused, and leaves nothing running',
+  { timeout: 5_000 },
+  async (t) => {
+    const r = await rig(ok);
+    t.after(r.close);
+    r.server.handler = () => ({
+      status: 403,
+      json: { error: 'the fleet is revoked', code: 'fleet_revoked' },
+    });
+    await assert.rejects(
+      r.fleet.start(),
+      (e: unknown) => e instanceof FleetRefusedError && e.code === 'fleet_revoked',
+    );
+    assert.equal(r.fleet.state, 'stopped');
+    assert.equal(r.server.seen.length, 1);
+    assert.deepEqual(r.clock.pending(), []);
+  },
+);
 
 test('the claim carries the configured queues and basic auth', async (t) => {
   const r = await rig(ok, { queues: ['product', 'docs'] });

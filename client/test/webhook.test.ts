@@ -103,6 +103,11 @@ test('during a rotation a delivery signed with both secrets verifies for a recei
     assert.equal((await post(rotated)).status, 200, `holding ${held.length} secret(s)`);
     await until('the woken claim', () => r.server.seen.length === 2);
   }
+  // A receiver holding both (old listed first) still verifies once the grace is over and only the new
+  // secret signs.
+  const both = await idleFleet([OLD, NEW]);
+  t.after(both.r.close);
+  assert.equal((await both.post(delivery([NEW]))).status, 200);
   // And a receiver that already moved to the new secret refuses what only the old one signed.
   const { r, post } = await idleFleet([NEW]);
   t.after(r.close);
