@@ -361,7 +361,7 @@ test('an opted-in signal stops the fleet like stop(), and the handler is gone af
 test('a claim already on the wire when stop() comes does not make the fleet look idle or running again', async (t) => {
   const r = await rig(ok);
   t.after(r.close);
-  const held = deferred<void>();
+  const held = deferred<undefined>();
   r.server.handler = async (_req, i) => {
     if (i === 1) await held.promise;
     return { queueStatus: 'empty', json: { results: [], jobs: [] } };
@@ -370,7 +370,7 @@ test('a claim already on the wire when stop() comes does not make the fleet look
   r.clock.fire(await r.clock.timer());
   await until('the second claim on the wire', () => r.server.seen.length === 2);
   const stopping = r.fleet.stop();
-  held.resolve();
+  held.resolve(undefined);
   await stopping;
   const after = r.logs.slice(r.logs.findIndex((l) => l.startsWith('info stopping')));
   assert.deepEqual(
