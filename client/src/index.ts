@@ -23,3 +23,5 @@ export {
 } from './webhookReceiver.js';
 export type { MqttWakeOptions } from './mqttWake.js';
 export { fetchRenderer, type FetchRendererOptions } from './renderers/fetchRenderer.js';
+// Loads playwright-core and @sparticuz/chromium only when called: both stay optional.
+export { chromiumRenderer, type ChromiumRendererOptions } from './renderers/chromium.js';
