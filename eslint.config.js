@@ -2,7 +2,16 @@
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', '.harper-data/**', 'test-artifacts/**', 'bench/results/**'] },
+  {
+    ignores: [
+      'dist/**',
+      'client/dist/**',
+      'node_modules/**',
+      '.harper-data/**',
+      'test-artifacts/**',
+      'bench/results/**',
+    ],
+  },
   ...tseslint.configs.strict,
   {
     files: ['**/*.ts'],

@@ -65,6 +65,12 @@ const env = {
 };
 delete env.AUTHENTICATION_AUTHORIZELOCAL;
 
+// Where this server listens, for `npm run fleet` (scripts/fleet.mjs) to claim from without flags.
+writeFileSync(
+  join(data, 'server.json'),
+  JSON.stringify({ url: `http://${host}:${httpPort}`, mqtt: `mqtt://${host}:${mqttPort}` }),
+);
+
 const child = spawn(process.execPath, [join(dir, 'bin', 'harperdb.js'), 'run', repo], {
   env,
   stdio: ['ignore', 'pipe', 'inherit'],

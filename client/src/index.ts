@@ -1,0 +1,27 @@
+// @queue-keeper/fleet-client: a reference render fleet for queue-keeper (see the README, "Run a fleet").
+export { FleetClient, FleetRefusedError, serverSkew, toWire } from './fleetClient.js';
+export type { FleetClientOptions, FleetCounters, FleetSnapshot, FleetState } from './fleetClient.js';
+export type {
+  Job,
+  Outcome,
+  RenderFn,
+  RenderResult,
+  Logger,
+  QueueStatus,
+  WireResult,
+  ResultAnswer,
+} from './types.js';
+export { consoleLogger, silentLogger } from './types.js';
+export { backoffDelay, type BackoffPolicy } from './backoff.js';
+export { CircuitBreaker, type BreakerOptions, type BreakerState } from './breaker.js';
+export { systemClock, Waker, type Clock, type Timer } from './clock.js';
+export {
+  WebhookReceiver,
+  WebhookVerifier,
+  type WebhookReceiverOptions,
+  type WebhookDelivery,
+} from './webhookReceiver.js';
+export type { MqttWakeOptions } from './mqttWake.js';
+export { fetchRenderer, type FetchRendererOptions } from './renderers/fetchRenderer.js';
+// Loads playwright-core and @sparticuz/chromium only when called: both stay optional.
+export { chromiumRenderer, type ChromiumRendererOptions } from './renderers/chromium.js';

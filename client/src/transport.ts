@@ -1,0 +1,73 @@
+// The client's only way to the server: JSON POSTs with basic auth over one undici pool. It answers
+// status, headers and parsed JSON; a network error or timeout throws (the caller decides what that
+// means for the breaker).
+import { Agent, type Dispatcher } from 'undici';
+
+export interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  json: unknown;
+}
+
+export interface TransportOptions {
+  url: string;
+  username: string;
+  password: string;
+  /** Headers and body must each arrive within this; a hung server is a network error, not a hang. */
+  requestTimeoutMs: number;
+  /** Injected for tests or for a proxy; the client closes only an agent it made. */
+  dispatcher?: Dispatcher;
+}
+
+export class Transport {
+  private readonly base: URL;
+  private readonly auth: string;
+  private readonly dispatcher: Dispatcher;
+  private readonly ownsDispatcher: boolean;
+
+  constructor(private readonly opts: TransportOptions) {
+    this.base = new URL(opts.url.endsWith('/') ? opts.url : opts.url + '/');
+    if (this.base.protocol !== 'http:' && this.base.protocol !== 'https:')
+      throw new TypeError(`url must be http(s), not ${this.base.protocol}`);
+    this.auth = 'Basic ' + Buffer.from(`${opts.username}:${opts.password}`).toString('base64');
+    this.ownsDispatcher = !opts.dispatcher;
+    this.dispatcher =
+      opts.dispatcher ??
+      new Agent({ keepAliveTimeout: 10_000, connections: 8, connectTimeout: opts.requestTimeoutMs });
+  }
+
+  /** The server origin and path prefix, for log lines. */
+  where(): string {
+    return this.base.href.replace(/\/$/, '');
+  }
+
+  async post(path: string, body: unknown): Promise<Answer> {
+    const target = new URL(path.replace(/^\//, ''), this.base);
+    const payload = JSON.stringify(body);
+    const r = await this.dispatcher.request({
+      origin: target.origin,
+      path: target.pathname + target.search,
+      method: 'POST',
+      headers: {
+        authorization: this.auth,
+        'content-type': 'application/json',
+        'content-length': String(Buffer.byteLength(payload)),
+      },
+      body: payload,
+      headersTimeout: this.opts.requestTimeoutMs,
+      bodyTimeout: this.opts.requestTimeoutMs,
+    });
+    const text = await r.body.text();
+    let json: unknown = undefined;
+    try {
+      json = text ? JSON.parse(text) : undefined;
+    } catch {
+      json = undefined;
+    }
+    return { status: r.statusCode, headers: r.headers, json };
+  }
+
+  async close(): Promise<void> {
+    if (this.ownsDispatcher) await this.dispatcher.close();
+  }
+}

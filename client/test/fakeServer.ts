@@ -1,0 +1,93 @@
+// A fake queue-keeper on 127.0.0.1 that speaks just enough of API.md for the client: it records every
+// request (with the fake clock's time) and answers from a handler the test sets.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { FakeClock } from './fakeClock.js';
+import type { Job, WireResult } from '../src/types.js';
+
+export interface Seen {
+  path: string;
+  at: number;
+  auth: string | undefined;
+  body: { results?: WireResult[]; limit?: number; queues?: string[] };
+}
+
+export interface Reply {
+  status?: number;
+  queueStatus?: string;
+  json?: unknown;
+  /** Drop the connection without answering (a lost answer). */
+  destroy?: boolean;
+}
+
+export type Handler = (req: Seen, index: number) => Reply | Promise<Reply>;
+
+/** Accepts every result; hands out no jobs. */
+export function acceptAll(req: Seen): { results: unknown[] } {
+  return {
+    results: (req.body.results ?? []).map((r) => ({ id: r.id, accepted: true, nextRenderTime: 0 })),
+  };
+}
+
+export class FakeFleetServer {
+  readonly seen: Seen[] = [];
+  handler: Handler = (req) => ({ queueStatus: 'empty', json: { ...acceptAll(req), jobs: [] } });
+  private server: http.Server | null = null;
+  url = '';
+  /** The server's clock minus the client's (its Date header and job expiries follow it). */
+  offsetMs = 0;
+
+  constructor(private readonly clock: FakeClock) {}
+
+  async start(): Promise<string> {
+    this.server = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', async () => {
+        const text = Buffer.concat(chunks).toString('utf8');
+        const seen: Seen = {
+          path: req.url ?? '/',
+          at: this.clock.now(),
+          auth: req.headers.authorization,
+          body: text ? JSON.parse(text) : {},
+        };
+        const index = this.seen.push(seen) - 1;
+        const reply = await this.handler(seen, index);
+        if (reply.destroy) {
+          req.socket.destroy();
+          return;
+        }
+        const headers: Record<string, string> = {
+          'content-type': 'application/json',
+          date: new Date(this.clock.now() + this.offsetMs).toUTCString(),
+        };
+        if (reply.queueStatus) headers['x-queue-status'] = reply.queueStatus;
+        res.writeHead(reply.status ?? 200, headers).end(JSON.stringify(reply.json ?? {}));
+      });
+    });
+    await new Promise<void>((r) => this.server!.listen(0, '127.0.0.1', r));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this.url;
+  }
+
+  async stop(): Promise<void> {
+    const s = this.server;
+    if (!s) return;
+    await new Promise<void>((r) => {
+      s.close(() => r());
+      s.closeAllConnections();
+    });
+  }
+
+  /** A job whose lease lasts `leaseMs` from now on the fake clock. */
+  job(id: string, leaseMs = 600_000, queue = 'product'): Job {
+    return {
+      id,
+      url: id,
+      queue,
+      isFromSitemap: true,
+      expiresAt: this.clock.now() + this.offsetMs + leaseMs,
+      leaseToken: `tok-${id}`,
+    };
+  }
+}
