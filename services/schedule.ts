@@ -2,15 +2,16 @@
 // fails if another source file names the table). Rules live in util/scheduleRules.ts; this file reads
 // rows, applies a rule and writes the whole row back.
 import { HttpError } from '../util/httpError.js';
-import { toScheduleRow, type ScheduleRow } from '../util/scheduleRules.js';
+import { sameSchedule, toScheduleRow, type ScheduleRow } from '../util/scheduleRules.js';
 import {
   ScheduleWrites,
   type ResultApplied,
   type ResultWrite,
   type ScheduleStore,
+  type ScheduleWrite,
 } from '../util/scheduleWrites.js';
 import { config } from './config.js';
-import { table, transaction, type HarperTable, type SubscriptionEvent } from './harper.js';
+import { log, table, transaction, type HarperTable, type SubscriptionEvent } from './harper.js';
 import { withKeyLocks } from './storeLock.js';
 
 export type { ResultApplied, ResultWrite } from '../util/scheduleWrites.js';
@@ -49,14 +50,45 @@ const store: ScheduleStore = {
       throw new HttpError(503, 'busy', 'another write of the same targets is still running; retry shortly');
     return r.value;
   },
-  commit: (writes) =>
-    transaction(async (txn) => {
+  commit: async (writes) => {
+    await transaction(async (txn) => {
       for (const w of writes) {
         if (w.row) await schedule().put(w.key, toRecord(w.row), txn);
         else await schedule().delete(w.key, txn);
       }
-    }),
+    });
+    await untilVisible(writes);
+  },
 };
+
+/** How long a commit may take to become readable before the locks are let go anyway (logged). */
+const VISIBLE_WAIT_MS = 2000;
+
+/**
+ * Waits until this thread reads what a commit wrote, before the chunk's locks are released: the next
+ * holder of a key must read the committed row, or its read-decide-write could undo this one (a result
+ * reading a row the delete before it had just removed would put it back). Normally the first check
+ * passes; it costs one point read per key.
+ */
+async function untilVisible(writes: readonly ScheduleWrite[]): Promise<void> {
+  const store = schedule().primaryStore;
+  const deadline = Date.now() + VISIBLE_WAIT_MS;
+  for (let attempt = 0; ; attempt++) {
+    store.resetReadTxn?.();
+    const pending = writes.filter((w) => {
+      const now = readRow(w.key);
+      return w.row ? now === undefined || !sameSchedule(now, w.row) : now !== undefined;
+    });
+    if (pending.length === 0) return;
+    if (Date.now() >= deadline) {
+      log.warn(
+        `schedule: ${pending.length} committed write(s) not readable after ${VISIBLE_WAIT_MS} ms; unlocking`,
+      );
+      return;
+    }
+    await new Promise((r) => setTimeout(r, attempt < 5 ? 0 : 1));
+  }
+}
 
 const writes = new ScheduleWrites(store, config);
 
