@@ -256,8 +256,9 @@ async function deleterLoop(c: Conn) {
     await sleep(300);
     const urls = new Set<string>();
     const leased = [...inFlight.keys()];
-    while (urls.size < DELETE_BATCH / 2 && leased.length) urls.add(pick(leased));
-    while (urls.size < DELETE_BATCH && universe.length) urls.add(pick(universe));
+    // Both arrays hold distinct urls, so each loop ends (its bound never exceeds what it can reach).
+    while (urls.size < Math.min(DELETE_BATCH / 2, leased.length)) urls.add(pick(leased));
+    while (urls.size < Math.min(DELETE_BATCH, universe.length)) urls.add(pick(universe));
     const list = [...urls];
     const sent = Date.now();
     counts.deletes++;
