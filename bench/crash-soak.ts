@@ -159,10 +159,29 @@ let leasedAtKill = new Set<string>();
 /** Results whose answer the crash swallowed, per fleet user, resent once after the restart. */
 const unanswered = new Map<string, Array<{ grant: Grant; result: Record<string, unknown> }>>();
 
+/** The last events of each url (kind, send, end, answer, process number), printed with a violation. */
+const HISTORY = 16;
+const history = new Map<string, Array<[string, number, number, string, number]>>();
+let epoch = 0;
+function remember(url: string, kind: string, sent: number, end: number, answer: string) {
+  let h = history.get(url);
+  if (!h) history.set(url, (h = []));
+  h.push([kind, sent, end, answer, epoch]);
+  if (h.length > HISTORY) h.shift();
+}
+
 const violations: Array<Record<string, unknown>> = [];
+/** A violation that persists is found again by every later check: reported once, counted once. */
+const reported = new Set<string>();
 function violation(kind: string, details: Record<string, unknown>) {
+  const url = typeof details.url === 'string' ? details.url : undefined;
+  const id = url ? `${kind} ${url}` : undefined;
+  if (id && reported.has(id)) return;
+  if (id) reported.add(id);
   violations.push({ kind, at: new Date().toISOString(), ...details });
-  console.log(JSON.stringify({ violation: kind, ...details }));
+  console.log(
+    JSON.stringify({ violation: kind, ...details, ...(url ? { history: history.get(url) ?? [] } : {}) }),
+  );
 }
 
 const counts = {
@@ -213,13 +232,17 @@ async function file(c: Conn, targets: Array<{ url: string; dueAt?: number }>): P
       const e = entry(t.url);
       e.fileEnd = Math.max(e.fileEnd, end);
       if (r.status === 200 && !rejected.has(i)) e.fileAckSent = Math.max(e.fileAckSent, sent);
+      remember(t.url, t.dueAt === undefined ? 'file' : 'file-due', sent, end, String(r.status));
     });
     if (r.status === 200) counts.filedUrls += targets.length - rejected.size;
     return r.status === 200;
   } catch {
     const end = Date.now();
     counts.requestErrors++;
-    for (const t of targets) entry(t.url).fileEnd = Math.max(entry(t.url).fileEnd, end);
+    for (const t of targets) {
+      entry(t.url).fileEnd = Math.max(entry(t.url).fileEnd, end);
+      remember(t.url, 'file', sent, end, 'no answer');
+    }
     return false;
   }
 }
@@ -269,12 +292,16 @@ async function deleterLoop(c: Conn) {
         const e = entry(u);
         e.delEnd = Math.max(e.delEnd, end);
         if (r.status === 200) e.delAckSent = Math.max(e.delAckSent, sent);
+        remember(u, 'delete', sent, end, String(r.status));
       }
       if (r.status === 200) counts.deletedUrls += Number(r.json?.deleted ?? 0);
     } catch {
       const end = Date.now();
       counts.requestErrors++;
-      for (const u of list) entry(u).delEnd = Math.max(entry(u).delEnd, end);
+      for (const u of list) {
+        entry(u).delEnd = Math.max(entry(u).delEnd, end);
+        remember(u, 'delete', sent, end, 'no answer');
+      }
     }
   }
 }
@@ -288,6 +315,7 @@ function recordGrant(
   expiresAt: number,
 ) {
   const g: Grant = { url, token, user, sent, recv, expiresAt, results: [] };
+  remember(url, `grant ${token} ${user}`, sent, recv, `expires ${expiresAt}`);
   let list = epochGrants.get(url);
   if (!list) epochGrants.set(url, (list = []));
   list.push(g);
@@ -314,6 +342,7 @@ async function claim(c: Conn, user: string, limit: number): Promise<Grant[] | nu
 /** Records a result's answer in the ledger (I1, I2) and on its grant (I5). */
 function noteResult(g: Grant, rec: ResultRecord) {
   g.results.push(rec);
+  remember(g.url, `${rec.outcome} ${g.token}`, rec.sent, Date.now(), rec.state);
   const e = entry(g.url);
   if (rec.outcome === 'rendered') {
     if (rec.state === 'acc') e.renderAckSent = Math.max(e.renderAckSent, rec.sent);
@@ -463,6 +492,7 @@ async function fleetLoop(c: Conn, impostor: Conn, user: string) {
 
 /** Spawns Harper on `root` while one probe claims from the first instant; ms spawn → first grant. */
 async function restart(root: string, probe: Conn, measure: boolean) {
+  epoch++;
   const spawnAt = performance.now();
   let up: HarperInstance | undefined;
   let failed: unknown;
@@ -754,6 +784,7 @@ try {
     const loadMs = 300 + Math.random() * 9700;
     await sleep(loadMs);
     const loadAtKill = loadavg();
+    const killedAt = Date.now();
     await h.kill();
     kills++;
     stopLoad = true;
@@ -794,6 +825,7 @@ try {
       restart: restarts,
       kill: kills,
       loadMsBeforeKill: Math.round(loadMs),
+      killedAt,
       firstGrantMs: r.firstGrantMs,
       readyMs: r.readyMs,
       ...check,
