@@ -250,3 +250,28 @@ export async function claimCounters(h: HarperInstance) {
     wedged: pick('queue_keeper_claim_wedged_total'),
   };
 }
+
+/** One keep-alive connection for any method (DELETE included); a dead server rejects. */
+export function jsonClient(h: HarperInstance, who: Credentials) {
+  const client = new Client(h.url, { pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000 });
+  const authorization = basicAuth(who);
+  return {
+    send: async (method: 'POST' | 'DELETE', path: string, body: unknown) => {
+      const r = await client.request({
+        path,
+        method,
+        headers: { authorization, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      const text = await r.body.text();
+      let json: unknown = undefined;
+      try {
+        json = text ? JSON.parse(text) : undefined;
+      } catch {
+        json = undefined;
+      }
+      return { status: r.statusCode, json, text };
+    },
+    close: () => client.close(),
+  };
+}
