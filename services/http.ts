@@ -190,41 +190,67 @@ function tooLarge(limit: number): HttpError {
 }
 
 /**
+ * A refused body up to this size is read to its end (and dropped) before the 413 goes out, so the
+ * client finishes sending and reads the answer instead of meeting a closed socket (EPIPE) mid-upload.
+ * Past it the answer goes out at once and the connection is closed under the rest.
+ */
+const DRAIN_REFUSED_BYTES = 64 << 20;
+
+/**
  * Reads the body up to `limit` bytes. Over the limit (declared, or counted while a chunked body arrives)
- * nothing more is buffered: the rest is read and discarded so the socket is never left half-read, and the
- * 413 is answered with `connection: close`, so a client streaming without end is cut off after the answer.
- * Never iterates the stream with `for await`: leaving that loop early destroys the socket under the answer.
+ * nothing more is buffered: the rest is read and discarded (up to DRAIN_REFUSED_BYTES) so the socket is
+ * never left half-read, and the 413 is answered with `connection: close`, so a client streaming without
+ * end is cut off after the answer. Never iterates the stream with `for await`: leaving that loop early
+ * destroys the socket under the answer.
  */
 function readBody(nodeReq: any, limit: number): Promise<Buffer> {
   const declared = Number(nodeReq.headers?.['content-length']);
-  if (Number.isFinite(declared) && declared > limit) {
-    nodeReq.resume?.();
-    return Promise.reject(tooLarge(limit));
-  }
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     let over = false;
+    let settled = false;
+    const refuse = (): void => {
+      if (settled) return;
+      settled = true;
+      reject(tooLarge(limit));
+    };
+    if (Number.isFinite(declared) && declared > limit) {
+      over = true;
+      if (declared > DRAIN_REFUSED_BYTES) refuse();
+    }
     const onData = (c: Buffer) => {
-      if (over) return;
       size += c.length;
+      if (over) {
+        if (size > DRAIN_REFUSED_BYTES) refuse();
+        return;
+      }
       if (size > limit) {
         over = true;
         chunks.length = 0;
-        reject(tooLarge(limit));
+        if (size > DRAIN_REFUSED_BYTES) refuse();
         return;
       }
       chunks.push(c);
     };
     nodeReq.on('data', onData);
     nodeReq.once('end', () => {
-      if (!over) resolve(Buffer.concat(chunks, size));
+      if (over) refuse();
+      else if (!settled) {
+        settled = true;
+        resolve(Buffer.concat(chunks, size));
+      }
     });
     nodeReq.once('error', (e: Error) => {
-      if (!over)
-        reject(new HttpError(400, 'invalid_body', `the request body could not be read: ${e.message}`));
-      over = true;
+      if (settled) return;
+      if (over) return refuse();
+      settled = true;
+      reject(new HttpError(400, 'invalid_body', `the request body could not be read: ${e.message}`));
     });
+    nodeReq.once('close', () => {
+      if (over) refuse();
+    });
+    nodeReq.resume?.();
   });
 }
 
