@@ -38,9 +38,14 @@
 //      from another user is 409 superseded; a result of a lease of the previous process is not accepted.
 //   I8 no stranger rows: every row in the table is a url this soak filed.
 // Run: npx tsc -p tsconfig.json && node dist/bench/crash-soak.js [kills] [initialRows] [universe]
-import { Client } from 'undici';
-import { basicAuth, startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
-import { benchUrl, loadavg, machine, median, sleep, until } from './lib.js';
+import {
+  ADMIN_PASS,
+  ADMIN_USER,
+  startHarper,
+  type Credentials,
+  type HarperInstance,
+} from '../test/harness.js';
+import { benchUrl, jsonClientAt, loadavg, machine, median, sleep, until } from './lib.js';
 
 const KILLS = Number(process.argv[2] ?? 50);
 const INITIAL_ROWS = Number(process.argv[3] ?? 30_000);
@@ -70,30 +75,7 @@ type Answer =
 
 /** One keep-alive connection speaking JSON; errors (the server died) reject. */
 function connection(url: string, who: Credentials | undefined) {
-  const client = new Client(url, { pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000 });
-  const authorization = who
-    ? basicAuth(who)
-    : basicAuth({ username: 'admin', password: 'admin-pass-for-tests' });
-  return {
-    send: async (method: 'POST' | 'DELETE', path: string, body: unknown) => {
-      const r = await client.request({
-        path,
-        method,
-        headers: { authorization, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      const text = await r.body.text();
-      // eslint-disable-next-line @typescript-eslint/no-explicit-any
-      let json: any = undefined;
-      try {
-        json = text ? JSON.parse(text) : undefined;
-      } catch {
-        json = undefined;
-      }
-      return { status: r.statusCode, json, text };
-    },
-    close: () => client.close(),
-  };
+  return jsonClientAt(url, who ?? { username: ADMIN_USER, password: ADMIN_PASS });
 }
 type Conn = ReturnType<typeof connection>;
 

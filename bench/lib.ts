@@ -253,7 +253,12 @@ export async function claimCounters(h: HarperInstance) {
 
 /** One keep-alive connection for any method (DELETE included); a dead server rejects. */
 export function jsonClient(h: HarperInstance, who: Credentials) {
-  const client = new Client(h.url, { pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000 });
+  return jsonClientAt(h.url, who);
+}
+
+/** jsonClient for a server known by its URL (the crash soak reconnects after every restart). */
+export function jsonClientAt(url: string, who: Credentials) {
+  const client = new Client(url, { pipelining: 1, keepAliveTimeout: 60_000, headersTimeout: 60_000 });
   const authorization = basicAuth(who);
   return {
     send: async (method: 'POST' | 'DELETE', path: string, body: unknown) => {
@@ -264,7 +269,8 @@ export function jsonClient(h: HarperInstance, who: Credentials) {
         body: JSON.stringify(body),
       });
       const text = await r.body.text();
-      let json: unknown = undefined;
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any
+      let json: any = undefined;
       try {
         json = text ? JSON.parse(text) : undefined;
       } catch {
