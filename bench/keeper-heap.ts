@@ -3,8 +3,8 @@
 // Each size is measured in its own child process, so one run's leftovers never blur the next.
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { type Classify, KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
-import { MINUTE_MS } from '../util/score.js';
+import { type Classify, KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
+import { MINUTE_MS } from '../util/keeper/score.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;

@@ -6,7 +6,7 @@
 // grants take over a dead slot of another key in place. Each round grants every key, then releases
 // every key, then moves the clock past the release grace.
 import { keyHash } from '../util/keyHash.js';
-import { LeaseTable, RELEASE_GRACE_MS } from '../util/leaseTable.js';
+import { LeaseTable, RELEASE_GRACE_MS } from '../util/leases/table.js';
 
 const MAX_LEASES = 4096;
 const ROUNDS = 200;

@@ -120,11 +120,11 @@ function stringComponent(): string {
   const schema = readFileSync(join(repoRoot, 'schema.graphql'), 'utf8');
   if (!schema.includes('  body: Blob\n')) throw new Error('schema.graphql no longer has `body: Blob`');
   writeFileSync(join(dir, 'schema.graphql'), schema.replace('  body: Blob\n', '  body: String\n'));
-  const storePath = join(dir, 'dist', 'services', 'pages.js');
+  const storePath = join(dir, 'dist', 'services', 'pages', 'store.js');
   const store = readFileSync(storePath, 'utf8');
   const blobWrite = /body: make\(Buffer\.from\(p\.body, 'utf8'\), \{[^}]*\}\),/;
   if (!blobWrite.test(store))
-    throw new Error('dist/services/pages.js no longer writes the body as this bench expects');
+    throw new Error('dist/services/pages/store.js no longer writes the body as this bench expects');
   writeFileSync(storePath, store.replace(blobWrite, 'body: p.body,'));
   return dir;
 }

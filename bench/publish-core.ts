@@ -5,11 +5,11 @@
 // check alone (keyHash + probe), keyHash alone, and the ready-set write.
 // Run: npx tsc -p tsconfig.json && node dist/bench/publish-core.js [rows=1000000] [leased=600]
 //      (add --cpu-prof --cpu-prof-dir=/tmp/qk-prof to see the same split in a profile)
-import { KeeperCore, type ScheduleRow } from '../util/keeperCore.js';
+import { KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
 import { keyHash } from '../util/keyHash.js';
-import { LeaseTable } from '../util/leaseTable.js';
-import { ReadySet } from '../util/readySet.js';
-import { MINUTE_MS } from '../util/score.js';
+import { LeaseTable } from '../util/leases/table.js';
+import { ReadySet } from '../util/handoff/readySet.js';
+import { MINUTE_MS } from '../util/keeper/score.js';
 import { summarize } from './lib.js';
 import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
 

@@ -1,4 +1,4 @@
-// What one claim candidate's point read costs inside Harper: readRow (services/schedule.ts, which the
+// What one claim candidate's point read costs inside Harper: readRow (services/schedule/store.ts, which the
 // claim calls once per candidate), the store's decoded get under it, and the raw bytes alone, timed on
 // the worker itself through a route that only a scratch copy of the component has.
 // Run: npx tsc -p tsconfig.json && node dist/bench/read-path.js

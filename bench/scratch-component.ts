@@ -55,9 +55,9 @@ import { threadId as qkThreadId } from 'node:worker_threads';
 // Times, on the worker that serves the request, the point read a claim does per candidate (readRow) and
 // the two layers under it: the store's decoded get and its raw bytes.
 const READ_PATH_ROUTE = `
-import { route as qkRoute, reply as qkReply } from './services/http.js';
-import { readRow as qkReadRow } from './services/schedule.js';
-import { table as qkTable } from './services/harper.js';
+import { route as qkRoute, reply as qkReply } from './services/http/router.js';
+import { readRow as qkReadRow } from './services/schedule/store.js';
+import { table as qkTable } from './services/runtime/harper.js';
 import { threadId as qkReadThread } from 'node:worker_threads';
 qkRoute('POST', '/prerender_admin/bench-read-path', 'admin', async (req) => {
   const { keys, reps, turnKeys } = req.body;

@@ -5,7 +5,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Ownership } from '../../util/ownership.js';
+import { Ownership } from '../../util/cluster/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
 

@@ -213,7 +213,7 @@ test('when queue-state answers 503 the console blanks every count and shows the 
         status: 503,
         contentType: 'application/json',
         headers: { 'retry-after': '5' },
-        // The shape the server sends while the keeper loads (services/api/queue.ts).
+        // The shape the server sends while the keeper loads (services/http/routes/queue.ts).
         body: JSON.stringify({
           error: 'the keeper cannot vouch for its numbers (loading)',
           code: 'unavailable',

@@ -23,7 +23,7 @@ import {
   type HarperInstance,
 } from '../harness.js';
 import { sleep, until } from '../wait.js';
-import { parseToken } from '../../util/leaseToken.js';
+import { parseToken } from '../../util/leases/token.js';
 
 let h: HarperInstance;
 let inspectorPort: number;

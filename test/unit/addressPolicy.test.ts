@@ -9,7 +9,7 @@ import {
   redactUrl,
   validateHookUrl,
   type HookUrlPolicy,
-} from '../../util/addressPolicy.js';
+} from '../../util/notify/addressPolicy.js';
 
 const PUBLIC4 = '93.184.216.34';
 const PUBLIC6 = '2606:2800:220:1:248:1893:25c8:1946';

@@ -12,7 +12,7 @@ import {
   defaultConfig,
   getPath,
   mergePartials,
-} from '../../util/configSchema.js';
+} from '../../util/config/schema.js';
 import { repoRoot } from '../harness.js';
 
 test('every SPEC §8 default is in the schema', () => {

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { classifyResponse, RateLimiter, retryDelayMs } from '../../util/deliveryPolicy.js';
+import { classifyResponse, RateLimiter, retryDelayMs } from '../../util/notify/deliveryPolicy.js';
 
 test('2xx is success; 408, 429 and 5xx retry; redirects and other 4xx fail', () => {
   for (const s of [200, 201, 202, 204, 299])

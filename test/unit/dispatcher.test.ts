@@ -3,10 +3,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Webhook } from 'standardwebhooks';
-import { defaultConfig, type QueueKeeperConfig } from '../../util/configSchema.js';
-import { Dispatcher, type DispatcherDeps, type SendOutcome, type Wake } from '../../services/dispatcher.js';
-import type { DeliveryHealth, FleetRecord, HookRecord } from '../../services/fleets.js';
-import { mintSecret } from '../../util/webhookSignature.js';
+import { defaultConfig, type QueueKeeperConfig } from '../../util/config/schema.js';
+import {
+  Dispatcher,
+  type DispatcherDeps,
+  type SendOutcome,
+  type Wake,
+} from '../../services/notify/dispatcher.js';
+import type { DeliveryHealth, FleetRecord, HookRecord } from '../../services/notify/fleets.js';
+import { mintSecret } from '../../util/notify/webhookSignature.js';
 
 interface Sent {
   url: string;
@@ -428,8 +433,8 @@ test('a temporary DNS failure (EAI_AGAIN) is retried like the network, and a del
 });
 
 test('a wake naming the longest acceptable URL, queue and fleet name is delivered within 4 KiB', async () => {
-  const { MAX_FLEET_NAME_BYTES, MAX_QUEUE_NAME_CHARS } = await import('../../util/wakeBody.js');
-  const { urlProblem, MAX_URL_BYTES } = await import('../../util/validateInput.js');
+  const { MAX_FLEET_NAME_BYTES, MAX_QUEUE_NAME_CHARS } = await import('../../util/notify/wakeBody.js');
+  const { urlProblem, MAX_URL_BYTES } = await import('../../util/http/input.js');
   const head = 'https://a.example/';
   const url = head + 'é'.repeat((MAX_URL_BYTES - head.length) / 2);
   assert.equal(Buffer.byteLength(url), MAX_URL_BYTES);

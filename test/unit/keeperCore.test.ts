@@ -1,10 +1,10 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { hashUrl } from '../../util/heldRows.js';
+import { hashUrl } from '../../util/keeper/heldRows.js';
 import { keyHash } from '../../util/keyHash.js';
-import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeperCore.js';
-import { floorMinute, markOf, MINUTE_MS, score, type ScoreOptions } from '../../util/score.js';
+import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/core.js';
+import { floorMinute, markOf, MINUTE_MS, score, type ScoreOptions } from '../../util/keeper/score.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;

@@ -4,18 +4,23 @@
 // writes and events with the walk, between chunks.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { applyValues, checkPartial, defaultConfig, type QueueKeeperConfig } from '../../util/configSchema.js';
-import { KeeperSignal } from '../../util/keeperSignal.js';
-import { ReadySet } from '../../util/readySet.js';
-import { toScheduleRow, type ScheduleRow } from '../../util/scheduleRules.js';
-import { StateDoc } from '../../util/stateDoc.js';
+import {
+  applyValues,
+  checkPartial,
+  defaultConfig,
+  type QueueKeeperConfig,
+} from '../../util/config/schema.js';
+import { KeeperSignal } from '../../util/handoff/keeperSignal.js';
+import { ReadySet } from '../../util/handoff/readySet.js';
+import { toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
+import { StateDoc } from '../../util/handoff/stateDoc.js';
 import {
   KeeperService,
   RESUBSCRIBE_BACKOFF_MS,
   type EventStream,
   type ScheduleEvent,
   type ScheduleSource,
-} from '../../services/keeperService.js';
+} from '../../services/keeper/service.js';
 
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;

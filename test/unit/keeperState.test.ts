@@ -1,9 +1,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeperCore.js';
-import { latenessBin, STATE_LIST_CAP } from '../../util/keeperState.js';
-import { floorMinute, markOf, MINUTE_MS, type ScoreOptions } from '../../util/score.js';
+import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/core.js';
+import { latenessBin, STATE_LIST_CAP } from '../../util/keeper/stateCounts.js';
+import { floorMinute, markOf, MINUTE_MS, type ScoreOptions } from '../../util/keeper/score.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;

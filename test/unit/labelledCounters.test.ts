@@ -1,7 +1,7 @@
 // Labelled counters over one shared buffer: two views (two workers) add to the same series.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LabelledCounters, MAX_SERIES_KEY_BYTES } from '../../util/labelledCounters.js';
+import { LabelledCounters, MAX_SERIES_KEY_BYTES } from '../../util/metrics/labelledCounters.js';
 
 test('increments through two views of one buffer land in one series per key', () => {
   const buf = new SharedArrayBuffer(LabelledCounters.byteLength(8));

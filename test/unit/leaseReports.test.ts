@@ -1,8 +1,8 @@
 // Lease tokens that cannot be guessed, results reported once, and expiries seen once (issue 12).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LeaseTable, RELEASE_GRACE_MS, type GrantOptions } from '../../util/leaseTable.js';
-import { formatToken, nameHash, parseToken } from '../../util/leaseToken.js';
+import { LeaseTable, RELEASE_GRACE_MS, type GrantOptions } from '../../util/leases/table.js';
+import { formatToken, nameHash, parseToken } from '../../util/leases/token.js';
 
 const T0 = Date.UTC(2026, 0, 1, 10, 0, 0, 123);
 const LEASE = 600_000;

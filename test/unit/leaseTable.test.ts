@@ -8,7 +8,7 @@ import {
   RELEASE_GRACE_MS,
   type GrantOptions,
   type GrantStep,
-} from '../../util/leaseTable.js';
+} from '../../util/leases/table.js';
 import {
   BUSY,
   HEADER_WORDS,
@@ -19,8 +19,8 @@ import {
   SLOT_WORDS,
   STATE_MASK,
   fromSec,
-} from '../../util/leaseSlots.js';
-import { formatToken } from '../../util/leaseToken.js';
+} from '../../util/leases/slots.js';
+import { formatToken } from '../../util/leases/token.js';
 
 const T0 = Date.UTC(2026, 0, 1, 10, 0, 0, 123);
 const LEASE = 600_000;

@@ -1,7 +1,7 @@
 // The maintenance tick with a fake timer, a fake clock and a recording log: no sleeps, no Harper.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { MaintenanceTick, type Duty, type TickTimer } from '../../services/maintenance.js';
+import { MaintenanceTick, type Duty, type TickTimer } from '../../services/keeper/maintenance.js';
 
 class FakeTimer implements TickTimer {
   armed: Array<{ id: number; fn: () => void; ms: number }> = [];

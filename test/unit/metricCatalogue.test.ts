@@ -5,9 +5,9 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/catalogueExposition.js';
-import { METRICS, REQUEST_ENDPOINTS, type MetricDef, type MetricName } from '../../util/metricCatalogue.js';
-import { MetricStore } from '../../util/metricStore.js';
+import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/metrics/exposition.js';
+import { METRICS, REQUEST_ENDPOINTS, type MetricDef, type MetricName } from '../../util/metrics/catalogue.js';
+import { MetricStore } from '../../util/metrics/store.js';
 import { repoRoot } from '../harness.js';
 import { lintExposition, parseExposition } from '../promLint.js';
 
@@ -39,7 +39,7 @@ test('every metric the code emits is declared in the catalogue', () => {
 });
 
 test('every endpoint whose duration is measured is one of the closed endpoint list', () => {
-  const text = readFileSync(join(repoRoot, 'services', 'api', 'queue.ts'), 'utf8');
+  const text = readFileSync(join(repoRoot, 'services', 'http', 'routes', 'queue.ts'), 'utf8');
   const timed = [...text.matchAll(/timedRoute\(\s*'([a-z_]+)'/g)].map((m) => m[1]);
   assert.deepEqual(timed.sort(), [...REQUEST_ENDPOINTS].sort());
 });

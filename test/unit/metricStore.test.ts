@@ -3,14 +3,14 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Worker } from 'node:worker_threads';
-import { METRICS, type MetricDef } from '../../util/metricCatalogue.js';
-import { MetricStore } from '../../util/metricStore.js';
-import { exposition } from '../../util/prometheus.js';
+import { METRICS, type MetricDef } from '../../util/metrics/catalogue.js';
+import { MetricStore } from '../../util/metrics/store.js';
+import { exposition } from '../../util/metrics/prometheus.js';
 import { histogramTotals, parseExposition } from '../promLint.js';
 
 const CATALOGUE: Readonly<Record<string, MetricDef>> = METRICS;
-const storeUrl = new URL('../../util/metricStore.js', import.meta.url).href;
-const catalogueUrl = new URL('../../util/metricCatalogue.js', import.meta.url).href;
+const storeUrl = new URL('../../util/metrics/store.js', import.meta.url).href;
+const catalogueUrl = new URL('../../util/metrics/catalogue.js', import.meta.url).href;
 
 function store(buf: ArrayBuffer | SharedArrayBuffer = new ArrayBuffer(MetricStore.wordsFor(CATALOGUE) * 8)) {
   return new MetricStore(buf, CATALOGUE);

@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
-import { seriesNames } from '../../util/metricCatalogue.js';
+import { seriesNames } from '../../util/metrics/catalogue.js';
 import { repoRoot } from '../harness.js';
 
 const KEYWORDS = new Set(['and', 'or', 'unless', 'bool', 'offset', 'inf', 'nan']);

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { Ownership } from '../../util/ownership.js';
+import { Ownership } from '../../util/cluster/ownership.js';
 
 const keys = Array.from({ length: 30_000 }, (_, i) => `https://shop.example.com/p/${i}?v=${i % 7}`);
 

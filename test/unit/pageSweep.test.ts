@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { orphanedPages, PageWalk } from '../../util/pageSweep.js';
+import { orphanedPages, PageWalk } from '../../util/pages/sweep.js';
 
 const rows = new Set(['https://a.example.com/kept']);
 const hasRow = (url: string) => rows.has(url);

@@ -1,7 +1,7 @@
 // The exposition writer, read back through a Prometheus text-format parser and the strict reader.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { exposition } from '../../util/prometheus.js';
+import { exposition } from '../../util/metrics/prometheus.js';
 import { parseScrape } from '../promText.js';
 import { histogramTotals, parseExposition } from '../promLint.js';
 

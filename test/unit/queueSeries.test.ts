@@ -3,9 +3,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { LeaseTable } from '../../util/leaseTable.js';
-import { nameHash } from '../../util/leaseToken.js';
-import { queueNames, queueSeries, type QueueStateLateness } from '../../util/queueSeries.js';
+import { LeaseTable } from '../../util/leases/table.js';
+import { nameHash } from '../../util/leases/token.js';
+import { queueNames, queueSeries, type QueueStateLateness } from '../../util/metrics/queueSeries.js';
 
 const T0 = Date.UTC(2026, 11, 1, 12, 0, 0);
 const HOUR = 3_600_000;

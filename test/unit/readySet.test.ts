@@ -7,8 +7,8 @@ import {
   type ReadyEntry,
   type ReadyEntryInput,
   type PublishResult,
-} from '../../util/readySet.js';
-import { nameHash } from '../../util/leaseToken.js';
+} from '../../util/handoff/readySet.js';
+import { nameHash } from '../../util/leases/token.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 const MINUTE = 60_000;

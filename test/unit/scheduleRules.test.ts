@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { applyValues, checkPartial, defaultConfig } from '../../util/configSchema.js';
+import { applyValues, checkPartial, defaultConfig } from '../../util/config/schema.js';
 import {
   afterFailure,
   afterSuccess,
@@ -14,7 +14,7 @@ import {
   spreadDue,
   upsertTarget,
   type ScheduleRow,
-} from '../../util/scheduleRules.js';
+} from '../../util/schedule/rules.js';
 
 const MIN = 60_000;
 const HOUR = 3_600_000;

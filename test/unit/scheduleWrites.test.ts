@@ -4,9 +4,9 @@
 // removed): there the lost update happens, so the scenario itself can tell a racy writer from a safe one.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { defaultConfig } from '../../util/configSchema.js';
-import type { ScheduleRow } from '../../util/scheduleRules.js';
-import { ScheduleWrites, type ScheduleStore, type ScheduleWrite } from '../../util/scheduleWrites.js';
+import { defaultConfig } from '../../util/config/schema.js';
+import type { ScheduleRow } from '../../util/schedule/rules.js';
+import { ScheduleWrites, type ScheduleStore, type ScheduleWrite } from '../../util/schedule/writes.js';
 
 const NOW = Date.UTC(2026, 0, 1, 12, 0, 0);
 const cfg = () => defaultConfig();

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
-import { openSecret, parseSealKey, sealSecret, SealError } from '../../util/secretSeal.js';
+import { openSecret, parseSealKey, sealSecret, SealError } from '../../util/notify/secretSeal.js';
 
 const key = randomBytes(32);
 

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { defaultConfig } from '../../util/configSchema.js';
+import { defaultConfig } from '../../util/config/schema.js';
 import {
   backoffAfter,
   canReceive,
@@ -22,7 +22,7 @@ import {
   type StallConfig,
   type StallInputs,
   type StallPlan,
-} from '../../util/stallRules.js';
+} from '../../util/stall/rules.js';
 
 const SEC = 1000;
 const MIN = 60_000;

@@ -33,27 +33,27 @@ function namers(pattern: RegExp): string[] {
 }
 
 test('only the schedule owner reads or writes RenderSchedule', () => {
-  assert.deepEqual(namers(/RenderSchedule|['"]render_schedule['"]/), ['services/schedule.ts']);
+  assert.deepEqual(namers(/RenderSchedule|['"]render_schedule['"]/), ['services/schedule/store.ts']);
 });
 
 test('only the fleets module reads or writes Fleet and NotifyHook', () => {
-  assert.deepEqual(namers(/['"](Fleet|NotifyHook)['"]/), ['services/fleets.ts']);
+  assert.deepEqual(namers(/['"](Fleet|NotifyHook)['"]/), ['services/notify/fleets.ts']);
 });
 
 test('only the stall ledger reads or writes QueueStallNudge', () => {
-  assert.deepEqual(namers(/['"]QueueStallNudge['"]/), ['services/stallLedger.ts']);
+  assert.deepEqual(namers(/['"]QueueStallNudge['"]/), ['services/stall/ledger.ts']);
 });
 
 test('only the due-summary module reads or writes QueueDueSummary', () => {
-  assert.deepEqual(namers(/['"]QueueDueSummary['"]/), ['services/dueSummaries.ts']);
+  assert.deepEqual(namers(/['"]QueueDueSummary['"]/), ['services/stall/dueSummaries.ts']);
 });
 
 test('the check itself sees a file that names the table', () => {
   // Guard against a test that cannot fail: the owner must be found by the same scan.
-  assert.ok(all.some((f) => f.endsWith(join('services', 'schedule.ts'))));
+  assert.ok(all.some((f) => f.endsWith(join('services', 'schedule', 'store.ts'))));
   assert.ok(namers(/RenderSchedule/).length >= 1);
 });
 
 test('only the page store reads or writes RenderedPage', () => {
-  assert.deepEqual(namers(/['"]RenderedPage['"]/), ['services/pages.ts']);
+  assert.deepEqual(namers(/['"]RenderedPage['"]/), ['services/pages/store.ts']);
 });

@@ -9,8 +9,8 @@ import {
   checkUrlList,
   checkSingleUrl,
   urlProblem,
-} from '../../util/validateInput.js';
-import { HttpError } from '../../util/httpError.js';
+} from '../../util/http/input.js';
+import { HttpError } from '../../util/http/errors.js';
 
 const NOW = Date.UTC(2026, 11, 1);
 const YEAR = 365.25 * 86_400_000;

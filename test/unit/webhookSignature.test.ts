@@ -10,7 +10,7 @@ import {
   secretKey,
   signatureHeader,
   webhookHeaders,
-} from '../../util/webhookSignature.js';
+} from '../../util/notify/webhookSignature.js';
 
 // The example from the Standard Webhooks specification.
 const VECTOR = {

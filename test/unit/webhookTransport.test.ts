@@ -8,10 +8,10 @@ import http from 'node:http';
 import https from 'node:https';
 import net, { isIP, type AddressInfo, type LookupFunction } from 'node:net';
 import { Webhook } from 'standardwebhooks';
-import { parseAllowList, validateHookHost, type HostPolicy } from '../../util/addressPolicy.js';
-import { classifyResponse } from '../../util/deliveryPolicy.js';
-import { mintSecret, webhookHeaders } from '../../util/webhookSignature.js';
-import { createPinnedAgent, deliver, type PinnedAgentOptions } from '../../services/webhookTransport.js';
+import { parseAllowList, validateHookHost, type HostPolicy } from '../../util/notify/addressPolicy.js';
+import { classifyResponse } from '../../util/notify/deliveryPolicy.js';
+import { mintSecret, webhookHeaders } from '../../util/notify/webhookSignature.js';
+import { createPinnedAgent, deliver, type PinnedAgentOptions } from '../../services/notify/transport.js';
 
 // ---------------------------------------------------------------- the no-packet guard
 

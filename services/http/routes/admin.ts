@@ -1,0 +1,96 @@
+// Operator endpoints of the foundation: config, revalidate, explain, health, pause and resume.
+import { ConfigError } from '../../../util/config/schema.js';
+import { HttpError, badRequest } from '../../../util/http/errors.js';
+import { queueOf } from '../../../util/schedule/rules.js';
+import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
+import { config, updateConfig } from '../../runtime/config.js';
+import { route, reply } from '../router.js';
+import { server } from '../../runtime/harper.js';
+import { describeHeld, nodeStatusNow } from '../../keeper/leadership.js';
+import { nodeName } from '../../cluster/nodeName.js';
+import { readRow, revalidate } from '../../schedule/store.js';
+import { leaseTable } from '../../runtime/sharedStructures.js';
+import { workersReady } from '../../runtime/sharedBuffers.js';
+import { checkPauseScope, publishStatus, setPause } from '../../status/control.js';
+
+/** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
+const MAX_IGNORED_HEADER_BYTES = 1024;
+const MAX_IGNORED_KEY_CHARS = 100;
+
+/**
+ * The `x-ignored-keys` header: each unknown key made well-formed, cut to 100 characters and
+ * percent-encoded (so a newline, a `,` or a `✓` is plain ASCII and cannot break or split the header),
+ * comma-separated, and cut at 1 KiB. `x-ignored-count` always says how many there were.
+ */
+export function ignoredKeysHeader(keys: readonly string[]): string {
+  const parts: string[] = [];
+  let bytes = 0;
+  for (const k of keys) {
+    const cut = (k as unknown as { toWellFormed(): string }).toWellFormed().slice(0, MAX_IGNORED_KEY_CHARS);
+    const enc = encodeURIComponent(cut);
+    if (bytes + enc.length + 1 > MAX_IGNORED_HEADER_BYTES) break;
+    parts.push(enc);
+    bytes += enc.length + 1;
+  }
+  return parts.join(',');
+}
+
+/** What the keeper holds for a URL (asked of worker 0 from any worker), its score and its lease. */
+async function explainExtras(url: string, now: number) {
+  const held = await describeHeld(url, now);
+  const lease = leaseTable().lookup(url, now);
+  return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
+}
+
+export function registerAdmin(): void {
+  route('GET', '/prerender_admin/health', 'admin', async () =>
+    reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
+  );
+
+  route('GET', '/prerender_admin/config', 'admin', async () => reply(config()));
+
+  route('POST', '/prerender_admin/config', 'admin', async (req) => {
+    if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
+      throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
+    try {
+      const r = await updateConfig(req.body);
+      // Built only from bounded ASCII, so nothing here can throw after the row was committed.
+      const headers: Record<string, string> = {};
+      if (r.ignoredCount > 0) {
+        headers['x-ignored-keys'] = ignoredKeysHeader(r.ignored);
+        headers['x-ignored-count'] = String(r.ignoredCount);
+      }
+      if (r.restartRequired.length) headers['x-restart-required'] = r.restartRequired.join(',');
+      return reply(r.config, 200, headers);
+    } catch (e) {
+      if (e instanceof ConfigError) throw new HttpError(400, 'invalid_config', e.message, { key: e.key });
+      throw e;
+    }
+  });
+
+  const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
+    const obj = requireObject(req.body ?? {}, ['scope']);
+    const scope = await checkPauseScope(obj.scope);
+    await setPause(scope, paused);
+    // Published at once, not at the next status sync, when it concerns this node.
+    if (scope === 'all' || scope === nodeName()) await publishStatus(nodeStatusNow(), true);
+    return reply({ scope, paused });
+  };
+  route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
+  route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
+
+  route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
+    const url = checkSingleUrl(req.body);
+    const row = await revalidate(url, Date.now());
+    if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
+    return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
+  });
+
+  route('POST', '/prerender_admin/explain', 'admin', async (req) => {
+    const url = checkSingleUrl(req.body);
+    const now = Date.now();
+    const row = readRow(url) ?? null;
+    const extras = await explainExtras(url, now);
+    return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
+  });
+}

@@ -1,0 +1,70 @@
+// The operator console (issue 7): one static page and its two assets, served from the component's web/
+// folder behind the same super_user check as every other admin endpoint. The page itself only calls the
+// existing admin endpoints (queue-state, overview, fleets, hooks, stall-ledger, pause/resume), so it
+// costs the server what those cost — never a per-row read, whatever the size of the table.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { HttpError } from '../../../util/http/errors.js';
+import { componentDir } from '../../runtime/config.js';
+import { route, type ApiResponse } from '../router.js';
+
+export const CONSOLE_PATH = '/prerender_admin/console';
+
+interface Asset {
+  file: string;
+  contentType: string;
+}
+
+const PAGE: Asset = { file: 'console.html', contentType: 'text/html; charset=utf-8' };
+
+// A fixed allow-list, looked up by exact name: the request's path never reaches the file system, so no
+// `..`, encoded slash or absolute path can name another file.
+const ASSETS: ReadonlyMap<string, Asset> = new Map([
+  ['console.js', { file: 'console.js', contentType: 'text/javascript; charset=utf-8' }],
+  ['console.css', { file: 'console.css', contentType: 'text/css; charset=utf-8' }],
+]);
+
+// The page is an admin control surface: it must not be framed (a framed pause button is a clickjacking
+// target) and it loads nothing but its own two assets and same-origin JSON.
+const PAGE_HEADERS: Record<string, string> = {
+  'cache-control': 'no-store',
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+};
+
+// Assets are revalidated on every load: they are read once per process, so after an upgrade and restart
+// a browser holding yesterday's console.js next to today's HTML would draw wrong panels.
+const ASSET_HEADERS: Record<string, string> = {
+  'cache-control': 'no-cache',
+  'x-content-type-options': 'nosniff',
+};
+
+const cache = new Map<string, Buffer>();
+
+/** Reads a web/ file once per process; a failed read is not cached, so a fixed install recovers. */
+function load(asset: Asset): Buffer {
+  let data = cache.get(asset.file);
+  if (data === undefined) {
+    data = readFileSync(join(componentDir, 'web', asset.file));
+    cache.set(asset.file, data);
+  }
+  return data;
+}
+
+function serve(asset: Asset, headers: Record<string, string>): ApiResponse {
+  return { status: 200, headers, raw: { contentType: asset.contentType, data: load(asset) } };
+}
+
+export function registerConsole(): void {
+  route('GET', CONSOLE_PATH, 'admin', async () => serve(PAGE, PAGE_HEADERS));
+
+  route('GET', `${CONSOLE_PATH}/*`, 'admin', async (req) => {
+    const asset = req.params.length === 1 ? ASSETS.get(req.params[0]!) : undefined;
+    if (!asset) throw new HttpError(404, 'not_found', `no console asset at ${req.path}`);
+    return serve(asset, ASSET_HEADERS);
+  });
+}

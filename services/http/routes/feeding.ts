@@ -1,0 +1,56 @@
+// Feeding endpoints (API.md "Feeding"): targets, delete, discover.
+import { checkTargetsBody, checkUrlList } from '../../../util/http/input.js';
+import { route, reply } from '../router.js';
+import { deletePages } from '../../pages/store.js';
+import { deleteTargets, discoverUrls, fileTargets } from '../../schedule/store.js';
+
+// API.md: targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
+// every field set are about 20 MB, so the largest batches need URLs under ~1,500 bytes on average.
+const FEED_BODY_LIMIT = 16 << 20;
+
+export function registerFeeding(): void {
+  route(
+    'POST',
+    '/render_queue/targets',
+    'feeder',
+    async (req) => {
+      const now = Date.now();
+      const { accepted, rejected } = checkTargetsBody(req.body, now);
+      const upserted = await fileTargets(
+        accepted.map((a) => a.target),
+        now,
+      );
+      return reply({ upserted, rejected });
+    },
+    { maxBodyBytes: () => FEED_BODY_LIMIT },
+  );
+
+  route(
+    'DELETE',
+    '/render_queue/targets',
+    'feeder',
+    async (req) => {
+      const { urls, rejected } = checkUrlList(req.body);
+      const deleted = await deleteTargets(urls.map((u) => u.url));
+      // A row's page goes with it (the page sweep removes any a racing result stores after this).
+      await deletePages(urls.map((u) => u.url));
+      return reply(rejected.length ? { deleted, rejected } : { deleted });
+    },
+    { maxBodyBytes: () => FEED_BODY_LIMIT },
+  );
+
+  route(
+    'POST',
+    '/render_queue/discover',
+    'discover',
+    async (req) => {
+      const { urls, rejected } = checkUrlList(req.body);
+      const filed = await discoverUrls(
+        urls.map((u) => u.url),
+        Date.now(),
+      );
+      return reply({ filed, rejected });
+    },
+    { maxBodyBytes: () => FEED_BODY_LIMIT },
+  );
+}

@@ -1,0 +1,237 @@
+// Operator endpoints for fleets and notify hooks (API.md, SPEC §6). Bodies are closed: an unknown field
+// is a 400. A hook secret leaves the server only in the answers of create and rotate.
+import { redactUrl, validateHookUrl } from '../../../util/notify/addressPolicy.js';
+import { HttpError, badRequest, echo } from '../../../util/http/errors.js';
+import { describeType, isWellFormed, requireObject } from '../../../util/http/input.js';
+import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
+import { config } from '../../runtime/config.js';
+import {
+  CeilingExceeded,
+  FleetNotActive,
+  createFleet,
+  createHook,
+  deleteHook,
+  getFleet,
+  getHook,
+  listFleets,
+  listHooks,
+  revokeFleet,
+  rotateHook,
+  sealKey,
+  sealKeyProblem,
+  setHookEnabled,
+  type FleetRecord,
+  type HookRecord,
+} from '../../notify/fleets.js';
+import { fleetsChanged } from '../../leases/fleetScope.js';
+import { reply, route, type ApiRequest } from '../router.js';
+import { hookPolicy } from '../../notify/wakes.js';
+
+const MAX_NAME_CHARS = 200;
+/** Ids are UUIDs; anything much longer cannot name a row (and would exceed the store's key limit). */
+const MAX_ID_CHARS = 200;
+const MAX_QUEUES = 100;
+
+function fleetView(f: FleetRecord) {
+  return {
+    id: f.id,
+    name: f.name,
+    queues: f.queues,
+    state: f.state,
+    username: f.username,
+    createdAt: f.createdAt,
+    revokedAt: f.revokedAt,
+  };
+}
+
+/** What any answer may show of a hook: never a secret, and the URL's query redacted. */
+function hookView(h: HookRecord) {
+  return {
+    id: h.id,
+    fleetId: h.fleetId,
+    url: redactUrl(h.url),
+    queues: h.queues,
+    enabled: h.enabled,
+    disabledReason: h.disabledReason,
+    consecutiveFailures: h.consecutiveFailures,
+    lastStatus: h.lastStatus,
+    lastError: h.lastError,
+    lastAttemptAt: h.lastAttemptAt,
+    createdAt: h.createdAt,
+    previousSecretValidUntil: h.previousValidUntil,
+  };
+}
+
+function checkName(v: unknown, field: string): string {
+  if (typeof v !== 'string')
+    throw badRequest('invalid_' + field, `${field} must be a string, not ${describeType(v)}`);
+  if (v.trim() === '') throw badRequest('invalid_' + field, `${field} must not be empty`);
+  if (v.length > MAX_NAME_CHARS)
+    throw badRequest('invalid_' + field, `${field} must be at most ${MAX_NAME_CHARS} characters`);
+  if (!isWellFormed(v)) throw badRequest('invalid_' + field, `${field} must be well-formed Unicode`);
+  return v;
+}
+
+/** A fleet's name is sent in every wake body, so it obeys the wake's byte budget (util/notify/wakeBody.ts). */
+function checkFleetName(v: unknown): string {
+  const name = checkName(v, 'name');
+  const problem = fleetNameProblem(name);
+  if (problem) throw badRequest('invalid_name', `name ${problem}`);
+  return name;
+}
+
+/** A queue list: absent = [] (all); otherwise distinct non-empty names. */
+function checkQueues(v: unknown): string[] {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v))
+    throw badRequest('invalid_queues', `queues must be an array of queue names, not ${describeType(v)}`);
+  if (v.length > MAX_QUEUES)
+    throw badRequest('invalid_queues', `queues may name at most ${MAX_QUEUES} queues`);
+  const out: string[] = [];
+  v.forEach((q, i) => {
+    // A queue is a route name (or `unrouted`): anything longer than a route name can be names nothing.
+    if (typeof q !== 'string' || q.trim() === '' || q.length > MAX_QUEUE_NAME_CHARS || !isWellFormed(q))
+      throw badRequest(
+        'invalid_queues',
+        `queues[${i}] must be a non-empty queue name of at most ${MAX_QUEUE_NAME_CHARS} characters`,
+      );
+    if (!out.includes(q)) out.push(q);
+  });
+  return out;
+}
+
+function requireKey(): Buffer {
+  const key = sealKey();
+  if (!key)
+    throw new HttpError(
+      503,
+      'unavailable',
+      `notify hooks are unavailable: ${sealKeyProblem() ?? 'no sealing key'}`,
+    );
+  return key;
+}
+
+function oneParam(req: ApiRequest, what: string): string {
+  const id = req.params[0] ?? '';
+  if (id === '' || req.params.length !== 1 || id.length > MAX_ID_CHARS)
+    throw new HttpError(404, 'not_found', `no ${what} at ${echo(req.path)}`);
+  return id;
+}
+
+async function existingHook(req: ApiRequest): Promise<HookRecord> {
+  const id = req.params[0] ?? '';
+  const hook = id && id.length <= MAX_ID_CHARS ? await getHook(id) : undefined;
+  if (!hook) throw new HttpError(404, 'not_found', `no hook with id ${echo(id)}`);
+  return hook;
+}
+
+export function registerNotify(): void {
+  route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
+    const body = requireObject(req.body, ['name', 'queues', 'username']);
+    const name = checkFleetName(body.name);
+    const queues = checkQueues(body.queues);
+    const username =
+      body.username === undefined || body.username === null ? null : checkName(body.username, 'username');
+    const created = await createFleet({ name, queues, username }, Date.now());
+    fleetsChanged();
+    return reply(fleetView(created));
+  });
+
+  route('GET', '/prerender_admin/fleets', 'admin', async () => reply((await listFleets()).map(fleetView)));
+
+  route('DELETE', '/prerender_admin/fleets/*', 'admin', async (req) => {
+    const id = oneParam(req, 'fleet');
+    const fleet = await revokeFleet(id, Date.now());
+    fleetsChanged();
+    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(id)}`);
+    return reply(fleetView(fleet));
+  });
+
+  route('POST', '/prerender_admin/hooks', 'admin', async (req) => {
+    const key = requireKey();
+    const body = requireObject(req.body, ['fleetId', 'url', 'queues']);
+    if (typeof body.fleetId !== 'string' || body.fleetId === '')
+      throw badRequest(
+        'invalid_fleetId',
+        `fleetId must be a fleet id string, not ${describeType(body.fleetId)}`,
+      );
+    if (typeof body.url !== 'string')
+      throw badRequest('invalid_url', `url must be a string, not ${describeType(body.url)}`);
+    const queues = checkQueues(body.queues);
+    const fleet = body.fleetId.length <= MAX_ID_CHARS ? await getFleet(body.fleetId) : undefined;
+    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(body.fleetId)}`);
+    if (fleet.state !== 'active') throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
+    if (fleet.queues.length > 0) {
+      const outside = queues.find((q) => !fleet.queues.includes(q));
+      if (outside !== undefined)
+        throw badRequest(
+          'invalid_queues',
+          `queue ${echo(outside)} is not served by fleet ${echo(fleet.name)}`,
+        );
+    }
+    const verdict = await validateHookUrl(body.url, hookPolicy());
+    // A resolver that cannot answer now is our trouble, not a verdict on the URL: retry later.
+    if (!verdict.ok && verdict.transient)
+      throw new HttpError(503, 'unavailable', `url ${verdict.phrase}; try again`, undefined, {
+        'retry-after': '5',
+      });
+    // The phrase names a class ("resolves to a private address"), never the address or the query.
+    if (!verdict.ok) throw badRequest('invalid_url', `url ${verdict.phrase}`);
+    const ceiling = config().notify.maxHooksPerFleet;
+    try {
+      const { hook, secret } = await createHook(
+        { fleetId: fleet.id, url: verdict.url.href, queues },
+        ceiling,
+        key,
+        Date.now(),
+      );
+      return reply({ ...hookView(hook), secret });
+    } catch (e) {
+      if (e instanceof FleetNotActive)
+        throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
+      if (e instanceof CeilingExceeded)
+        throw new HttpError(
+          409,
+          'ceiling_exceeded',
+          ceiling === 0
+            ? 'notify hooks are switched off (notify.maxHooksPerFleet is 0)'
+            : `fleet ${JSON.stringify(fleet.name)} already has ${ceiling} hooks (notify.maxHooksPerFleet)`,
+        );
+      throw e;
+    }
+  });
+
+  route('GET', '/prerender_admin/hooks', 'admin', async (req) => {
+    requireKey();
+    const fleetId = req.query.get('fleetId');
+    return reply((await listHooks(fleetId === null || fleetId === '' ? undefined : fleetId)).map(hookView));
+  });
+
+  route('POST', '/prerender_admin/hooks/*', 'admin', async (req) => {
+    const key = requireKey();
+    const action = req.params[1];
+    if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
+      throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
+    if (req.body !== undefined) requireObject(req.body, []);
+    const hook = await existingHook(req);
+    if (action === 'rotate') {
+      const r = await rotateHook(hook.id, key, Date.now());
+      if (!r) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
+      return reply({
+        secret: r.secret,
+        previousSecretValidUntil: r.hook.previousValidUntil,
+        enabled: r.hook.enabled,
+      });
+    }
+    const next = await setHookEnabled(hook.id, action === 'enable');
+    if (!next) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
+    return reply(hookView(next));
+  });
+
+  route('DELETE', '/prerender_admin/hooks/*', 'admin', async (req) => {
+    requireKey();
+    const id = oneParam(req, 'hook');
+    if (!(await deleteHook(id))) throw new HttpError(404, 'not_found', `no hook with id ${echo(id)}`);
+    return reply({ deleted: true });
+  });
+}

@@ -1,0 +1,230 @@
+// Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
+import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
+import { stateMaxAgeMs } from '../../../util/handoff/keeperSignal.js';
+import { requireObject } from '../../../util/http/input.js';
+import {
+  applyCheckedResults,
+  callerOf,
+  checkFramedResult,
+  checkResult,
+  claim,
+  parseClaimLimit,
+  type CheckedResult,
+} from '../../leases/claims.js';
+import { config } from '../../runtime/config.js';
+import { checkReporter, claimScope, parseQueues } from '../../leases/fleetScope.js';
+import type { HarperUser } from '../../runtime/harper.js';
+import { route, reply } from '../router.js';
+import { nodeStatusNow, servingView } from '../../keeper/leadership.js';
+import { nodeName } from '../../cluster/nodeName.js';
+import { keeperSignal, leaseTable, readySet, stateDoc } from '../../runtime/sharedStructures.js';
+import { isPaused } from '../../status/control.js';
+import { leaseFigures, liveFigures } from '../../metrics/healthFigures.js';
+import { metricsText, timedRoute } from '../../metrics/values.js';
+import { PROMETHEUS_CONTENT_TYPE } from '../../../util/metrics/prometheus.js';
+
+const MAX_BATCH = 100;
+
+/** A caller's id as it may be echoed: only a string, truncated; anything else is null. */
+function echoId(id: unknown): string | null {
+  return typeof id === 'string' ? id.slice(0, MAX_ECHO_CHARS) : null;
+}
+
+/** The body's `queues` field, when the body is an object (its shape is checked by parseClaimLimit). */
+function queuesOf(body: unknown): unknown {
+  return typeof body === 'object' && body !== null ? (body as { queues?: unknown }).queues : undefined;
+}
+
+function resultBodyLimit(): number {
+  // API.md: a page of render.maxBodyBytes plus 64 KiB for the envelope and its JSON escapes; a page that
+  // escapes to more uses the raw-bytes framing. Checked before buffering (services/http/router.ts).
+  return config().render.maxBodyBytes + (64 << 10);
+}
+
+interface StateDocShape {
+  now: { due: number; inFlight: number; paused: boolean; status: string };
+  trust: { live: boolean; exact: boolean; phase: string; stateAt: number; maxAgeMs: number };
+}
+
+/**
+ * The state document when the keeper can vouch for it (SPEC §5): live, not stale, and a document no
+ * older than maxAgeMs; otherwise the phase to report. queue-state and the metrics answer from this one
+ * judgement.
+ */
+export function vouchedState(
+  now: number,
+): { ok: true; doc: StateDocShape; maxAgeMs: number } | { ok: false; phase: string } {
+  const read = stateDoc<StateDocShape>().read();
+  const signal = keeperSignal().read();
+  const maxAgeMs = stateMaxAgeMs(config().queue.keeper.stateInterval);
+  const fresh = read !== null && now - read.doc.trust.stateAt <= maxAgeMs;
+  if (read && fresh && signal.phase === 'live' && !servingView(now).stale)
+    return { ok: true, doc: read.doc, maxAgeMs };
+  return { ok: false, phase: read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase };
+}
+
+/**
+ * Answers a batch of results in order (job_results and next): each stands alone, a bad entry is
+ * answered `invalid` and never blocks the others; ids are echoed only as truncated strings.
+ */
+async function reportBatch(list: unknown[], user: HarperUser | undefined) {
+  const slots: Array<{ checked?: CheckedResult; invalid?: { id: string | null; error: string } }> = list.map(
+    (r: unknown) => {
+      try {
+        return { checked: checkResult(r) };
+      } catch (e) {
+        const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
+        return { invalid: { id: echoId(id), error: e instanceof HttpError ? e.message : 'invalid result' } };
+      }
+    },
+  );
+  const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
+  const answers = await applyCheckedResults(valid, callerOf(user));
+  let k = 0;
+  return slots.map((s) => {
+    if (s.invalid) return { id: s.invalid.id, accepted: false, code: 'invalid', error: s.invalid.error };
+    const a = answers[k++]!;
+    const id = echoId(a.id);
+    const dup = a.duplicate ? { duplicate: true } : {};
+    if (a.accepted) return { id, accepted: true, nextRenderTime: a.nextRenderTime, ...dup };
+    return { id, accepted: false, code: a.code, error: a.error, ...dup };
+  });
+}
+
+export function registerQueue(): void {
+  timedRoute('claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
+    const limit = parseClaimLimit(req.body);
+    const scope = await claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
+    const r = claim(limit, callerOf(req.user), scope);
+    return reply(r.jobs, 200, { 'x-queue-status': r.status });
+  });
+
+  timedRoute(
+    'job_result',
+    'POST',
+    '/render_queue/job_result',
+    'fleet',
+    async (req) => {
+      const checked = req.rawBody
+        ? checkFramedResult(req.rawBody, req.headers.get('x-metadata-size'))
+        : checkResult(req.body);
+      await checkReporter(req.user?.username);
+      const [a] = await applyCheckedResults([checked], callerOf(req.user));
+      const dup = a!.duplicate ? { duplicate: true } : {};
+      if (!a!.accepted) {
+        const body =
+          a!.code === 'superseded'
+            ? { accepted: false, code: 'superseded', error: a!.error }
+            : { error: a!.error, code: a!.code, ...dup };
+        return reply(body, a!.status);
+      }
+      return reply({ accepted: true, nextRenderTime: a!.nextRenderTime, ...dup });
+    },
+    { maxBodyBytes: resultBodyLimit, octetStream: true },
+  );
+
+  timedRoute(
+    'job_results',
+    'POST',
+    '/render_queue/job_results',
+    'fleet',
+    async (req) => {
+      const obj = requireObject(req.body, ['results']);
+      if (!Array.isArray(obj.results) || obj.results.length < 1 || obj.results.length > MAX_BATCH)
+        throw badRequest('invalid_body', `results must be an array of 1 to ${MAX_BATCH} results`);
+      await checkReporter(req.user?.username);
+      return reply({ results: await reportBatch(obj.results, req.user) });
+    },
+    { maxBodyBytes: () => config().render.maxBatchBytes },
+  );
+
+  // Report and claim in one round trip (API.md): exactly job_results, then claim, sharing their code.
+  timedRoute(
+    'next',
+    'POST',
+    '/render_queue/next',
+    'fleet',
+    async (req) => {
+      const obj = requireObject(req.body ?? {}, ['results', 'limit', 'queues']);
+      const list = obj.results ?? [];
+      if (!Array.isArray(list) || list.length > MAX_BATCH)
+        throw badRequest('invalid_body', `results must be an array of 0 to ${MAX_BATCH} results`);
+      const limit = parseClaimLimit({ limit: obj.limit });
+      const scope = await claimScope(req.user?.username, parseQueues(obj.queues));
+      const results = list.length > 0 ? await reportBatch(list, req.user) : [];
+      const r = claim(limit, callerOf(req.user), scope);
+      return reply({ results, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
+    },
+    { maxBodyBytes: () => config().render.maxBatchBytes },
+  );
+
+  route('GET', '/prerender_admin/overview', 'admin', async () => {
+    const now = Date.now();
+    const leases = leaseTable();
+    // Reads never write: the lease figures are worker 0's last reconcile (every stateInterval).
+    const rec = leaseFigures(now);
+    const snap = readySet().snapshot();
+    const signal = keeperSignal().read();
+    const view = servingView(now);
+    const doc = stateDoc<{ trust?: { keeper?: unknown; exact?: boolean } }>().read();
+    return reply({
+      node: nodeName(),
+      status: nodeStatusNow(now),
+      paused: isPaused(),
+      leases: {
+        occupancy: rec.occupancy,
+        maxLeases: leases.maxLeases,
+        oldestLeaseExpiresAt: rec.oldestExpiresAt,
+        oldestLeaseAgeMs: rec.oldestGrantedAt === null ? null : now - rec.oldestGrantedAt,
+      },
+      ready: {
+        capacity: snap.capacity,
+        count: snap.count,
+        consumed: snap.consumed,
+        remaining: snap.remaining,
+        generation: snap.generation,
+        ageMs: snap.publishedAt === null ? null : now - snap.publishedAt,
+      },
+      keeper: {
+        phase: signal.phase,
+        live: signal.live,
+        serving: view.serving,
+        stale: view.stale,
+        dueCount: signal.dueCount,
+        complete: signal.complete,
+        heartbeatAgeMs: signal.heartbeatAt === null ? null : now - signal.heartbeatAt,
+        exact: doc?.doc.trust?.exact ?? false,
+        stats: doc?.doc.trust?.keeper ?? null,
+      },
+    });
+  });
+
+  route('GET', '/prerender_admin/queue-state', 'admin', async () => {
+    const now = Date.now();
+    const state = vouchedState(now);
+    if (!state.ok) {
+      return reply(
+        {
+          error: `the keeper cannot vouch for its numbers (${state.phase})`,
+          code: 'unavailable',
+          now: {
+            inFlight: leaseFigures(now).occupancy,
+            paused: isPaused(),
+            status: nodeStatusNow(now),
+          },
+          trust: { live: false, exact: false, phase: state.phase },
+        },
+        503,
+        { 'retry-after': '5' },
+      );
+    }
+    const { doc, maxAgeMs } = state;
+    return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
+  });
+
+  route('GET', '/prerender_admin/metrics', 'admin', async () => {
+    const now = Date.now();
+    const text = metricsText(liveFigures(now, vouchedState(now)));
+    return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
+  });
+}

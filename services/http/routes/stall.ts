@@ -1,0 +1,23 @@
+// Operator view of the stall ledger (API.md): which (fleet, queue) pairs have been woken for a stall,
+// how often since the stall began or last progressed, and when last.
+import { route, reply } from '../router.js';
+import { readLedger } from '../../stall/ledger.js';
+
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+export function registerStall(): void {
+  route('GET', '/prerender_admin/stall-ledger', 'admin', async () => {
+    const rows = await readLedger();
+    rows.sort((a, b) => compareText(a.fleetId, b.fleetId) || compareText(a.queue, b.queue));
+    return reply(
+      rows.map((r) => ({
+        fleetId: r.fleetId,
+        queue: r.queue,
+        nudges: r.nudges,
+        lastNudgedAt: r.lastNudgedAt,
+      })),
+    );
+  });
+}

@@ -1,0 +1,111 @@
+// Which queues a user may claim from (API.md "Fleet-bound users"): a user named as the `username` of an
+// active fleet claims only from that fleet's queues; the user of a revoked fleet claims nothing (403
+// fleet_revoked); a user bound to no fleet claims from every queue. Fleets change rarely and a claim
+// must not read a table, so each worker keeps the bindings for a second.
+import { HttpError } from '../../util/http/errors.js';
+import { listFleets, type FleetRecord } from '../notify/fleets.js';
+import { sharedBuffer } from '../runtime/sharedBuffers.js';
+
+/** How long a worker trusts its copy of the fleet bindings: a revoke takes effect within this. */
+const BINDINGS_TTL_MS = 1000;
+
+/** null: every queue. */
+export type QueueScope = ReadonlySet<string> | null;
+
+interface Binding {
+  active: FleetRecord[];
+  revoked: boolean;
+}
+
+let cached: { at: number; version: number; byUser: Map<string, Binding> } | null = null;
+let loading: Promise<Map<string, Binding>> | null = null;
+
+/**
+ * A process-wide count of fleet changes made on this node: a create or revoke on any worker is seen by
+ * every worker's next claim at once. Changes replicated from other nodes wait out the TTL.
+ */
+function versionWord(): Int32Array {
+  return new Int32Array(sharedBuffer('fleet-version', 8).buffer, 0, 1);
+}
+
+async function bindings(now: number): Promise<Map<string, Binding>> {
+  const version = Atomics.load(versionWord(), 0);
+  if (cached && cached.version === version && now - cached.at < BINDINGS_TTL_MS) return cached.byUser;
+  loading ??= listFleets()
+    .then((fleets) => {
+      const byUser = new Map<string, Binding>();
+      for (const f of fleets) {
+        if (!f.username) continue;
+        const b = byUser.get(f.username) ?? { active: [], revoked: false };
+        if (f.state === 'active') b.active.push(f);
+        else b.revoked = true;
+        byUser.set(f.username, b);
+      }
+      cached = { at: Date.now(), version, byUser };
+      return byUser;
+    })
+    .finally(() => {
+      loading = null;
+    });
+  return loading;
+}
+
+/** A fleet was created or revoked here: every worker of this node reloads its bindings on its next claim. */
+export function fleetsChanged(): void {
+  Atomics.add(versionWord(), 0, 1);
+  cached = null;
+}
+
+const MAX_QUEUES = 100;
+const MAX_QUEUE_CHARS = 200;
+
+/** The body's `queues` narrowing: undefined when absent; a 400 when malformed. */
+export function parseQueues(value: unknown): string[] | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (
+    !Array.isArray(value) ||
+    value.length === 0 ||
+    value.length > MAX_QUEUES ||
+    value.some((q) => typeof q !== 'string' || q.length === 0 || q.length > MAX_QUEUE_CHARS)
+  )
+    throw new HttpError(
+      400,
+      'invalid_queues',
+      `queues must be a non-empty array of at most ${MAX_QUEUES} queue names (strings of 1 to ${MAX_QUEUE_CHARS} characters)`,
+    );
+  return value as string[];
+}
+
+/**
+ * The queues `username` may claim from, narrowed by the body's `queues`. Throws 403 fleet_revoked for
+ * the user of a revoked fleet (and no active one), 400 invalid_queues for a queue outside the scope.
+ */
+export async function claimScope(
+  username: string | undefined,
+  narrow: string[] | undefined,
+  now = Date.now(),
+): Promise<QueueScope> {
+  const b = username ? (await bindings(now)).get(username) : undefined;
+  if (b && b.active.length === 0 && b.revoked)
+    throw new HttpError(403, 'fleet_revoked', 'the fleet this user claims for has been revoked');
+  let allowed: Set<string> | null = null;
+  if (b && b.active.length > 0 && b.active.every((f) => f.queues.length > 0)) {
+    allowed = new Set(b.active.flatMap((f) => f.queues));
+  }
+  if (!narrow) return allowed;
+  if (allowed) {
+    const outside = narrow.filter((q) => !allowed.has(q));
+    if (outside.length > 0)
+      throw new HttpError(
+        400,
+        'invalid_queues',
+        `queue ${JSON.stringify(outside[0]!.slice(0, 200))} is outside this fleet's queues`,
+      );
+  }
+  return new Set(narrow);
+}
+
+/** Results: the user of a revoked fleet reports nothing (403 fleet_revoked). */
+export async function checkReporter(username: string | undefined, now = Date.now()): Promise<void> {
+  await claimScope(username, undefined, now);
+}

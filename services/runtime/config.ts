@@ -1,0 +1,284 @@
+// The effective configuration on this worker: schema defaults ← the component's options in the
+// host app's config.yaml ← runtime overrides from the replicated QueueConfigOverride table. Every worker
+// subscribes to the override table, so a POST on any worker (or node) applies everywhere, and the row
+// outlives restarts.
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml } from 'yaml';
+import {
+  applyValues,
+  changedPaths,
+  checkPartial,
+  CONFIG_KEYS,
+  defaultConfig,
+  mergePartials,
+  type QueueKeeperConfig,
+} from '../../util/config/schema.js';
+import { log, table, transaction, workerIndex } from './harper.js';
+import { withStoreLock } from './storeLock.js';
+
+export const COMPONENT_KEY = 'queue-keeper';
+const OVERRIDE_ID = 'overrides';
+
+/** The component's own directory (this file compiles to dist/services/config.js). */
+export const componentDir = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+type Listener = (next: QueueKeeperConfig, prev: QueueKeeperConfig, changed: string[]) => void;
+
+let fileOptions: Record<string, unknown> = {};
+let overrides: Record<string, unknown> = {};
+let current: QueueKeeperConfig = defaultConfig();
+const listeners: Listener[] = [];
+// Unknown keys come from callers: the set that makes each warning appear once is bounded, and a key is
+// logged as a bounded JSON string, so neither memory nor the log follows what a caller sends.
+const warnedUnknown = new Set<string>();
+const MAX_WARNED_UNKNOWN = 1000;
+const MAX_LOGGED_KEY_CHARS = 200;
+let warnedOverflow = false;
+
+/**
+ * A caller's key fit for a log line: as is when it is plain (letters, digits, `_.-[]`, at most 200),
+ * otherwise cut to 200 characters and JSON-quoted, so no newline can forge a line.
+ */
+export function loggableKey(path: string): string {
+  if (path.length <= MAX_LOGGED_KEY_CHARS && /^[\w.[\]-]+$/.test(path)) return path;
+  const cut = path.length > MAX_LOGGED_KEY_CHARS ? path.slice(0, MAX_LOGGED_KEY_CHARS) + '…' : path;
+  return JSON.stringify((cut as unknown as { toWellFormed(): string }).toWellFormed());
+}
+
+function warnUnknown(paths: string[], source: string): void {
+  // Worker 0 speaks for the node about file and stored options so the line appears once.
+  const speak = source === 'request' || workerIndex() === 0 || workerIndex() === undefined;
+  for (const p of paths) {
+    if (warnedUnknown.has(p)) continue;
+    if (warnedUnknown.size >= MAX_WARNED_UNKNOWN) {
+      if (speak && !warnedOverflow)
+        log.warn(
+          `Unknown configuration keys keep arriving (from ${source}); ${MAX_WARNED_UNKNOWN} named so far, no more are logged`,
+        );
+      warnedOverflow = true;
+      return;
+    }
+    warnedUnknown.add(p);
+    if (speak) log.warn(`Unknown configuration key ${loggableKey(p)} (from ${source}); ignored`);
+  }
+}
+
+/** Test and metrics view of the bounded warning set. */
+export function warnedUnknownCount(): number {
+  return warnedUnknown.size;
+}
+
+/** Keys of a host app's `queue-keeper:` section that tell Harper how to load the package; not ours. */
+const HARPER_LOADING_KEYS = ['package', 'install'];
+
+function readYamlSection(file: string): Record<string, unknown> {
+  if (!existsSync(file)) return {};
+  const doc = parseYaml(readFileSync(file, 'utf8')) as Record<string, unknown> | null;
+  const section = doc?.[COMPONENT_KEY];
+  if (typeof section !== 'object' || section === null) return {};
+  return Object.fromEntries(
+    Object.entries(section as Record<string, unknown>).filter(([k]) => !HARPER_LOADING_KEYS.includes(k)),
+  );
+}
+
+/**
+ * Options come from our own config.yaml and, when queue-keeper is installed as a package inside a host
+ * app (…/app/node_modules/queue-keeper), from the app's config.yaml, which wins.
+ */
+export function loadFileOptions(dir = componentDir): Record<string, unknown> {
+  let opts = readYamlSection(join(dir, 'config.yaml'));
+  const marker = `${sep}node_modules${sep}`;
+  const at = dir.lastIndexOf(marker);
+  if (at >= 0) opts = mergePartials(opts, readYamlSection(join(dir.slice(0, at), 'config.yaml')));
+  return opts;
+}
+
+/**
+ * The checked values of a stored source (config.yaml or the override row). A bad value there is logged
+ * and drops only that key, which then keeps its lower layer's value: one hand-edited or legacy entry
+ * (say a `notify.allowCidrs` of "10.0.0.0/40" stored before it was checked) cannot break hooks or take
+ * the source's other settings with it.
+ */
+function storedValues(partial: unknown, source: string): Map<string, unknown> {
+  const checked = checkPartial(partial, { lenient: true });
+  warnUnknown(checked.unknown, source);
+  for (const e of checked.errors)
+    log.error(`invalid ${COMPONENT_KEY} configuration in ${source}: ${e.message}; ignoring that key`);
+  return checked.values;
+}
+
+/** Computes the effective config from file options and overrides. */
+function compute(): QueueKeeperConfig {
+  return applyValues(
+    applyValues(defaultConfig(), storedValues(fileOptions, 'config.yaml')),
+    storedValues(overrides, 'stored overrides'),
+  );
+}
+
+function setCurrent(next: QueueKeeperConfig): void {
+  const prev = current;
+  const changed = changedPaths(prev, next);
+  current = next;
+  if (changed.length === 0) return;
+  for (const l of listeners) {
+    try {
+      l(next, prev, changed);
+    } catch (e) {
+      log.error('config listener failed', e);
+    }
+  }
+}
+
+export function config(): QueueKeeperConfig {
+  return current;
+}
+
+export function onConfigChange(l: Listener): () => void {
+  listeners.push(l);
+  return () => {
+    const i = listeners.indexOf(l);
+    if (i >= 0) listeners.splice(i, 1);
+  };
+}
+
+function overrideTable() {
+  return table('render_queue', 'QueueConfigOverride');
+}
+
+/* eslint-disable @typescript-eslint/no-explicit-any */
+async function readOverrides(txn?: any): Promise<Record<string, unknown>> {
+  const row = await overrideTable().get(OVERRIDE_ID, txn);
+  if (!row || typeof row.overrides !== 'string') return {};
+  try {
+    const v = JSON.parse(row.overrides) as unknown;
+    return typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : {};
+  } catch {
+    log.error('stored configuration overrides are not valid JSON; ignoring them');
+    return {};
+  }
+}
+/* eslint-enable @typescript-eslint/no-explicit-any */
+
+let started = false;
+
+/** Loads options and overrides, then follows the override table for changes made anywhere. */
+export async function startConfig(): Promise<void> {
+  if (started) return;
+  started = true;
+  fileOptions = loadFileOptions();
+  overrides = await readOverrides();
+  setCurrent(compute());
+  void (async () => {
+    for (;;) {
+      try {
+        const sub = await overrideTable().subscribe({ id: OVERRIDE_ID, omitCurrent: true });
+        for await (const _ev of sub) {
+          overrides = await readOverrides();
+          setCurrent(compute());
+        }
+      } catch (e) {
+        log.error('configuration override subscription failed; retrying in 5 s', e);
+      }
+      await new Promise((r) => setTimeout(r, 5000));
+      overrides = await readOverrides();
+      setCurrent(compute());
+    }
+  })();
+}
+
+export interface ConfigUpdate {
+  config: QueueKeeperConfig;
+  /** Unknown paths of the request, at most MAX_REPORTED_IGNORED of them. */
+  ignored: string[];
+  /** How many unknown paths the request had in all. */
+  ignoredCount: number;
+  restartRequired: string[];
+}
+
+/** The answer names this many ignored keys at most (their total count is always given). */
+export const MAX_REPORTED_IGNORED = 20;
+
+// Read-modify-write of the one override row runs under a process-wide lmdb lock (HARPER.md §3), so two
+// POSTs on different keys through two workers both land; without it the later put carries the earlier
+// snapshot and drops the other's key. Nodes of a cluster still race each other (last writer wins).
+const OVERRIDE_LOCK = 'config:overrides';
+const OVERRIDE_LOCK_WAIT_MS = 10_000;
+
+/** Nested partial from flattened known paths. */
+function nest(values: Map<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [path, v] of values) {
+    const parts = path.split('.');
+    let o = out;
+    for (let i = 0; i < parts.length - 1; i++) o = (o[parts[i]!] ??= {}) as Record<string, unknown>;
+    o[parts[parts.length - 1]!] = v;
+  }
+  return out;
+}
+
+/**
+ * Test hook, read per call: holds the override row's read-modify-write open this long between the read
+ * and the write, so a test can overlap two updates deterministically. Unset in production.
+ */
+function testHoldMs(): number {
+  const v = Number(process.env.QUEUE_KEEPER_TEST_CONFIG_HOLD_MS);
+  return Number.isFinite(v) && v > 0 ? Math.min(v, 5000) : 0;
+}
+
+/**
+ * Validates a nested partial against the schema, persists it merged into the stored overrides, and
+ * applies it here at once (other workers follow through their subscription). Throws ConfigError before
+ * anything is written; the read, merge and write of the override row are one atomic step per process.
+ */
+export async function updateConfig(partial: unknown): Promise<ConfigUpdate> {
+  const checked = checkPartial(partial);
+  // Keep only known paths in what we store, so an ignored key is not resurrected later.
+  const known = nest(checked.values);
+  const fileValues = checkPartial(fileOptions, { lenient: true }).values;
+  const r = await withStoreLock(
+    overrideTable().primaryStore,
+    'QueueConfigOverride',
+    OVERRIDE_LOCK,
+    OVERRIDE_LOCK_WAIT_MS,
+    () =>
+      transaction(async (txn) => {
+        // Stored keys that no longer validate are dropped here rather than failing every later update.
+        const stored = nest(checkPartial(await readOverrides(txn), { lenient: true }).values);
+        const hold = testHoldMs();
+        if (hold > 0) await new Promise((res) => setTimeout(res, hold));
+        const nextOverrides = mergePartials(stored, known);
+        // Validate the merged result as a whole before storing anything.
+        const merged = applyValues(
+          applyValues(defaultConfig(), fileValues),
+          checkPartial(nextOverrides).values,
+        );
+        await overrideTable().put(
+          OVERRIDE_ID,
+          { id: OVERRIDE_ID, overrides: JSON.stringify(nextOverrides), updatedAt: Date.now() },
+          txn,
+        );
+        return { nextOverrides, merged };
+      }),
+  );
+  if (!r.locked) throw new Error(`configuration: lock not free after ${OVERRIDE_LOCK_WAIT_MS} ms`);
+  const { nextOverrides, merged } = r.value;
+  warnUnknown(checked.unknown, 'request');
+  overrides = nextOverrides;
+  setCurrent(merged);
+  const restartRequired = CONFIG_KEYS.filter((k) => k.effect === 'restart' && checked.values.has(k.path)).map(
+    (k) => k.path,
+  );
+  return {
+    config: merged,
+    ignored: checked.unknown.slice(0, MAX_REPORTED_IGNORED),
+    ignoredCount: checked.unknown.length,
+    restartRequired,
+  };
+}
+
+/** Test hook: replace the effective config without Harper (unit tests of services). */
+export function setConfigForTests(cfg: QueueKeeperConfig): void {
+  setCurrent(cfg);
+}

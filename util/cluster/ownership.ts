@@ -1,0 +1,54 @@
+// Which node owns a row (SPEC §9): rendezvous (highest-random-weight) hashing of the URL over the node
+// names. Every node computes the same answer from the same membership with no coordination, and a
+// membership change moves only the rows of the node that left (or the share the newcomer takes).
+import { keyHash } from '../keyHash.js';
+
+/** murmur3's 32-bit finaliser: spreads every input bit over the output. */
+function mix32(x: number): number {
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x85ebca6b);
+  x ^= x >>> 13;
+  x = Math.imul(x, 0xc2b2ae35);
+  x ^= x >>> 16;
+  return x >>> 0;
+}
+
+export class Ownership {
+  /** Sorted, distinct node names. */
+  readonly nodes: readonly string[];
+  private readonly nodeHashes: ReadonlyArray<{ hi: number; lo: number }>;
+
+  constructor(
+    nodes: readonly string[],
+    readonly self: string,
+  ) {
+    this.nodes = [...new Set([...nodes, self])].sort();
+    this.nodeHashes = this.nodes.map((n) => keyHash(n));
+  }
+
+  /** The owner of `key` among the nodes. */
+  ownerOf(key: string): string {
+    if (this.nodes.length === 1) return this.nodes[0]!;
+    const h = keyHash(key);
+    let best = -1;
+    let bestIndex = 0;
+    for (let i = 0; i < this.nodes.length; i++) {
+      const n = this.nodeHashes[i]!;
+      const weight = mix32((h.lo ^ n.lo) + Math.imul(h.hi ^ n.hi, 0x9e3779b1));
+      // Ties (1 in 2^32) go to the earlier name, so every node still agrees.
+      if (weight > best) {
+        best = weight;
+        bestIndex = i;
+      }
+    }
+    return this.nodes[bestIndex]!;
+  }
+
+  owns(key: string): boolean {
+    return this.nodes.length === 1 || this.ownerOf(key) === this.self;
+  }
+
+  sameMembership(other: Ownership): boolean {
+    return this.self === other.self && this.nodes.join('\n') === other.nodes.join('\n');
+  }
+}

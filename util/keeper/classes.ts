@@ -1,0 +1,192 @@
+// The set of keeper classes: finding a row's class, unlisting classes that empty, and the due cursor
+// that keeps every class's due count exact as the clock moves. Also the heap that merges class heads.
+import { type Bucket, KeeperClass } from './class.js';
+import type { FlowLedger } from './flow.js';
+import { floorMinute, type Mark } from './score.js';
+
+const FLAVOURS = 12; // fromSitemap × verified × mark
+export const MARK_INDEX: Record<Mark, number> = { none: 0, changed: 1, urgent: 2 };
+
+const flavourOf = (fromSitemap: boolean, verified: boolean, mark: Mark): number =>
+  (fromSitemap ? 6 : 0) + (verified ? 3 : 0) + MARK_INDEX[mark];
+
+export class KeeperClasses {
+  /** Every class holding rows, in no order. */
+  list: KeeperClass[] = [];
+  // route → own interval (NaN for none) → cadence → 12 flavours
+  private registry = new Map<string, Map<number, Map<number, (KeeperClass | undefined)[]>>>();
+  /** Minute through which every class's `dueRows` is counted; null until a clock is first seen. */
+  dueCursor: number | null = null;
+  // Highest minute already counted as cameDue, so a clock that steps back and forward counts nothing twice.
+  private cameDueThrough: number | null = null;
+
+  classFor(
+    route: string,
+    own: number | null,
+    cadenceMs: number,
+    fromSitemap: boolean,
+    verified: boolean,
+    mark: Mark,
+  ): KeeperClass {
+    let byOwn = this.registry.get(route);
+    if (byOwn === undefined) this.registry.set(route, (byOwn = new Map()));
+    const ownKey = own ?? NaN; // Map keys compare NaN equal to NaN, and no finite interval is NaN
+    let byCadence = byOwn.get(ownKey);
+    if (byCadence === undefined) byOwn.set(ownKey, (byCadence = new Map()));
+    let flavours = byCadence.get(cadenceMs);
+    if (flavours === undefined) byCadence.set(cadenceMs, (flavours = new Array(FLAVOURS).fill(undefined)));
+    const index = flavourOf(fromSitemap, verified, mark);
+    let cls = flavours[index];
+    if (cls === undefined) {
+      cls = new KeeperClass(route, own, cadenceMs, fromSitemap, verified, mark);
+      cls.slot = this.list.length;
+      this.list.push(cls);
+      flavours[index] = cls;
+    }
+    return cls;
+  }
+
+  /** Bookkeeping after a row entered `bucket`. */
+  added(bucket: Bucket): void {
+    bucket.owner.added(bucket, this.dueCursor);
+  }
+
+  /** Bookkeeping after a row left `bucket`; a class left empty is unlisted. */
+  removed(bucket: Bucket): void {
+    const cls = bucket.owner;
+    cls.removed(bucket, this.dueCursor);
+    if (cls.rows === 0) this.unlist(cls);
+  }
+
+  /** Empties the set (for a rebuild) and returns the classes it held. */
+  takeAll(): KeeperClass[] {
+    const previous = this.list;
+    this.list = [];
+    this.registry = new Map();
+    return previous;
+  }
+
+  /**
+   * Moves the due cursor to `now`'s minute, keeping each class's `dueRows` exact. Forward moves count
+   * the rows passed as cameDue (returned, and recorded in `flow`); a clock stepping back only
+   * un-counts them.
+   */
+  syncDue(now: number, flow: FlowLedger): number {
+    const nowMinute = floorMinute(now);
+    if (!Number.isFinite(nowMinute)) return 0;
+    const cursor = this.dueCursor;
+    this.dueCursor = nowMinute;
+    if (cursor === null) {
+      for (const cls of this.list) cls.recountDue(nowMinute);
+      this.cameDueThrough = nowMinute;
+      return 0;
+    }
+    if (nowMinute === cursor) return 0;
+    const newFrom = Math.max(cursor, this.cameDueThrough ?? cursor);
+    let cameDue = 0;
+    for (const cls of this.list) {
+      if (nowMinute > cursor) {
+        const passed = cls.rowsBetween(cursor, nowMinute);
+        cls.dueRows += passed;
+        if (newFrom === cursor) cameDue += passed;
+        else if (nowMinute > newFrom) cameDue += cls.rowsBetween(newFrom, nowMinute);
+      } else {
+        cls.dueRows -= cls.rowsBetween(nowMinute, cursor);
+      }
+    }
+    this.cameDueThrough = Math.max(nowMinute, this.cameDueThrough ?? nowMinute);
+    flow.count(nowMinute, 'cameDue', cameDue);
+    return cameDue;
+  }
+
+  /** An empty class leaves the list, so topK and state never walk classes that hold nothing. */
+  private unlist(cls: KeeperClass): void {
+    const last = this.list.pop()!;
+    if (last !== cls) {
+      this.list[cls.slot] = last;
+      last.slot = cls.slot;
+    }
+    const flavours = this.registry
+      .get(cls.route)
+      ?.get(cls.effectiveInterval ?? NaN)
+      ?.get(cls.cadenceMs);
+    if (flavours !== undefined) flavours[flavourOf(cls.fromSitemap, cls.verified, cls.mark)] = undefined;
+  }
+}
+
+/** A binary max-heap of class heads (class, bucket index, score) on parallel arrays. */
+export class HeadHeap {
+  private readonly classes: KeeperClass[] = [];
+  private readonly at: number[] = [];
+  private readonly scores: number[] = [];
+
+  get size(): number {
+    return this.classes.length;
+  }
+
+  topClass(): KeeperClass {
+    return this.classes[0]!;
+  }
+
+  topAt(): number {
+    return this.at[0]!;
+  }
+
+  topScore(): number {
+    return this.scores[0]!;
+  }
+
+  push(cls: KeeperClass, at: number, value: number): void {
+    this.classes.push(cls);
+    this.at.push(at);
+    this.scores.push(value);
+    let i = this.classes.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (!(this.scores[parent]! < this.scores[i]!)) break;
+      this.swap(i, parent);
+      i = parent;
+    }
+  }
+
+  replaceTop(at: number, value: number): void {
+    this.at[0] = at;
+    this.scores[0] = value;
+    this.siftDown(0);
+  }
+
+  pop(): void {
+    const last = this.classes.length - 1;
+    this.swap(0, last);
+    this.classes.pop();
+    this.at.pop();
+    this.scores.pop();
+    this.siftDown(0);
+  }
+
+  private siftDown(start: number): void {
+    const n = this.classes.length;
+    let i = start;
+    for (;;) {
+      const left = 2 * i + 1;
+      if (left >= n) return;
+      const right = left + 1;
+      const child = right < n && this.scores[right]! > this.scores[left]! ? right : left;
+      if (!(this.scores[child]! > this.scores[i]!)) return;
+      this.swap(i, child);
+      i = child;
+    }
+  }
+
+  private swap(a: number, b: number): void {
+    const cls = this.classes[a]!;
+    this.classes[a] = this.classes[b]!;
+    this.classes[b] = cls;
+    const at = this.at[a]!;
+    this.at[a] = this.at[b]!;
+    this.at[b] = at;
+    const value = this.scores[a]!;
+    this.scores[a] = this.scores[b]!;
+    this.scores[b] = value;
+  }
+}

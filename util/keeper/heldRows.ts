@@ -1,0 +1,275 @@
+import { keyHash } from '../keyHash.js';
+
+// Storage for the keeper's held rows: URL → slot, and the URLs themselves packed by bucket.
+//
+// Why not a Map<string, …> plus an array per bucket: on a 2-core box a V8 Map costs ~29 B per entry and
+// ~1.6 µs per fresh insert at 1M entries, and per-bucket arrays cost ~200 B each with thousands of
+// sparse minute buckets — together well over the 170 B/row target (SPEC §10). Here a row costs a
+// 4-byte table entry (the table is kept 38–75% full, so 5–11 B), an 8-byte key slot and a 4-byte
+// stored hash, plus the URL. Neither the table nor the slot pages shrink after mass deletions; freed
+// chunks are reused by later rows.
+//
+// Every row lives at a slot `g` inside a fixed-size chunk owned by one bucket, so `g` alone names both
+// the row's bucket (through the chunk) and its place, and removal is an O(1) swap with the bucket's
+// last row. Buckets read their rows chunk by chunk, contiguously, which keeps top-K cheap.
+
+/** Rows per chunk: small enough that sparse minute buckets waste little, large enough to read in runs. */
+export const CHUNK = 8;
+const CHUNK_SHIFT = 3;
+const PAGE = 4096; // key slots per page; pages avoid re-copying one giant array as the keeper grows
+const PAGE_SHIFT = 12;
+const PAGE_MASK = PAGE - 1;
+// A table entry packs a 4-bit hash tag over `g + 1` (0 = empty). The tag spares most string compares
+// on a probe; 27 bits of slot bound the keeper at ~134M rows.
+const TAG_SHIFT = 27;
+const SLOT_MASK = (1 << TAG_SHIFT) - 1;
+const MAX_LOAD = 0.75;
+
+/** What HeldRows needs of a bucket: its row count and the chunk holding its newest rows. */
+export interface ChunkList {
+  count: number;
+  /** The partly filled chunk (or -1 when empty); older chunks follow through `chunkNext`, all full. */
+  head: number;
+}
+
+/**
+ * 32-bit FNV-1a over every UTF-16 unit from a seeded basis, then a final mix so the low bits (the
+ * probe start) spread. The seed is per keeper and random by default: the low-trust discover role can
+ * file URLs, and with a known hash it could precompute URLs that pile into one probe run. (A defence
+ * against offline crafting, not a cryptographic one.)
+ */
+export function hashUrl(url: string, seed: number): number {
+  let h = (0x811c9dc5 ^ seed ^ url.length) | 0;
+  for (let i = 0; i < url.length; i++) h = Math.imul(h ^ url.charCodeAt(i), 0x01000193);
+  h ^= h >>> 16;
+  h = Math.imul(h ^ seed, 0x85ebca6b);
+  h ^= h >>> 13;
+  return h | 0;
+}
+
+export class HeldRows<B extends ChunkList> {
+  /** Seed of `hash`; random unless a test fixes it. */
+  readonly seed: number;
+  private table = new Int32Array(1024);
+  private mask = 1023;
+  private used = 0;
+  private keyPages: string[][] = [];
+  private hashPages: Int32Array[] = [];
+  /** Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here. */
+  private leasePages: Int32Array[] = [];
+  private chunkNext = new Int32Array(512);
+  private chunkOwner: (B | null)[] = [];
+  private chunks = 0;
+  private freeChunk = -1;
+
+  constructor(seed = (Math.random() * 0x100000000) | 0) {
+    this.seed = seed | 0;
+  }
+
+  get size(): number {
+    return this.used;
+  }
+
+  hash(key: string): number {
+    return hashUrl(key, this.seed);
+  }
+
+  /** Table index of `key` (≥ 0), or the bitwise NOT of the empty index where it would go (< 0). */
+  locate(key: string, hash: number): number {
+    const tag = (hash >>> 28) & 0xf;
+    const table = this.table;
+    let i = hash & this.mask;
+    for (;;) {
+      const entry = table[i]!;
+      if (entry === 0) return ~i;
+      if (entry >>> TAG_SHIFT === tag && this.keyAt((entry & SLOT_MASK) - 1) === key) return i;
+      i = (i + 1) & this.mask;
+    }
+  }
+
+  /** The slot of the row at a found table index. */
+  slotAt(index: number): number {
+    return (this.table[index]! & SLOT_MASK) - 1;
+  }
+
+  keyAt(slot: number): string {
+    return this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+  }
+
+  hashAt(slot: number): number {
+    return this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+  }
+
+  leaseHi(slot: number): number {
+    return this.leasePages[slot >>> PAGE_SHIFT]![(slot & PAGE_MASK) << 1]!;
+  }
+
+  leaseLo(slot: number): number {
+    return this.leasePages[slot >>> PAGE_SHIFT]![((slot & PAGE_MASK) << 1) | 1]!;
+  }
+
+  private setLease(slot: number, hi: number, lo: number): void {
+    const page = this.leasePages[slot >>> PAGE_SHIFT]!;
+    const at = (slot & PAGE_MASK) << 1;
+    page[at] = hi;
+    page[at + 1] = lo;
+  }
+
+  bucketOf(slot: number): B {
+    return this.chunkOwner[slot >>> CHUNK_SHIFT]!;
+  }
+
+  nextChunk(chunk: number): number {
+    return this.chunkNext[chunk]!;
+  }
+
+  /** Rows in a bucket's head chunk (the others are full). */
+  static headFill(bucket: ChunkList): number {
+    return ((bucket.count - 1) & (CHUNK - 1)) + 1;
+  }
+
+  /** Adds a new row to `bucket`; `index` is what `locate` just returned for it (negative). */
+  insert(index: number, bucket: B, key: string, hash: number): void {
+    let at = ~index;
+    if (this.used + 1 > this.table.length * MAX_LOAD) {
+      this.rehash(this.table.length * 2);
+      at = ~this.locate(key, hash); // growing moved every index
+    }
+    const lease = keyHash(key);
+    this.table[at] = this.entry(hash, this.append(bucket, key, hash, lease.hi, lease.lo));
+    this.used++;
+  }
+
+  /** Moves the row at a found table index to `bucket`, keeping the string it was first stored with. */
+  move(index: number, bucket: B): void {
+    const slot = this.slotAt(index);
+    const key = this.keyAt(slot);
+    const hash = this.hashAt(slot);
+    const hi = this.leaseHi(slot);
+    const lo = this.leaseLo(slot);
+    this.detach(slot);
+    this.table[index] = this.entry(hash, this.append(bucket, key, hash, hi, lo));
+  }
+
+  /** Moves the row stored at `slot` to `bucket` (for walks that hold slots, not table indexes). */
+  moveSlot(slot: number, bucket: B): void {
+    this.move(this.locate(this.keyAt(slot), this.hashAt(slot)), bucket);
+  }
+
+  /** The slot of a bucket's newest row; the bucket must hold rows. */
+  static lastSlot(bucket: ChunkList): number {
+    return (bucket.head << CHUNK_SHIFT) | ((bucket.count - 1) & (CHUNK - 1));
+  }
+
+  /** Deletes the row at a found table index. */
+  delete(index: number): void {
+    this.detach(this.slotAt(index));
+    this.used--;
+    // Backward-shift deletion: later entries of the probe run move up, so lookups never need tombstones.
+    const table = this.table;
+    const mask = this.mask;
+    let hole = index;
+    let j = index;
+    table[hole] = 0;
+    for (;;) {
+      j = (j + 1) & mask;
+      const entry = table[j]!;
+      if (entry === 0) return;
+      const home = this.hashAt((entry & SLOT_MASK) - 1) & mask;
+      // The entry may fill the hole unless its home lies cyclically in (hole, j].
+      const stays = hole <= j ? home > hole && home <= j : home > hole || home <= j;
+      if (!stays) {
+        table[hole] = entry;
+        table[j] = 0;
+        hole = j;
+      }
+    }
+  }
+
+  /** Every held key, as a snapshot: callers may apply and delete while they walk it. */
+  snapshotKeys(): string[] {
+    const out: string[] = [];
+    for (const entry of this.table) if (entry !== 0) out.push(this.keyAt((entry & SLOT_MASK) - 1));
+    return out;
+  }
+
+  private entry(hash: number, slot: number): number {
+    return (((hash >>> 28) & 0xf) << TAG_SHIFT) | (slot + 1);
+  }
+
+  private append(bucket: B, key: string, hash: number, leaseHi: number, leaseLo: number): number {
+    const fill = bucket.count & (CHUNK - 1);
+    if (fill === 0) {
+      const chunk = this.newChunk(bucket);
+      this.chunkNext[chunk] = bucket.head;
+      bucket.head = chunk;
+    }
+    const slot = (bucket.head << CHUNK_SHIFT) | fill;
+    this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = key;
+    this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = hash;
+    this.setLease(slot, leaseHi, leaseLo);
+    bucket.count++;
+    return slot;
+  }
+
+  /** Takes a row out of its bucket by moving the bucket's last row into its place. */
+  private detach(slot: number): void {
+    const bucket = this.bucketOf(slot);
+    const last = HeldRows.lastSlot(bucket);
+    if (last !== slot) {
+      const moved = this.keyAt(last);
+      const movedHash = this.hashAt(last);
+      // Find the moved row's entry before its URL is copied over ours: afterwards our own entry would
+      // read the same URL and could be found first. (`moved` is the very string stored, so this probe
+      // matches by identity, never comparing contents.)
+      const movedIndex = this.locate(moved, movedHash);
+      this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = moved;
+      this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = movedHash;
+      this.setLease(slot, this.leaseHi(last), this.leaseLo(last));
+      this.table[movedIndex] = this.entry(movedHash, slot);
+    }
+    this.keyPages[last >>> PAGE_SHIFT]![last & PAGE_MASK] = ''; // let the URL go
+    bucket.count--;
+    if ((bucket.count & (CHUNK - 1)) === 0) {
+      const chunk = bucket.head;
+      bucket.head = this.chunkNext[chunk]!;
+      this.chunkNext[chunk] = this.freeChunk;
+      this.chunkOwner[chunk] = null;
+      this.freeChunk = chunk;
+    }
+  }
+
+  private newChunk(owner: B): number {
+    let chunk = this.freeChunk;
+    if (chunk >= 0) {
+      this.freeChunk = this.chunkNext[chunk]!;
+    } else {
+      chunk = this.chunks++;
+      if (chunk << CHUNK_SHIFT > SLOT_MASK - CHUNK) throw new RangeError('keeper: too many held rows');
+      if ((chunk << CHUNK_SHIFT) % PAGE === 0) {
+        this.keyPages.push(new Array<string>(PAGE).fill(''));
+        this.hashPages.push(new Int32Array(PAGE));
+        this.leasePages.push(new Int32Array(2 * PAGE));
+      }
+      if (chunk >= this.chunkNext.length) {
+        const grown = new Int32Array(this.chunkNext.length * 2);
+        grown.set(this.chunkNext);
+        this.chunkNext = grown;
+      }
+    }
+    this.chunkOwner[chunk] = owner;
+    return chunk;
+  }
+
+  private rehash(size: number): void {
+    const old = this.table;
+    this.table = new Int32Array(size);
+    this.mask = size - 1;
+    for (const entry of old) {
+      if (entry === 0) continue;
+      let i = this.hashAt((entry & SLOT_MASK) - 1) & this.mask;
+      while (this.table[i] !== 0) i = (i + 1) & this.mask;
+      this.table[i] = entry;
+    }
+  }
+}

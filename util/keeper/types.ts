@@ -1,0 +1,113 @@
+// The keeper's public shapes: what callers hand it and what it hands back. `util/keeper/core.ts` re-exports
+// all of them, so callers import from one place.
+import type { ScheduleRow as FullScheduleRow } from '../schedule/rules.js';
+import type { Mark, ScoreOptions } from './score.js';
+
+/** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
+export type ScheduleRow = Pick<
+  FullScheduleRow,
+  'cacheKey' | 'nextRenderTime' | 'fromSitemap' | 'effectiveInterval' | 'verified' | 'urgentAt' | 'changedAt'
+>;
+
+export interface Classification {
+  /** The queue name: the matching route's name, `unrouted` when none matches. */
+  route: string;
+  cadenceMs: number;
+}
+
+/** Must be a function of its arguments only: the keeper calls it again for every row on reclassify. */
+export type Classify = (url: string, effectiveInterval: number | null) => Classification;
+
+export interface KeeperOptions {
+  classify: Classify;
+  score: ScoreOptions;
+  /** Fixes the URL hash seed (tests); random by default. */
+  hashSeed?: number;
+}
+
+export interface TopEntry {
+  key: string;
+  score: number;
+  dueMs: number;
+  fromSitemap: boolean;
+  verified: boolean;
+  route: string;
+  mark: Mark;
+}
+
+export interface TopK {
+  /** Best first. Rows of equal score come in no promised order. */
+  entries: TopEntry[];
+  /** True only when every due row that was not skipped is in `entries`. */
+  complete: boolean;
+  /** Due rows passed over because `skip` said so (including any met while checking `complete`). */
+  skipped: number;
+}
+
+/** What every row of one keeper class shares. */
+export interface HeldClass {
+  readonly route: string;
+  readonly cadenceMs: number;
+  readonly fromSitemap: boolean;
+  readonly verified: boolean;
+  readonly mark: Mark;
+}
+
+/** Receives the best rows in order; for callers that copy them straight out (no entry objects). */
+export type TopVisitor = (key: string, score: number, dueMs: number, heldClass: HeldClass) => void;
+
+export interface TopWalk {
+  visited: number;
+  complete: boolean;
+  skipped: number;
+}
+
+export interface DueRow {
+  key: string;
+  dueMs: number;
+  fromSitemap: boolean;
+  verified: boolean;
+  mark: Mark;
+}
+
+export interface QueueDue {
+  due: number;
+  dueVerified: number;
+  oldestVerifiedDue: DueRow | null;
+}
+
+export interface DueSummary {
+  due: number;
+  dueVerified: number;
+  /** Every queue with held rows, due or not. */
+  byQueue: Map<string, QueueDue>;
+}
+
+export interface HeldDescription {
+  route: string;
+  cadenceMs: number;
+  fromSitemap: boolean;
+  verified: boolean;
+  mark: Mark;
+  dueMs: number;
+  score: number;
+  due: boolean;
+}
+
+/** What the keeper holds for a key, in table terms, for repair logs and `explain`. */
+export interface HeldValue {
+  /** Minute-floored, as every writer stores it. */
+  nextRenderTime: number;
+  route: string;
+  cadenceMs: number;
+  effectiveInterval: number | null;
+  fromSitemap: boolean;
+  verified: boolean;
+  mark: Mark;
+}
+
+/**
+ * The publish's skip test (leased rows cost no place). It gets the row's keyHash halves as the lease
+ * table computes them, stored with the row, so a skip need not hash the URL again.
+ */
+export type TopSkip = (key: string, leaseHashHi: number, leaseHashLo: number) => boolean;

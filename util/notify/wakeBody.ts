@@ -1,0 +1,57 @@
+// The body of a notify wake (API.md "Webhook deliveries", SPEC §6) and the name bounds that keep it
+// inside 4 KiB. A wake names one URL twice (job.id and job.url), so its size is set by the longest URL
+// we accept, and the budget left over is what queue (route) and fleet names may use. Pure.
+
+/** SPEC §6: a wake body is never larger than this. */
+export const MAX_WAKE_BODY_BYTES = 4096;
+
+/** Route names are queue names: letters, digits, '_', '.', '-' — no byte of them is JSON-escaped. */
+export const MAX_QUEUE_NAME_CHARS = 64;
+export const QUEUE_NAME = new RegExp(`^[A-Za-z0-9_.-]{1,${MAX_QUEUE_NAME_CHARS}}$`);
+
+/**
+ * Fleet names are free text for people, so they are bounded in UTF-8 bytes, with no control character
+ * and no `"` or `\` (JSON escapes exactly those, and lone surrogates, which are refused too), so their
+ * JSON form is their bytes plus two quotes.
+ *
+ * The budget: the body with a 1,900-byte URL (no escaped characters: util/http/input.ts refuses them)
+ * twice, 13-digit `dueAt` and `createdAt`, `attempt` 10 (notify.maxAttempts is at most 10), reason
+ * `requeued` and empty names is 3,971 bytes, which leaves 125 bytes for the two names: 64 + 60 = 124.
+ * test/unit/wakeBody.test.ts builds that worst case and checks it fits.
+ */
+export const MAX_FLEET_NAME_BYTES = 60;
+
+const FLEET_NAME_REFUSED = /[\u0000-\u001f\u007f-\u009f"\\]/;
+
+/** Why a fleet name is refused, or null. */
+export function fleetNameProblem(name: string): string | null {
+  if (name.trim() === '') return 'must not be empty';
+  if (!(name as unknown as { isWellFormed(): boolean }).isWellFormed())
+    return 'must be well-formed Unicode (it has a lone surrogate)';
+  if (FLEET_NAME_REFUSED.test(name)) return 'must not contain control characters, " or \\';
+  if (Buffer.byteLength(name, 'utf8') > MAX_FLEET_NAME_BYTES)
+    return `must be at most ${MAX_FLEET_NAME_BYTES} bytes of UTF-8`;
+  return null;
+}
+
+export interface WakeBodyInput {
+  reason: string;
+  queue: string;
+  fleet: string;
+  job: { id: string; url: string; dueAt: number; fromSitemap: boolean };
+  attempt: number;
+  createdAt: number;
+}
+
+/** The JSON body of one attempt, field order as API.md shows it. */
+export function wakeBody(w: WakeBodyInput): string {
+  return JSON.stringify({
+    type: 'render.ready',
+    reason: w.reason,
+    queue: w.queue,
+    fleet: w.fleet,
+    job: { id: w.job.id, url: w.job.url, dueAt: w.job.dueAt, fromSitemap: w.job.fromSitemap },
+    attempt: w.attempt,
+    createdAt: w.createdAt,
+  });
+}

@@ -1,0 +1,283 @@
+// Every scheduling rule of SPEC §1 as pure functions over plain rows. The schedule owner
+// (services/schedule/store.ts) reads a row, calls one of these, and writes the whole result back:
+// a write replaces the row, so every function returns every scheduling field explicitly.
+import type { QueueKeeperConfig, RouteConfig } from '../config/schema.js';
+
+export const MINUTE_MS = 60_000;
+
+export interface ScheduleRow {
+  cacheKey: string;
+  nextRenderTime: number;
+  fromSitemap: boolean;
+  effectiveInterval: number | null;
+  verified: boolean;
+  urgentAt: number | null;
+  changedAt: number | null;
+  strikes: number;
+  lastOutcome: string | null;
+  lastRenderedAt: number | null;
+  lastStatusCode: number | null;
+}
+
+export interface TargetInput {
+  url: string;
+  cadenceMs?: number;
+  fromSitemap?: boolean;
+  dueAt?: number;
+  changed?: boolean;
+}
+
+export type Outcome = 'rendered' | 'failed' | 'redirected' | 'non-indexable';
+
+export function floorMinute(ms: number): number {
+  return Math.floor(ms / MINUTE_MS) * MINUTE_MS;
+}
+
+/**
+ * A 52-bit FNV-1a style hash of the URL. It only spreads new rows over their cadence, so it must be
+ * deterministic (re-filing a URL lands on the same minute) and wide enough for cadences of months.
+ */
+export function spreadHash(url: string): number {
+  let h1 = 0x811c9dc5;
+  let h2 = 0x01000193 ^ 0x5bd1e995;
+  for (let i = 0; i < url.length; i++) {
+    const c = url.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 0x01000193);
+    h2 = Math.imul(h2 ^ c, 0x5bd1e995);
+  }
+  return (h1 >>> 0) * 0x100000 + ((h2 >>> 0) & 0xfffff);
+}
+
+/** The pathname used for route matching; an unparsable URL matches no route. */
+function pathnameOf(url: string): string | null {
+  try {
+    return new URL(url).pathname;
+  } catch {
+    return null;
+  }
+}
+
+export function matchRoute(url: string, routes: readonly RouteConfig[]): RouteConfig | null {
+  if (routes.length === 0) return null;
+  const path = pathnameOf(url);
+  if (path === null) return null;
+  for (const r of routes) {
+    if (r.match === 'exact' ? path === r.path : path.startsWith(r.path)) return r;
+  }
+  return null;
+}
+
+/** A row's queue: its route's name, `unrouted` when none matches. */
+export function queueOf(url: string, routes: readonly RouteConfig[]): string {
+  return matchRoute(url, routes)?.name ?? 'unrouted';
+}
+
+/** Cadence: the matching route's renderInterval, else the row's own, else render.defaultInterval. */
+export function resolveCadence(
+  url: string,
+  rowInterval: number | null | undefined,
+  config: QueueKeeperConfig,
+): number {
+  const route = matchRoute(url, config.render.routes);
+  if (route?.renderInterval) return route.renderInterval;
+  if (typeof rowInterval === 'number' && rowInterval > 0) return rowInterval;
+  return config.render.defaultInterval;
+}
+
+/** Route and cadence of a row together (one route match instead of two). */
+export function classifyUrl(
+  url: string,
+  rowInterval: number | null | undefined,
+  config: QueueKeeperConfig,
+): { route: string; cadenceMs: number } {
+  const route = matchRoute(url, config.render.routes);
+  const cadenceMs =
+    route?.renderInterval ??
+    (typeof rowInterval === 'number' && rowInterval > 0 ? rowInterval : config.render.defaultInterval);
+  return { route: route?.name ?? 'unrouted', cadenceMs };
+}
+
+/** New rows spread deterministically over one cadence so a bulk filing does not all come due at once. */
+export function spreadDue(url: string, now: number, cadenceMs: number): number {
+  return floorMinute(now + (spreadHash(url) % Math.max(1, cadenceMs)));
+}
+
+function isDueNow(row: ScheduleRow, now: number): boolean {
+  return row.nextRenderTime <= now;
+}
+
+/** Filing through /render_queue/targets (verified). */
+export function upsertTarget(
+  existing: ScheduleRow | undefined,
+  t: TargetInput,
+  now: number,
+  config: QueueKeeperConfig,
+): ScheduleRow {
+  const effectiveInterval = t.cadenceMs ?? existing?.effectiveInterval ?? null;
+  const fromSitemap = t.fromSitemap ?? existing?.fromSitemap ?? false;
+  let nextRenderTime: number;
+  let urgentAt = existing?.urgentAt ?? null;
+  let changedAt = existing?.changedAt ?? null;
+  if (!existing) {
+    nextRenderTime =
+      t.dueAt !== undefined
+        ? floorMinute(t.dueAt)
+        : spreadDue(t.url, now, resolveCadence(t.url, effectiveInterval, config));
+    if (t.dueAt !== undefined && t.dueAt <= now) urgentAt = now;
+  } else if (t.dueAt !== undefined && t.dueAt <= now) {
+    // Never demote: filing due-now keeps an earlier due time and the marks already there.
+    nextRenderTime = Math.min(existing.nextRenderTime, floorMinute(t.dueAt));
+    urgentAt = existing.urgentAt ?? now;
+  } else if (t.dueAt !== undefined) {
+    const markedDueNow =
+      isDueNow(existing, now) && (existing.urgentAt !== null || existing.changedAt !== null);
+    // A future due time is the feeder's explicit intent, except that it never pushes back a row someone
+    // asked for now (urgent or changed and already due).
+    nextRenderTime = markedDueNow ? existing.nextRenderTime : floorMinute(t.dueAt);
+    if (!markedDueNow) urgentAt = null;
+  } else {
+    nextRenderTime = existing.nextRenderTime;
+  }
+  if (t.changed) {
+    nextRenderTime = Math.min(nextRenderTime, floorMinute(now));
+    changedAt = changedAt ?? now;
+  }
+  return {
+    cacheKey: t.url,
+    nextRenderTime,
+    fromSitemap,
+    effectiveInterval,
+    verified: true,
+    urgentAt,
+    changedAt,
+    strikes: existing?.strikes ?? 0,
+    lastOutcome: existing?.lastOutcome ?? null,
+    lastRenderedAt: existing?.lastRenderedAt ?? null,
+    lastStatusCode: existing?.lastStatusCode ?? null,
+  };
+}
+
+/** Filing through /render_queue/discover: only when absent, never verified. */
+export function discoveredRow(url: string, now: number, config: QueueKeeperConfig): ScheduleRow {
+  return {
+    cacheKey: url,
+    nextRenderTime: spreadDue(url, now, resolveCadence(url, null, config)),
+    fromSitemap: false,
+    effectiveInterval: null,
+    verified: false,
+    urgentAt: null,
+    changedAt: null,
+    strikes: 0,
+    lastOutcome: null,
+    lastRenderedAt: null,
+    lastStatusCode: null,
+  };
+}
+
+/** An operator's revalidate: due now and urgent, never demoting an earlier due time. */
+export function revalidatedRow(existing: ScheduleRow, now: number): ScheduleRow {
+  return {
+    ...existing,
+    nextRenderTime: Math.min(existing.nextRenderTime, floorMinute(now)),
+    urgentAt: existing.urgentAt ?? now,
+  };
+}
+
+/** After a successful render: floorMinute(completion) + cadence; strikes reset; marks cleared. */
+export function afterSuccess(
+  existing: ScheduleRow,
+  completedAt: number,
+  outcome: Outcome,
+  statusCode: number | null,
+  config: QueueKeeperConfig,
+): ScheduleRow {
+  const cadence = resolveCadence(existing.cacheKey, existing.effectiveInterval, config);
+  return {
+    ...existing,
+    nextRenderTime: floorMinute(completedAt) + cadence,
+    urgentAt: null,
+    changedAt: null,
+    strikes: 0,
+    lastOutcome: outcome,
+    lastRenderedAt: completedAt,
+    lastStatusCode: statusCode,
+  };
+}
+
+/**
+ * Delay after the n-th consecutive failure, or null for the fast-retry lane (the row is left where it
+ * is and the lease, kept until it expires, paces the retry).
+ * max(cadence, min(cadence × factor^k × penalty, maxBackoff)), k = strikes − fastRetries − 1; the
+ * penalty applies to non-sitemap rows once k > 0 — a failing page never comes due more often than a
+ * healthy one.
+ */
+export function failureDelay(
+  strikes: number,
+  cadenceMs: number,
+  fromSitemap: boolean,
+  retry: QueueKeeperConfig['render']['failureRetry'],
+): number | null {
+  if (strikes <= retry.fastRetries) return null;
+  const k = strikes - retry.fastRetries - 1;
+  const penalty = !fromSitemap && k > 0 ? retry.nonSitemapPenalty : 1;
+  const raw = cadenceMs * Math.pow(retry.backoffFactor, k) * penalty;
+  return Math.max(cadenceMs, Math.min(raw, retry.maxBackoff));
+}
+
+export interface FailureResult {
+  row: ScheduleRow;
+  /** true: fast lane, keep the lease until it expires; false: rescheduled, release the lease. */
+  keepLease: boolean;
+}
+
+export function afterFailure(
+  existing: ScheduleRow,
+  failedAt: number,
+  statusCode: number | null,
+  config: QueueKeeperConfig,
+): FailureResult {
+  const strikes = existing.strikes + 1;
+  const cadence = resolveCadence(existing.cacheKey, existing.effectiveInterval, config);
+  const delay = failureDelay(strikes, cadence, existing.fromSitemap, config.render.failureRetry);
+  const base = { ...existing, strikes, lastOutcome: 'failed', lastStatusCode: statusCode };
+  if (delay === null) return { row: base, keepLease: true };
+  // The urgent request has been served (it failed); a changed mark stays until a render succeeds.
+  return {
+    row: { ...base, nextRenderTime: floorMinute(failedAt) + delay, urgentAt: null },
+    keepLease: false,
+  };
+}
+
+/** Normalises a stored record (frozen, possibly with missing fields) into a ScheduleRow. */
+export function toScheduleRow(key: string, v: Record<string, unknown>): ScheduleRow | undefined {
+  if (typeof v.nextRenderTime !== 'number') return undefined;
+  const num = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) ? x : null);
+  return {
+    cacheKey: key,
+    nextRenderTime: v.nextRenderTime,
+    fromSitemap: v.fromSitemap === true,
+    effectiveInterval: num(v.effectiveInterval),
+    verified: v.verified !== false,
+    urgentAt: num(v.urgentAt),
+    changedAt: num(v.changedAt),
+    strikes: num(v.strikes) ?? 0,
+    lastOutcome: typeof v.lastOutcome === 'string' ? v.lastOutcome : null,
+    lastRenderedAt: num(v.lastRenderedAt),
+    lastStatusCode: num(v.lastStatusCode),
+  };
+}
+
+export function sameSchedule(a: ScheduleRow, b: ScheduleRow): boolean {
+  return (
+    a.nextRenderTime === b.nextRenderTime &&
+    a.fromSitemap === b.fromSitemap &&
+    a.effectiveInterval === b.effectiveInterval &&
+    a.verified === b.verified &&
+    a.urgentAt === b.urgentAt &&
+    a.changedAt === b.changedAt &&
+    a.strikes === b.strikes &&
+    a.lastOutcome === b.lastOutcome &&
+    a.lastRenderedAt === b.lastRenderedAt &&
+    a.lastStatusCode === b.lastStatusCode
+  );
+}

@@ -1,0 +1,167 @@
+// Every way RenderSchedule changes, as read-decide-write steps that are atomic per key (issue 12):
+// each chunk of keys is locked, read on a fresh snapshot, decided by the rules of util/schedule/rules.ts,
+// and committed before its locks are let go. Harper has no compare-and-set and re-applies a
+// conflicting write instead of re-running the callback, so a read taken outside the lock would let
+// a delete, a result or a feeder's write that lands in between be undone by this write. The store
+// (locks, reads, the transaction) is injected; services/schedule/store.ts binds it to Harper.
+import type { QueueKeeperConfig } from '../config/schema.js';
+import {
+  afterFailure,
+  afterSuccess,
+  discoveredRow,
+  revalidatedRow,
+  upsertTarget,
+  type Outcome,
+  type ScheduleRow,
+  type TargetInput,
+} from './rules.js';
+
+/** A chunk's write: a row to put, or null to delete the key. */
+export interface ScheduleWrite {
+  key: string;
+  row: ScheduleRow | null;
+}
+
+export interface ScheduleStore {
+  /** The row as committed now (callers only read inside `locked`, after its snapshot refresh). */
+  read(key: string): ScheduleRow | undefined;
+  /**
+   * Runs `fn` holding the lock of every key (distinct, in one global order so two chunks never wait
+   * on each other), with reads refreshed after the locks were taken; `fn`'s commit completes before
+   * the locks are released.
+   */
+  locked<T>(keys: readonly string[], fn: () => Promise<T>): Promise<T>;
+  /** Commits the puts and deletes of one chunk in one transaction. */
+  commit(writes: readonly ScheduleWrite[]): Promise<void>;
+  /** Test seam: runs after a chunk's rows were read and before they are written. */
+  afterRead?: (keys: readonly string[]) => Promise<void> | void;
+}
+
+export interface ResultWrite {
+  url: string;
+  outcome: Outcome;
+  statusCode: number | null;
+  completedAt: number;
+}
+
+export type ResultApplied = { found: false } | { found: true; row: ScheduleRow; keepLease: boolean };
+
+/** A 10,000-target batch commits in chunks this large; each chunk holds its keys' locks until it commits. */
+export const WRITE_CHUNK = 1000;
+
+export class ScheduleWrites {
+  constructor(
+    private readonly store: ScheduleStore,
+    private readonly config: () => QueueKeeperConfig,
+    private readonly chunkSize = WRITE_CHUNK,
+  ) {}
+
+  /**
+   * Locks, reads and decides `keys` chunk by chunk. `decide` sees each key's committed row (or what an
+   * earlier entry of the same call made of it) and returns the row to write, null to delete, or
+   * undefined to leave the key alone.
+   */
+  private async update(
+    keys: readonly string[],
+    decide: (key: string, current: ScheduleRow | undefined) => ScheduleRow | null | undefined,
+  ): Promise<void> {
+    for (let i = 0; i < keys.length; i += this.chunkSize) {
+      const chunk = keys.slice(i, i + this.chunkSize);
+      await this.store.locked(chunk, async () => {
+        const writes: ScheduleWrite[] = [];
+        for (const key of chunk) {
+          const next = decide(key, this.store.read(key));
+          if (next !== undefined) writes.push({ key, row: next });
+        }
+        await this.store.afterRead?.(chunk);
+        if (writes.length > 0) await this.store.commit(writes);
+      });
+    }
+  }
+
+  /** Files verified targets; entries for one URL within a batch apply in order (last wins). */
+  async fileTargets(targets: readonly TargetInput[], now: number): Promise<number> {
+    const cfg = this.config();
+    const byUrl = new Map<string, TargetInput[]>();
+    for (const t of targets) {
+      const list = byUrl.get(t.url);
+      if (list) list.push(t);
+      else byUrl.set(t.url, [t]);
+    }
+    await this.update([...byUrl.keys()], (url, current) => {
+      let row = current;
+      for (const t of byUrl.get(url)!) row = upsertTarget(row, t, now, cfg);
+      return row;
+    });
+    return targets.length;
+  }
+
+  /** Deletes rows; counts only rows that existed. */
+  async deleteTargets(urls: readonly string[]): Promise<number> {
+    let deleted = 0;
+    await this.update([...new Set(urls)], (_url, current) => {
+      if (current === undefined) return undefined;
+      deleted++;
+      return null;
+    });
+    return deleted;
+  }
+
+  /** Files unverified rows only where no row exists; an existing row is never changed by this path. */
+  async discoverUrls(urls: readonly string[], now: number): Promise<number> {
+    const cfg = this.config();
+    let filed = 0;
+    await this.update([...new Set(urls)], (url, current) => {
+      if (current !== undefined) return undefined;
+      filed++;
+      return discoveredRow(url, now, cfg);
+    });
+    return filed;
+  }
+
+  /** Due now and urgent; undefined when there is no row. */
+  async revalidate(url: string, now: number): Promise<ScheduleRow | undefined> {
+    let out: ScheduleRow | undefined;
+    await this.update([url], (_url, current) => {
+      if (current === undefined) return undefined;
+      out = revalidatedRow(current, now);
+      return out;
+    });
+    return out;
+  }
+
+  /**
+   * Reschedules rows after results (success lane, fast-retry lane, backoff lane). A row deleted
+   * meanwhile stays deleted: a result never brings a row back.
+   */
+  async applyResults(results: readonly ResultWrite[]): Promise<ResultApplied[]> {
+    const cfg = this.config();
+    const out: ResultApplied[] = results.map(() => ({ found: false }));
+    const byUrl = new Map<string, number[]>();
+    results.forEach((r, i) => {
+      const list = byUrl.get(r.url);
+      if (list) list.push(i);
+      else byUrl.set(r.url, [i]);
+    });
+    await this.update([...byUrl.keys()], (url, current) => {
+      let row = current;
+      for (const i of byUrl.get(url)!) {
+        const r = results[i]!;
+        if (row === undefined) {
+          out[i] = { found: false };
+          continue;
+        }
+        if (r.outcome === 'failed') {
+          const f = afterFailure(row, r.completedAt, r.statusCode, cfg);
+          row = f.row;
+          out[i] = { found: true, row, keepLease: f.keepLease };
+        } else {
+          row = afterSuccess(row, r.completedAt, r.outcome, r.statusCode, cfg);
+          out[i] = { found: true, row, keepLease: false };
+        }
+      }
+      return row === current ? undefined : row;
+    });
+    return out;
+  }
+}
