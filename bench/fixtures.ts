@@ -1,7 +1,7 @@
 // Shared fixtures of the pure keeper benchmarks: the route layout, its classifier, a deterministic PRNG
 // (so runs compare) and flat ~100-character URLs as a decoded record key would be.
 import type { Classify } from '../util/keeper/core.js';
-import { MINUTE_MS } from '../util/keeper/score.js';
+import { MINUTE_MS } from '../util/time.js';
 
 export const HOUR = 60 * MINUTE_MS;
 export const DAY = 24 * HOUR;

@@ -4,7 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { type Classify, KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
-import { MINUTE_MS } from '../util/keeper/score.js';
+import { MINUTE_MS } from '../util/time.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;

@@ -9,7 +9,7 @@ import { KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
 import { keyHash } from '../util/keyHash.js';
 import { LeaseTable } from '../util/leases/table.js';
 import { ReadySet } from '../util/handoff/readySet.js';
-import { MINUTE_MS } from '../util/keeper/score.js';
+import { MINUTE_MS } from '../util/time.js';
 import { summarize } from './lib.js';
 import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
 

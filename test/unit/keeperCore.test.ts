@@ -4,7 +4,8 @@ import fc from 'fast-check';
 import { hashUrl } from '../../util/keeper/heldRows.js';
 import { keyHash } from '../../util/keyHash.js';
 import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/core.js';
-import { floorMinute, markOf, MINUTE_MS, score, type ScoreOptions } from '../../util/keeper/score.js';
+import { markOf, score, type ScoreOptions } from '../../util/keeper/score.js';
+import { MINUTE_MS, minuteOf } from '../../util/time.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;
@@ -38,7 +39,7 @@ function expectedScore(r: ScheduleRow, now: number, classifier: Classify = class
   const own = Number.isFinite(r.effectiveInterval) ? r.effectiveInterval : null;
   return score(
     {
-      dueMs: floorMinute(r.nextRenderTime) * MINUTE_MS,
+      dueMs: minuteOf(r.nextRenderTime) * MINUTE_MS,
       cadenceMs: classifier(r.cacheKey, own).cadenceMs,
       fromSitemap: r.fromSitemap,
       mark: markOf(r.urgentAt, r.changedAt),
@@ -139,7 +140,7 @@ describe('KeeperCore.topK', () => {
           const skipped = (key: string): boolean => skipEvery > 0 && key.length % 7 === skipEvery;
           const result = core.topK(k, now, skipped);
 
-          const due = [...model.values()].filter((r) => floorMinute(r.nextRenderTime) * MINUTE_MS <= now);
+          const due = [...model.values()].filter((r) => minuteOf(r.nextRenderTime) * MINUTE_MS <= now);
           const eligible = due.filter((r) => !skipped(r.cacheKey));
           const expected = eligible.map((r) => expectedScore(r, now)).sort((a, b) => b - a);
           assert.deepEqual(
@@ -157,7 +158,7 @@ describe('KeeperCore.topK', () => {
             seen.add(entry.key);
             assert.ok(!skipped(entry.key));
             assert.equal(entry.score, expectedScore(r, now));
-            assert.equal(entry.dueMs, floorMinute(r.nextRenderTime) * MINUTE_MS);
+            assert.equal(entry.dueMs, minuteOf(r.nextRenderTime) * MINUTE_MS);
             assert.equal(entry.fromSitemap, r.fromSitemap);
             assert.equal(entry.verified, r.verified);
             assert.equal(entry.mark, markOf(r.urgentAt, r.changedAt));
@@ -185,7 +186,7 @@ describe('KeeperCore.topK', () => {
         for (const [key, r] of model) assert.ok(core.matches(key, r), `mismatch for ${key}`);
         assert.deepEqual(new Set(core.keys()), new Set(model.keys()));
         const summary = core.dueSummary(NOW);
-        const due = [...model.values()].filter((r) => floorMinute(r.nextRenderTime) * MINUTE_MS <= NOW);
+        const due = [...model.values()].filter((r) => minuteOf(r.nextRenderTime) * MINUTE_MS <= NOW);
         assert.equal(summary.due, due.length);
         assert.equal(summary.dueVerified, due.filter((r) => r.verified).length);
         for (const [queue, counts] of summary.byQueue) {
@@ -193,7 +194,7 @@ describe('KeeperCore.topK', () => {
           assert.equal(counts.due, inQueue.length);
           const verified = inQueue.filter((r) => r.verified);
           assert.equal(counts.dueVerified, verified.length);
-          const oldest = Math.min(...verified.map((r) => floorMinute(r.nextRenderTime) * MINUTE_MS));
+          const oldest = Math.min(...verified.map((r) => minuteOf(r.nextRenderTime) * MINUTE_MS));
           assert.equal(counts.oldestVerifiedDue?.dueMs ?? Infinity, oldest);
           if (counts.oldestVerifiedDue !== null) {
             assert.equal(model.get(counts.oldestVerifiedDue.key)?.verified, true);

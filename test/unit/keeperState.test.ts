@@ -3,12 +3,13 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/core.js';
 import { latenessBin, STATE_LIST_CAP } from '../../util/keeper/stateCounts.js';
-import { floorMinute, markOf, MINUTE_MS, type ScoreOptions } from '../../util/keeper/score.js';
+import { markOf, type ScoreOptions } from '../../util/keeper/score.js';
+import { MINUTE_MS, minuteOf } from '../../util/time.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
-const M0 = floorMinute(NOW);
+const M0 = minuteOf(NOW);
 const OPTIONS: ScoreOptions = { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 };
 
 const classify: Classify = (url, own) => {
@@ -185,7 +186,7 @@ describe('queue state counts', () => {
           const discovered = [0, 0, 0, 0, 0];
           const routeDue = new Map<string, number>();
           for (const r of model.values()) {
-            const dueMs = floorMinute(r.nextRenderTime) * MINUTE_MS;
+            const dueMs = minuteOf(r.nextRenderTime) * MINUTE_MS;
             const { route, cadenceMs } = classify(r.cacheKey, r.effectiveInterval);
             if (dueMs <= now) {
               expectNow.due++;

@@ -18,8 +18,8 @@ import {
   S_HASH_LO,
   SLOT_WORDS,
   STATE_MASK,
-  fromSec,
 } from '../../util/leases/slots.js';
+import { fromSharedSeconds } from '../../util/time.js';
 import { formatToken } from '../../util/leases/token.js';
 
 const T0 = Date.UTC(2026, 0, 1, 10, 0, 0, 123);
@@ -83,7 +83,7 @@ function liveSlots(buffer: ArrayBuffer, table: LeaseTable, key: string, now: num
       (words[base]! & STATE_MASK) === LEASED &&
       words[base + S_HASH_HI] === hi &&
       words[base + S_HASH_LO] === lo &&
-      fromSec(words[base + S_EXPIRY]!) > now
+      fromSharedSeconds(words[base + S_EXPIRY]!) > now
     ) {
       live++;
     }

@@ -7,14 +7,13 @@ import {
   classifyUrl,
   discoveredRow,
   failureDelay,
-  floorMinute,
   queueOf,
-  resolveCadence,
   revalidatedRow,
   spreadDue,
   upsertTarget,
   type ScheduleRow,
 } from '../../util/schedule/rules.js';
+import { startOfMinute } from '../../util/time.js';
 
 const MIN = 60_000;
 const HOUR = 3_600_000;
@@ -29,7 +28,7 @@ const cfg = defaultConfig();
 function row(over: Partial<ScheduleRow> = {}): ScheduleRow {
   return {
     cacheKey: 'https://example.com/a',
-    nextRenderTime: floorMinute(NOW) + HOUR,
+    nextRenderTime: startOfMinute(NOW) + HOUR,
     fromSitemap: false,
     effectiveInterval: null,
     verified: true,
@@ -43,9 +42,9 @@ function row(over: Partial<ScheduleRow> = {}): ScheduleRow {
   };
 }
 
-test('floorMinute drops seconds and milliseconds', () => {
-  assert.equal(floorMinute(Date.UTC(2026, 0, 1, 0, 0, 59, 999)), Date.UTC(2026, 0, 1, 0, 0, 0, 0));
-  assert.equal(floorMinute(NOW) % MIN, 0);
+test('startOfMinute drops seconds and milliseconds', () => {
+  assert.equal(startOfMinute(Date.UTC(2026, 0, 1, 0, 0, 59, 999)), Date.UTC(2026, 0, 1, 0, 0, 0, 0));
+  assert.equal(startOfMinute(NOW) % MIN, 0);
 });
 
 test('a new row is spread deterministically over its cadence and floored to the minute', () => {
@@ -53,7 +52,7 @@ test('a new row is spread deterministically over its cadence and floored to the 
   const b = upsertTarget(undefined, { url: 'https://example.com/x' }, NOW, cfg);
   assert.equal(a.nextRenderTime, b.nextRenderTime);
   assert.equal(a.nextRenderTime % MIN, 0);
-  assert.ok(a.nextRenderTime >= floorMinute(NOW) && a.nextRenderTime < NOW + DAY);
+  assert.ok(a.nextRenderTime >= startOfMinute(NOW) && a.nextRenderTime < NOW + DAY);
   assert.equal(a.verified, true);
   assert.equal(a.urgentAt, null);
 });
@@ -63,7 +62,7 @@ test('many new rows spread over the whole cadence rather than bunching', () => {
   for (let i = 0; i < 24_000; i++) {
     const due = spreadDue(`https://example.com/p/${i}`, NOW, DAY);
     // The last few seconds of the cadence floor into the first minute past it: count them in hour 23.
-    buckets[Math.min(23, Math.floor((due - floorMinute(NOW)) / HOUR))]++;
+    buckets[Math.min(23, Math.floor((due - startOfMinute(NOW)) / HOUR))]++;
   }
   for (const n of buckets) assert.ok(n > 700 && n < 1300, `hour bucket ${n} is far from 1000`);
 });
@@ -75,17 +74,17 @@ test('a given due time is used and floored; at or before now it marks the row ur
     NOW,
     cfg,
   );
-  assert.equal(future.nextRenderTime, floorMinute(NOW + 5 * MIN));
+  assert.equal(future.nextRenderTime, startOfMinute(NOW + 5 * MIN));
   assert.equal(future.urgentAt, null);
   const past = upsertTarget(undefined, { url: 'https://example.com/p', dueAt: NOW - 1 }, NOW, cfg);
-  assert.equal(past.nextRenderTime, floorMinute(NOW - 1));
+  assert.equal(past.nextRenderTime, startOfMinute(NOW - 1));
   assert.equal(past.urgentAt, NOW);
   const exact = upsertTarget(undefined, { url: 'https://example.com/e', dueAt: NOW }, NOW, cfg);
   assert.equal(exact.urgentAt, NOW);
 });
 
 test('an existing row keeps its due time when no dueAt is given', () => {
-  const existing = row({ nextRenderTime: floorMinute(NOW) + 3 * HOUR, strikes: 2 });
+  const existing = row({ nextRenderTime: startOfMinute(NOW) + 3 * HOUR, strikes: 2 });
   const next = upsertTarget(existing, { url: existing.cacheKey, fromSitemap: true }, NOW, cfg);
   assert.equal(next.nextRenderTime, existing.nextRenderTime);
   assert.equal(next.fromSitemap, true);
@@ -93,25 +92,25 @@ test('an existing row keeps its due time when no dueAt is given', () => {
 });
 
 test('never demote: filing due-now keeps an earlier due time and its marks', () => {
-  const earlier = floorMinute(NOW) - 2 * HOUR;
+  const earlier = startOfMinute(NOW) - 2 * HOUR;
   const existing = row({ nextRenderTime: earlier, urgentAt: NOW - 10 * HOUR });
   const next = upsertTarget(existing, { url: existing.cacheKey, dueAt: NOW }, NOW, cfg);
   assert.equal(next.nextRenderTime, earlier);
   assert.equal(next.urgentAt, NOW - 10 * HOUR);
   const unmarked = upsertTarget(
-    row({ nextRenderTime: floorMinute(NOW) + HOUR }),
+    row({ nextRenderTime: startOfMinute(NOW) + HOUR }),
     { url: existing.cacheKey, dueAt: NOW - MIN },
     NOW,
     cfg,
   );
-  assert.equal(unmarked.nextRenderTime, floorMinute(NOW - MIN));
+  assert.equal(unmarked.nextRenderTime, startOfMinute(NOW - MIN));
   assert.equal(unmarked.urgentAt, NOW);
 });
 
 test('a future dueAt moves an unmarked row but never pushes back an urgent due row', () => {
   const plain = upsertTarget(row(), { url: row().cacheKey, dueAt: NOW + 5 * HOUR }, NOW, cfg);
-  assert.equal(plain.nextRenderTime, floorMinute(NOW + 5 * HOUR));
-  const urgent = row({ nextRenderTime: floorMinute(NOW) - MIN, urgentAt: NOW - MIN });
+  assert.equal(plain.nextRenderTime, startOfMinute(NOW + 5 * HOUR));
+  const urgent = row({ nextRenderTime: startOfMinute(NOW) - MIN, urgentAt: NOW - MIN });
   const kept = upsertTarget(urgent, { url: urgent.cacheKey, dueAt: NOW + 5 * HOUR }, NOW, cfg);
   assert.equal(kept.nextRenderTime, urgent.nextRenderTime);
   assert.equal(kept.urgentAt, urgent.urgentAt);
@@ -119,10 +118,10 @@ test('a future dueAt moves an unmarked row but never pushes back an urgent due r
 
 test('changed: true makes the row due now with changedAt set', () => {
   const next = upsertTarget(row(), { url: row().cacheKey, changed: true }, NOW, cfg);
-  assert.equal(next.nextRenderTime, floorMinute(NOW));
+  assert.equal(next.nextRenderTime, startOfMinute(NOW));
   assert.equal(next.changedAt, NOW);
   const fresh = upsertTarget(undefined, { url: 'https://example.com/c', changed: true }, NOW, cfg);
-  assert.equal(fresh.nextRenderTime, floorMinute(NOW));
+  assert.equal(fresh.nextRenderTime, startOfMinute(NOW));
   assert.equal(fresh.changedAt, NOW);
 });
 
@@ -135,15 +134,15 @@ test('discovered rows are unverified and spread like any new row', () => {
 
 test('revalidate makes the row due now and urgent without demoting an earlier due time', () => {
   const r = revalidatedRow(row(), NOW);
-  assert.equal(r.nextRenderTime, floorMinute(NOW));
+  assert.equal(r.nextRenderTime, startOfMinute(NOW));
   assert.equal(r.urgentAt, NOW);
-  const early = row({ nextRenderTime: floorMinute(NOW) - DAY, urgentAt: 5 });
+  const early = row({ nextRenderTime: startOfMinute(NOW) - DAY, urgentAt: 5 });
   assert.deepEqual(revalidatedRow(early, NOW), early);
 });
 
 test('after a success the row is due one cadence after the completion minute, strikes and marks cleared', () => {
   const r = afterSuccess(row({ strikes: 4, urgentAt: 1, changedAt: 2 }), NOW, 'rendered', 200, cfg);
-  assert.equal(r.nextRenderTime, floorMinute(NOW) + DAY);
+  assert.equal(r.nextRenderTime, startOfMinute(NOW) + DAY);
   assert.equal(r.strikes, 0);
   assert.equal(r.urgentAt, null);
   assert.equal(r.changedAt, null);
@@ -162,7 +161,7 @@ test('the first fastRetries failures leave the due time alone and keep the lease
   assert.equal(second.row.strikes, 2);
   const third = afterFailure(second.row, NOW, 500, cfg);
   assert.equal(third.keepLease, false);
-  assert.equal(third.row.nextRenderTime, floorMinute(NOW) + DAY);
+  assert.equal(third.row.nextRenderTime, startOfMinute(NOW) + DAY);
 });
 
 test('the backoff table for strikes 1-8, sitemap and not, capped at 7 days and floored at the cadence', () => {
@@ -207,10 +206,10 @@ test('cadence: the route renderInterval wins, else the row, else the default', (
       ],
     },
   });
-  assert.equal(resolveCadence('https://example.com/p/1', 5 * HOUR, c), 2 * HOUR);
-  assert.equal(resolveCadence('https://example.com/', 5 * HOUR, c), 5 * HOUR);
-  assert.equal(resolveCadence('https://example.com/', null, c), DAY);
-  assert.equal(resolveCadence('https://example.com/other', null, c), DAY);
+  assert.equal(classifyUrl('https://example.com/p/1', 5 * HOUR, c).cadenceMs, 2 * HOUR);
+  assert.equal(classifyUrl('https://example.com/', 5 * HOUR, c).cadenceMs, 5 * HOUR);
+  assert.equal(classifyUrl('https://example.com/', null, c).cadenceMs, DAY);
+  assert.equal(classifyUrl('https://example.com/other', null, c).cadenceMs, DAY);
 });
 
 test('queue of a row: first matching route name, exact or prefix on the pathname, else unrouted', () => {

@@ -5,7 +5,7 @@
 // Lives in an ordinary shared ArrayBuffer (HARPER.md §5): Atomics without wait. The status fields have a
 // single writer (the leader); readers retry briefly on a torn read and otherwise take what they saw,
 // since every field is meaningful on its own.
-import { fromSharedSeconds, toSharedSeconds } from './readySet.js';
+import { fromSharedSeconds, sharedSecondsAtOrAfter } from '../time.js';
 
 export type KeeperPhase = 'stopped' | 'waiting-for-peers' | 'loading' | 'live' | 'failed';
 // Index = shared code. A zeroed buffer therefore reads as 'stopped': nobody has started a keeper yet.
@@ -94,7 +94,7 @@ export class KeeperSignal {
     Atomics.store(a, I_PHASE, Math.max(0, PHASES.indexOf(status.phase)));
     Atomics.store(a, I_DUE, Math.max(0, Math.min(0x7fffffff, Math.floor(status.dueCount))));
     Atomics.store(a, I_COMPLETE, status.complete ? 1 : 0);
-    Atomics.store(a, I_HEARTBEAT, toSharedSeconds(now, 'ceil'));
+    Atomics.store(a, I_HEARTBEAT, sharedSecondsAtOrAfter(now));
     Atomics.store(a, I_SEQ, (writing + 1) | 0);
   }
 
@@ -146,7 +146,7 @@ export class KeeperSignal {
   claimLeadership(ownerId: number, now: number, publishInterval: number): boolean {
     if (!Number.isInteger(ownerId) || ownerId < 1 || ownerId > 0x7fffffff)
       throw new RangeError(`leader owner id must be a positive Int32, got ${ownerId}`);
-    const mine = packLeader(ownerId, toSharedSeconds(now, 'ceil'));
+    const mine = packLeader(ownerId, sharedSecondsAtOrAfter(now));
     const current = Atomics.load(this.words, B_LEADER);
     if (current !== 0n) {
       const held = unpackLeader(current);

@@ -6,29 +6,10 @@
 // meets a slot being rewritten retries a few times and then gives up on that take.
 import { Buffer } from 'node:buffer';
 import { nameHash } from '../leases/token.js';
+import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../time.js';
 
-/** Every shared timestamp is Int32 seconds from this instant: good until 2092, so no 2038 overflow. */
-export const SHARED_EPOCH_MS = Date.UTC(2024, 0, 1);
 const INT32_MAX = 0x7fffffff;
 const INT32_MIN = -0x80000000;
-
-/**
- * Milliseconds → Int32 seconds from SHARED_EPOCH_MS, floored by default (`ceil` for heartbeats, so an age
- * read back is never overstated). Saturates at the Int32 range instead of wrapping; INT32_MIN is kept
- * free as the "unknown" marker.
- */
-export function toSharedSeconds(ms: number, rounding: 'floor' | 'ceil' = 'floor'): number {
-  if (!Number.isFinite(ms)) throw new RangeError(`not a finite time: ${ms}`);
-  const s =
-    rounding === 'ceil'
-      ? Math.ceil((ms - SHARED_EPOCH_MS) / 1000)
-      : Math.floor((ms - SHARED_EPOCH_MS) / 1000);
-  return Math.min(INT32_MAX, Math.max(INT32_MIN + 1, s));
-}
-
-export function fromSharedSeconds(seconds: number): number {
-  return SHARED_EPOCH_MS + seconds * 1000;
-}
 
 /** One mark per row, never summed (SPEC §2). */
 export type ReadyMark = 'none' | 'urgent' | 'changed';
@@ -258,7 +239,7 @@ export class ReadySet {
     now: number,
   ): Generator<PublishStep, PublishResult, void> {
     const h = this.header;
-    const nowSec = toSharedSeconds(now);
+    const nowSec = sharedSecondsAtOrBefore(now);
     const slot = 1 - Atomics.load(h, H_ACTIVE);
     const at = SLOT_HEADER[slot]!;
     const lock = acquireSlot(h, at, nowSec);
@@ -285,7 +266,7 @@ export class ReadySet {
       keys.write(e.key, used, length, length === e.key.length ? 'latin1' : 'utf8');
       scores[count] = e.score;
       const m = count * META_INTS;
-      meta[m] = Number.isFinite(e.dueMs) ? toSharedSeconds(e.dueMs) : DUE_UNKNOWN;
+      meta[m] = Number.isFinite(e.dueMs) ? sharedSecondsAtOrBefore(e.dueMs) : DUE_UNKNOWN;
       meta[m + 1] = used;
       meta[m + 2] = length | flagsOf(e);
       meta[m + 3] = e.route === undefined ? 0 : this.queueHash(e.route);

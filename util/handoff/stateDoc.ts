@@ -6,7 +6,7 @@
 // bytes a writer is overwriting could throw or, worse, return a plausible wrong document.
 import { Buffer } from 'node:buffer';
 import { Packr } from 'msgpackr';
-import { fromSharedSeconds, toSharedSeconds } from './readySet.js';
+import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../time.js';
 
 // Encoding: msgpackr with records. bench/state-doc-encoding.ts on a realistic document (200 classes,
 // 200 byRoute, 60 flow minutes; node 20, 2-core VM), median encode + decode per document:
@@ -94,7 +94,7 @@ export class StateDoc<T = unknown> {
     const bytes = packr.pack(doc);
     if (bytes.length > this.maxDocBytes) return false;
     const h = this.header;
-    const nowSec = toSharedSeconds(now);
+    const nowSec = sharedSecondsAtOrBefore(now);
     const slot = 1 - Atomics.load(h, H_ACTIVE);
     const at = SLOT_HEADER[slot]!;
     const seq = Atomics.load(h, at + S_SEQ);

@@ -2,7 +2,8 @@
 // that keeps every class's due count exact as the clock moves. Also the heap that merges class heads.
 import { type Bucket, KeeperClass } from './class.js';
 import type { FlowLedger } from './flow.js';
-import { floorMinute, type Mark } from './score.js';
+import type { Mark } from './score.js';
+import { minuteOf } from '../time.js';
 
 const FLAVOURS = 12; // fromSitemap × verified × mark
 export const MARK_INDEX: Record<Mark, number> = { none: 0, changed: 1, urgent: 2 };
@@ -72,7 +73,7 @@ export class KeeperClasses {
    * un-counts them.
    */
   syncDue(now: number, flow: FlowLedger): number {
-    const nowMinute = floorMinute(now);
+    const nowMinute = minuteOf(now);
     if (!Number.isFinite(nowMinute)) return 0;
     const cursor = this.dueCursor;
     this.dueCursor = nowMinute;

@@ -20,7 +20,8 @@ import type {
   TopVisitor,
   TopWalk,
 } from './types.js';
-import { floorMinute, markOf, MINUTE_MS, type ScoreOptions, scoreAt } from './score.js';
+import { markOf, type ScoreOptions, scoreAt } from './score.js';
+import { MINUTE_MS, minuteOf } from '../time.js';
 
 export type * from './types.js';
 export type { Mark, ScoreOptions } from './score.js';
@@ -86,7 +87,7 @@ export class KeeperCore {
       this.lastUnclaimable = key;
       row = null;
     }
-    const nowMinute = floorMinute(now);
+    const nowMinute = minuteOf(now);
     const hash = this.rows.hash(key);
     const index = this.rows.locate(key, hash);
     if (row === null) {
@@ -99,7 +100,7 @@ export class KeeperCore {
       return true;
     }
     if (this.classes.dueCursor === null) this.classes.syncDue(now, this.flow);
-    const minute = Number.isFinite(row.nextRenderTime) ? floorMinute(row.nextRenderTime) : nowMinute;
+    const minute = Number.isFinite(row.nextRenderTime) ? minuteOf(row.nextRenderTime) : nowMinute;
     if (!Number.isFinite(minute)) throw new RangeError(`keeper: no finite due minute for ${key}`);
     const own = ownInterval(row.effectiveInterval);
     const { route, cadenceMs } = this.classifier(key, own);
@@ -162,7 +163,7 @@ export class KeeperCore {
   walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
     let visited = 0;
     let skipped = 0;
-    const nowMinute = floorMinute(now);
+    const nowMinute = minuteOf(now);
     if (!Number.isFinite(nowMinute)) return { visited, complete: true, skipped };
     const rows = this.rows;
     const heap = new HeadHeap();
@@ -207,7 +208,7 @@ export class KeeperCore {
   /** Due counts per queue and each queue's oldest due verified row; walks class heads, not rows. */
   dueSummary(now: number): DueSummary {
     const summary: DueSummary = { due: 0, dueVerified: 0, byQueue: new Map() };
-    if (!Number.isFinite(floorMinute(now))) return summary;
+    if (!Number.isFinite(minuteOf(now))) return summary;
     this.classes.syncDue(now, this.flow);
     for (const cls of this.classes.list) {
       let queue = summary.byQueue.get(cls.route);
@@ -234,7 +235,7 @@ export class KeeperCore {
     now: number,
     options: { verifiedOnly?: boolean; skip?: (key: string) => boolean } = {},
   ): DueRow | null {
-    const nowMinute = floorMinute(now);
+    const nowMinute = minuteOf(now);
     let best: DueRow | null = null;
     for (const cls of this.classes.list) {
       if (cls.route !== queue || (options.verifiedOnly === true && !cls.verified)) continue;
@@ -307,7 +308,7 @@ export class KeeperCore {
     const own = ownInterval(row.effectiveInterval);
     const { route, cadenceMs } = this.classifier(key, own);
     return (
-      (!Number.isFinite(row.nextRenderTime) || floorMinute(row.nextRenderTime) === bucket.minute) &&
+      (!Number.isFinite(row.nextRenderTime) || minuteOf(row.nextRenderTime) === bucket.minute) &&
       cls.route === route &&
       Object.is(cls.cadenceMs, cadenceMs) &&
       Object.is(cls.effectiveInterval, own) &&

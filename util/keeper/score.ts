@@ -1,8 +1,6 @@
 // The claim-order score of SPEC §2. The keeper, the explain endpoint and the tests all call this one
 // function, so a held row's published score and the score a reader recomputes can never drift apart.
 
-export const MINUTE_MS = 60_000;
-
 /** A row's mark. Urgent wins over changed when both are set: the two head starts are never summed. */
 export type Mark = 'urgent' | 'changed' | 'none';
 
@@ -26,11 +24,6 @@ export function markOf(urgentAt: number | null | undefined, changedAt: number | 
   if (urgentAt !== null && urgentAt !== undefined) return 'urgent';
   if (changedAt !== null && changedAt !== undefined) return 'changed';
   return 'none';
-}
-
-/** The minute a due instant falls in; every writer stores `floorMinute(t) * MINUTE_MS`. */
-export function floorMinute(ms: number): number {
-  return Math.floor(ms / MINUTE_MS);
 }
 
 /**

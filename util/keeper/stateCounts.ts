@@ -3,7 +3,7 @@
 // cost follows the number of (class, minute) pairs, never the number of rows.
 import type { KeeperClass } from './class.js';
 import type { FlowLedger, FlowMinute } from './flow.js';
-import { floorMinute, MINUTE_MS } from './score.js';
+import { MINUTE_MS, minuteOf } from '../time.js';
 
 /** Lateness bin edges, in cadences: [0,.25) [.25,1) [1,2) [2,4) [4,∞). */
 export const LATENESS_EDGES: readonly number[] = [0.25, 1, 2, 4];
@@ -175,6 +175,6 @@ export function queueState(classes: readonly KeeperClass[], now: number, flow: F
       classes: classList.slice(0, STATE_LIST_CAP),
       listsTruncated: byRoute.length > STATE_LIST_CAP || classList.length > STATE_LIST_CAP,
     },
-    flow: flow.window(floorMinute(now)),
+    flow: flow.window(minuteOf(now)),
   };
 }

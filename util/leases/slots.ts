@@ -8,9 +8,8 @@
 // the generation makes a slot that went away and came back in the same state look different. Fields
 // are read with Atomics loads so none can drift past the closing load of the state word.
 import { keyHash } from '../keyHash.js';
+import { fromSharedSeconds, minuteOf, sharedSecondsAtOrAfter } from '../time.js';
 
-/** Int32 seconds count from here (2024-01-01Z) so they last until 2092, not 2038. */
-export const LEASE_EPOCH_MS = Date.UTC(2024, 0, 1);
 /**
  * A released key is refused this long: the ready set can still list it at its old due minute until the
  * result's row write reaches the keeper, and a re-grant in that gap would render the page twice.
@@ -44,6 +43,8 @@ export const HEADER_WORDS = 16;
 const S_WORD = 0;
 export const S_HASH_HI = 1;
 export const S_HASH_LO = 2;
+// Shared seconds rounded up (sharedSecondsAtOrAfter): an end rounded down would come up to a second
+// early, and a fleet would lose its lease before the `expiresAt` it was given.
 export const S_EXPIRY = 3; // seconds: end of the lease, of the release grace, or of the hold
 export const S_DUE = 4; // due minute (ms / 60 000) of the grant
 export const S_MISSES = 5;
@@ -90,17 +91,15 @@ const PATIENT_NAPS = 20;
 const napCell = new Int32Array(new SharedArrayBuffer(4));
 const nap = (ms: number): void => void Atomics.wait(napCell, 0, 0, ms);
 
-export const toSec = (ms: number): number =>
-  Math.min(INT32_MAX, Math.max(-INT32_MAX, Math.ceil((ms - LEASE_EPOCH_MS) / 1000)));
-export const fromSec = (sec: number): number => sec * 1000 + LEASE_EPOCH_MS;
+/** A grant's due minute as a slot word: saturated to Int32, NO_DUE for an unknown due time. */
 export const toMinute = (ms: number): number =>
-  Number.isFinite(ms) ? Math.min(INT32_MAX, Math.max(-INT32_MAX, Math.floor(ms / 60_000))) : NO_DUE;
+  Number.isFinite(ms) ? Math.min(INT32_MAX, Math.max(-INT32_MAX, minuteOf(ms))) : NO_DUE;
 /** The state word after one more transition into `state`. */
 export const nextWord = (word: number, state: number): number => (((word >>> 3) + 1) << 3) | state | 0;
 
 /** Does a slot in this state still hold its key off (live lease, release grace, active hold)? */
 export function blocks(state: number, expirySec: number, now: number): boolean {
-  return (state === LEASED || state === RELEASED || state === HELD) && fromSec(expirySec) > now;
+  return (state === LEASED || state === RELEASED || state === HELD) && fromSharedSeconds(expirySec) > now;
 }
 
 export function slotCountFor(maxLeases: number): number {
@@ -275,8 +274,8 @@ export class LeaseSlots {
     const hi = a[H_REC_OLDEST_TOKEN_HI]!;
     return {
       occupancy: a[H_REC_OCCUPANCY]!,
-      at: fromSec(a[H_REC_AT]!),
-      oldestExpiresAt: hi < 0 ? null : fromSec(a[H_REC_OLDEST_EXPIRY]!),
+      at: fromSharedSeconds(a[H_REC_AT]!),
+      oldestExpiresAt: hi < 0 ? null : fromSharedSeconds(a[H_REC_OLDEST_EXPIRY]!),
       oldestGrantedAt: hi < 0 ? null : hi * TOKEN_SPLIT + (a[H_REC_OLDEST_TOKEN_LO]! >>> 0),
     };
   }
@@ -290,7 +289,7 @@ export class LeaseSlots {
     const a = this.words;
     // Plain stores: a reader racing two reconciles may mix their figures, which a gauge tolerates.
     a[H_REC_OCCUPANCY] = occupancy;
-    a[H_REC_AT] = toSec(now);
+    a[H_REC_AT] = sharedSecondsAtOrAfter(now);
     a[H_REC_OLDEST_EXPIRY] = oldestExpirySec;
     a[H_REC_OLDEST_TOKEN_HI] = occupancy > 0 ? Math.floor(oldestToken / TOKEN_SPLIT) : -1;
     a[H_REC_OLDEST_TOKEN_LO] = occupancy > 0 ? oldestToken % TOKEN_SPLIT : 0;

@@ -33,21 +33,20 @@ import {
   SLOT_WORDS,
   STATE_MASK,
   blocks,
-  fromSec,
   nextWord,
   slotCountFor,
   toMinute,
-  toSec,
 } from './slots.js';
+import { fromSharedSeconds, MINUTE_MS, minuteOf, sharedSecondsAtOrAfter } from '../time.js';
 import { formatToken, parseToken, randomWord } from './token.js';
 
-export { LEASE_EPOCH_MS, PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
+export { PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
 
 /**
  * Reconcile empties slots dead for this long. Grants already take over dead slots in place, so this is
  * housekeeping; the hour keeps a wedged key's miss history and a late result's token readable meanwhile.
  */
-export const DEAD_SLOT_RETENTION_MS = 60 * 60_000;
+export const DEAD_SLOT_RETENTION_MS = 60 * MINUTE_MS;
 /** A slot BUSY with the same state word this long apart is abandoned (see reconcile). */
 const STUCK_WRITER_MS = 10_000;
 /** A grant retries when a CAS loses to another writer in its window; past this it refuses as full. */
@@ -207,7 +206,7 @@ export class LeaseTable extends LeaseSlots {
         return { kind: 'superseded' };
       const report = this.reportRead;
       if (report === REPORT_ACCEPTED)
-        return { kind: 'duplicate', answer: { accepted: true, nextRenderTime: this.answerRead * 60_000 } };
+        return { kind: 'duplicate', answer: { accepted: true, nextRenderTime: this.answerRead * MINUTE_MS } };
       if (report === REPORT_UNKNOWN_JOB)
         return { kind: 'duplicate', answer: { accepted: false, code: 'unknown_job' } };
       if (report === REPORT_PENDING) return { kind: 'pending' };
@@ -224,7 +223,7 @@ export class LeaseTable extends LeaseSlots {
    */
   finishReport(key: string, token: string, answer: ReportAnswer, keepLease: boolean, now: number): void {
     const code = answer.accepted ? REPORT_ACCEPTED : REPORT_UNKNOWN_JOB;
-    const minute = answer.accepted ? Math.floor(answer.nextRenderTime / 60_000) : 0;
+    const minute = answer.accepted ? minuteOf(answer.nextRenderTime) : 0;
     this.endReport(key, token, (state) => (keepLease ? state : RELEASED), code, minute, now);
   }
 
@@ -270,7 +269,8 @@ export class LeaseTable extends LeaseSlots {
       if (state !== LEASED && state !== EXPIRED) continue;
       if (Atomics.load(a, base + S_REPORT) !== REPORT_NONE) continue;
       const read = this.read(base, false);
-      if (read !== word || this.reportRead !== REPORT_NONE || fromSec(this.expiryRead) > now) continue;
+      if (read !== word || this.reportRead !== REPORT_NONE || fromSharedSeconds(this.expiryRead) > now)
+        continue;
       const queue = this.queueRead;
       if (!this.rewrite(base, word, EXPIRED, 0, REPORT_EXPIRY_SEEN, this.answerRead)) continue;
       seen++;
@@ -298,7 +298,7 @@ export class LeaseTable extends LeaseSlots {
     const was = word & STATE_MASK;
     if (was === LEASED && state !== LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
     if (state === RELEASED && was !== RELEASED) {
-      a[base + S_EXPIRY] = toSec(now + RELEASE_GRACE_MS);
+      a[base + S_EXPIRY] = sharedSecondsAtOrAfter(now + RELEASE_GRACE_MS);
       a[base + S_MISSES] = 0;
     }
     a[base + S_REPORT] = report;
@@ -381,7 +381,7 @@ export class LeaseTable extends LeaseSlots {
       randLo = this.randLoRead;
     }
     if (token < 0) return { state: 'none', token: null, expiresAt: null, misses: 0, dueMs: null };
-    const end = fromSec(expiry);
+    const end = fromSharedSeconds(expiry);
     const live = end > now;
     const [ifLive, ifOver] = VIEWS[state] ?? ['expired', 'expired'];
     return {
@@ -389,7 +389,7 @@ export class LeaseTable extends LeaseSlots {
       token: formatToken({ grantedAt: token, randHi, randLo }),
       expiresAt: end,
       misses,
-      dueMs: due === NO_DUE ? null : due * 60_000,
+      dueMs: due === NO_DUE ? null : due * MINUTE_MS,
     };
   }
 
@@ -418,7 +418,7 @@ export class LeaseTable extends LeaseSlots {
         else if (Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word) reclaimed++;
         continue;
       }
-      const end = fromSec(this.expiryRead);
+      const end = fromSharedSeconds(this.expiryRead);
       if (state === LEASED && end > now) {
         occupancy++;
         oldestExpiry = Math.min(oldestExpiry, this.expiryRead);
@@ -445,7 +445,7 @@ export class LeaseTable extends LeaseSlots {
     this.storeReconcile(now, occupancy, oldestExpiry, oldestToken);
     return {
       occupancy,
-      oldestExpiresAt: occupancy > 0 ? fromSec(oldestExpiry) : null,
+      oldestExpiresAt: occupancy > 0 ? fromSharedSeconds(oldestExpiry) : null,
       oldestGrantedAt: occupancy > 0 ? oldestToken : null,
       reclaimed,
     };
@@ -478,7 +478,7 @@ export class LeaseTable extends LeaseSlots {
         }
         continue;
       }
-      const end = fromSec(this.expiryRead);
+      const end = fromSharedSeconds(this.expiryRead);
       if (this.readIsKey()) {
         const refusal = this.refusal(state, now);
         if (refusal !== undefined) return refusal;
@@ -556,7 +556,7 @@ export class LeaseTable extends LeaseSlots {
     if (Atomics.compareExchange(a, base, word, claimed) !== word) return undefined;
     if ((word & STATE_MASK) === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
     for (let w = 1; w < SLOT_WORDS; w++) this.undo[w] = a[base + w]!;
-    const expiry = toSec(now + options.leaseMs);
+    const expiry = sharedSecondsAtOrAfter(now + options.leaseMs);
     const grant = {
       randHi: this.random() | 0,
       randLo: this.random() | 0,
@@ -586,7 +586,7 @@ export class LeaseTable extends LeaseSlots {
       ok: true,
       token: formatToken({ grantedAt: token, randHi: grant.randHi, randLo: grant.randLo }),
       grantedAt: token,
-      expiresAt: fromSec(expiry),
+      expiresAt: fromSharedSeconds(expiry),
       misses,
       requeued,
     };
@@ -621,17 +621,17 @@ export class LeaseTable extends LeaseSlots {
       options.cadenceMs,
       options.leaseMs * 2 ** Math.min(misses - options.fastRetries - 1, 40),
     );
-    const until = toSec(now + holdMs);
+    const until = sharedSecondsAtOrAfter(now + holdMs);
     a[base + S_EXPIRY] = until;
     a[base + S_DUE] = dueMinute;
     a[base + S_MISSES] = misses;
     Atomics.store(a, base, nextWord(nextWord(word, BUSY), HELD));
-    return { ok: false, reason: 'held', heldUntil: fromSec(until), misses };
+    return { ok: false, reason: 'held', heldUntil: fromSharedSeconds(until), misses };
   }
 
   private refusal(state: number, now: number): GrantResult | undefined {
     if (!blocks(state, this.expiryRead, now)) return undefined;
-    const end = fromSec(this.expiryRead);
+    const end = fromSharedSeconds(this.expiryRead);
     if (state === HELD) return { ok: false, reason: 'held', heldUntil: end, misses: this.missesRead };
     return { ok: false, reason: state === LEASED ? 'leased' : 'grace', expiresAt: end };
   }
@@ -657,7 +657,7 @@ export class LeaseTable extends LeaseSlots {
       const base = HEADER_WORDS + slot * SLOT_WORDS;
       if ((Atomics.load(this.words, base) & STATE_MASK) !== LEASED) continue;
       const word = this.read(base, false);
-      if ((word & STATE_MASK) !== LEASED || fromSec(this.expiryRead) <= now) continue;
+      if ((word & STATE_MASK) !== LEASED || fromSharedSeconds(this.expiryRead) <= now) continue;
       out.set(this.queueRead, (out.get(this.queueRead) ?? 0) + 1);
     }
     return out;

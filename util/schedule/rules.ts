@@ -2,8 +2,7 @@
 // (services/schedule/store.ts) reads a row, calls one of these, and writes the whole result back:
 // a write replaces the row, so every function returns every scheduling field explicitly.
 import type { QueueKeeperConfig, RouteConfig } from '../config/schema.js';
-
-export const MINUTE_MS = 60_000;
+import { startOfMinute } from '../time.js';
 
 export interface ScheduleRow {
   cacheKey: string;
@@ -28,10 +27,6 @@ export interface TargetInput {
 }
 
 export type Outcome = 'rendered' | 'failed' | 'redirected' | 'non-indexable';
-
-export function floorMinute(ms: number): number {
-  return Math.floor(ms / MINUTE_MS) * MINUTE_MS;
-}
 
 /**
  * A 52-bit FNV-1a style hash of the URL. It only spreads new rows over their cadence, so it must be
@@ -72,19 +67,10 @@ export function queueOf(url: string, routes: readonly RouteConfig[]): string {
   return matchRoute(url, routes)?.name ?? 'unrouted';
 }
 
-/** Cadence: the matching route's renderInterval, else the row's own, else render.defaultInterval. */
-export function resolveCadence(
-  url: string,
-  rowInterval: number | null | undefined,
-  config: QueueKeeperConfig,
-): number {
-  const route = matchRoute(url, config.render.routes);
-  if (route?.renderInterval) return route.renderInterval;
-  if (typeof rowInterval === 'number' && rowInterval > 0) return rowInterval;
-  return config.render.defaultInterval;
-}
-
-/** Route and cadence of a row together (one route match instead of two). */
+/**
+ * A row's queue and cadence from one route match. Cadence: the matching route's renderInterval, else
+ * the row's own, else render.defaultInterval.
+ */
 export function classifyUrl(
   url: string,
   rowInterval: number | null | undefined,
@@ -99,7 +85,7 @@ export function classifyUrl(
 
 /** New rows spread deterministically over one cadence so a bulk filing does not all come due at once. */
 export function spreadDue(url: string, now: number, cadenceMs: number): number {
-  return floorMinute(now + (spreadHash(url) % Math.max(1, cadenceMs)));
+  return startOfMinute(now + (spreadHash(url) % Math.max(1, cadenceMs)));
 }
 
 function isDueNow(row: ScheduleRow, now: number): boolean {
@@ -121,25 +107,25 @@ export function upsertTarget(
   if (!existing) {
     nextRenderTime =
       t.dueAt !== undefined
-        ? floorMinute(t.dueAt)
-        : spreadDue(t.url, now, resolveCadence(t.url, effectiveInterval, config));
+        ? startOfMinute(t.dueAt)
+        : spreadDue(t.url, now, classifyUrl(t.url, effectiveInterval, config).cadenceMs);
     if (t.dueAt !== undefined && t.dueAt <= now) urgentAt = now;
   } else if (t.dueAt !== undefined && t.dueAt <= now) {
     // Never demote: filing due-now keeps an earlier due time and the marks already there.
-    nextRenderTime = Math.min(existing.nextRenderTime, floorMinute(t.dueAt));
+    nextRenderTime = Math.min(existing.nextRenderTime, startOfMinute(t.dueAt));
     urgentAt = existing.urgentAt ?? now;
   } else if (t.dueAt !== undefined) {
     const markedDueNow =
       isDueNow(existing, now) && (existing.urgentAt !== null || existing.changedAt !== null);
     // A future due time is the feeder's explicit intent, except that it never pushes back a row someone
     // asked for now (urgent or changed and already due).
-    nextRenderTime = markedDueNow ? existing.nextRenderTime : floorMinute(t.dueAt);
+    nextRenderTime = markedDueNow ? existing.nextRenderTime : startOfMinute(t.dueAt);
     if (!markedDueNow) urgentAt = null;
   } else {
     nextRenderTime = existing.nextRenderTime;
   }
   if (t.changed) {
-    nextRenderTime = Math.min(nextRenderTime, floorMinute(now));
+    nextRenderTime = Math.min(nextRenderTime, startOfMinute(now));
     changedAt = changedAt ?? now;
   }
   return {
@@ -161,7 +147,7 @@ export function upsertTarget(
 export function discoveredRow(url: string, now: number, config: QueueKeeperConfig): ScheduleRow {
   return {
     cacheKey: url,
-    nextRenderTime: spreadDue(url, now, resolveCadence(url, null, config)),
+    nextRenderTime: spreadDue(url, now, classifyUrl(url, null, config).cadenceMs),
     fromSitemap: false,
     effectiveInterval: null,
     verified: false,
@@ -178,12 +164,12 @@ export function discoveredRow(url: string, now: number, config: QueueKeeperConfi
 export function revalidatedRow(existing: ScheduleRow, now: number): ScheduleRow {
   return {
     ...existing,
-    nextRenderTime: Math.min(existing.nextRenderTime, floorMinute(now)),
+    nextRenderTime: Math.min(existing.nextRenderTime, startOfMinute(now)),
     urgentAt: existing.urgentAt ?? now,
   };
 }
 
-/** After a successful render: floorMinute(completion) + cadence; strikes reset; marks cleared. */
+/** After a successful render: startOfMinute(completion) + cadence; strikes reset; marks cleared. */
 export function afterSuccess(
   existing: ScheduleRow,
   completedAt: number,
@@ -191,10 +177,10 @@ export function afterSuccess(
   statusCode: number | null,
   config: QueueKeeperConfig,
 ): ScheduleRow {
-  const cadence = resolveCadence(existing.cacheKey, existing.effectiveInterval, config);
+  const cadence = classifyUrl(existing.cacheKey, existing.effectiveInterval, config).cadenceMs;
   return {
     ...existing,
-    nextRenderTime: floorMinute(completedAt) + cadence,
+    nextRenderTime: startOfMinute(completedAt) + cadence,
     urgentAt: null,
     changedAt: null,
     strikes: 0,
@@ -237,13 +223,13 @@ export function afterFailure(
   config: QueueKeeperConfig,
 ): FailureResult {
   const strikes = existing.strikes + 1;
-  const cadence = resolveCadence(existing.cacheKey, existing.effectiveInterval, config);
+  const cadence = classifyUrl(existing.cacheKey, existing.effectiveInterval, config).cadenceMs;
   const delay = failureDelay(strikes, cadence, existing.fromSitemap, config.render.failureRetry);
   const base = { ...existing, strikes, lastOutcome: 'failed', lastStatusCode: statusCode };
   if (delay === null) return { row: base, keepLease: true };
   // The urgent request has been served (it failed); a changed mark stays until a render succeeds.
   return {
-    row: { ...base, nextRenderTime: floorMinute(failedAt) + delay, urgentAt: null },
+    row: { ...base, nextRenderTime: startOfMinute(failedAt) + delay, urgentAt: null },
     keepLease: false,
   };
 }

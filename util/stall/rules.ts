@@ -12,7 +12,7 @@
 //   - A queue without a view has no due gate-passing rows.
 //   - One view per queue; `dueMs` is the row's nextRenderTime (floored here again, to be safe).
 import type { QueueKeeperConfig } from '../config/schema.js';
-import { floorMinute } from '../schedule/rules.js';
+import { startOfMinute } from '../time.js';
 
 export type StallConfig = QueueKeeperConfig['stall'];
 
@@ -117,7 +117,7 @@ export function canReceive(hook: HookView, fleet: FleetView, queue: string): boo
  */
 export function isStalled(view: QueueDueView | undefined, now: number, cfg: StallConfig): boolean {
   if (!view?.oldestGateDue) return false;
-  return now - floorMinute(view.oldestGateDue.dueMs) > cfg.after;
+  return now - startOfMinute(view.oldestGateDue.dueMs) > cfg.after;
 }
 
 /** Wait after the `nudges`-th nudge; the last step repeats (and a bad count clamps rather than reads undefined). */
