@@ -7,7 +7,15 @@
 // size limit (413, from content-length before buffering and again while reading), then parsed as UTF-8
 // JSON of bounded depth (400). Every failure is `{error, code}`; a 500 is only ever our own fault.
 import { HttpError, echo } from '../../util/http/errors.js';
-import { log, server, workerIndex, type HarperUser } from '../runtime/harper.js';
+import type { IncomingMessage } from 'node:http';
+import {
+  log,
+  server,
+  workerIndex,
+  type HarperHttpRequest,
+  type HarperHttpResponse,
+  type HarperUser,
+} from '../runtime/harper.js';
 import { config } from '../runtime/config.js';
 
 export type Caller = 'admin' | 'feeder' | 'discover' | 'fleet' | 'any';
@@ -184,7 +192,6 @@ export function mediaTypeProblem(
   };
 }
 
-/* eslint-disable @typescript-eslint/no-explicit-any */
 function tooLarge(limit: number): HttpError {
   return new HttpError(413, 'payload_too_large', `the request body is larger than ${limit} bytes`);
 }
@@ -203,7 +210,7 @@ const DRAIN_REFUSED_BYTES = 64 << 20;
  * end is cut off after the answer. Never iterates the stream with `for await`: leaving that loop early
  * destroys the socket under the answer.
  */
-function readBody(nodeReq: any, limit: number): Promise<Buffer> {
+function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(nodeReq.headers?.['content-length']);
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -336,12 +343,12 @@ function hasOurPrefix(url: string): boolean {
 const CHANGES_STATE = new Set(['POST', 'DELETE', 'PUT', 'PATCH']);
 
 /** Which worker thread answered: an operator chasing one worker's behaviour (and the tests) read it. */
-function served(response: { headers: Headers }): { headers: Headers } {
+function served<R extends { headers: Headers }>(response: R): R {
   response.headers.set('x-served-by', `worker-${workerIndex() ?? 'unknown'}`);
   return response;
 }
 
-async function dispatch(request: any): Promise<any> {
+async function dispatch(request: HarperHttpRequest): Promise<HarperHttpResponse & { headers: Headers }> {
   const url: string = request.url ?? '/';
   const q = url.indexOf('?');
   const pathname = q >= 0 ? url.slice(0, q) : url;
@@ -414,7 +421,7 @@ let installed = false;
 export function installHttp(): void {
   if (installed) return;
   installed = true;
-  server.http(async (request: any, next: (r: any) => Promise<any>) => {
+  server.http(async (request, next) => {
     const url: string = request.url ?? '';
     if (!hasOurPrefix(url)) return next(request);
     const res = served(await dispatch(request));
@@ -424,7 +431,7 @@ export function installHttp(): void {
   // Harper refuses wrong credentials itself, before any route runs, with a bare {"error":"Login
   // failed"}. Wrapping the whole chain (runFirst) lets our paths answer that in the API's own shape.
   server.http(
-    async (request: any, next: (r: any) => Promise<any>) => {
+    async (request, next) => {
       const res = await next(request);
       if (res?.status !== 401 || ours.has(res) || !hasOurPrefix(request.url ?? '')) return res;
       return served(

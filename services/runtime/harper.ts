@@ -1,15 +1,17 @@
 // Typed wrappers for the parts of the harperdb 4.7.29 runtime we use. The shipped typings have gaps
 // (workerIndex, transaction, threads; logger methods optional) and `import { transaction }` throws in
 // ESM, so everything comes through the default export here and nowhere else.
+import type { IncomingMessage } from 'node:http';
 import harperdb from 'harperdb';
 
-/* eslint-disable @typescript-eslint/no-explicit-any */
+// Every member is `unknown` until a typed export below says what we rely on of it.
 const runtime = harperdb as unknown as {
-  transaction: <T>(fn: (txn: any) => T | Promise<T>) => Promise<T>;
-  server: any;
-  databases: Record<string, Record<string, any>>;
-  logger: any;
-  threads?: any;
+  /** The transaction handle is opaque to us: it is only ever passed back to table calls. */
+  transaction: <T>(fn: (txn: unknown) => T | Promise<T>) => Promise<T>;
+  server: unknown;
+  databases: Record<string, Record<string, unknown>>;
+  logger?: { withTag?: (tag: string) => unknown };
+  threads?: unknown;
 };
 
 export interface HarperTable {
@@ -52,16 +54,34 @@ export interface HarperUser {
   role?: { role?: string; permission?: { super_user?: boolean } };
 }
 
+/** What our middleware reads of Harper's request; the rest goes on untouched through `next`. */
+export interface HarperHttpRequest {
+  url?: string;
+  method?: string;
+  headers?: { get?(name: string): string | null | undefined };
+  user?: HarperUser | null;
+  _nodeRequest: IncomingMessage;
+}
+
+/** A response on Harper's middleware chain: a status object whose headers Harper's auth layer may set. */
+export interface HarperHttpResponse {
+  status?: number;
+  headers?: Headers;
+  body?: unknown;
+}
+
+export type HarperMiddleware = (
+  request: HarperHttpRequest,
+  next: (request: HarperHttpRequest) => Promise<HarperHttpResponse | undefined>,
+) => Promise<HarperHttpResponse | undefined>;
+
 export const transaction = runtime.transaction;
 export const server = runtime.server as {
   workerIndex?: number;
   workerCount?: number;
-  config?: any;
+  config?: unknown;
   hostname?: string;
-  http: (
-    fn: (request: any, next: (r: any) => Promise<any>) => Promise<any>,
-    opts?: Record<string, unknown>,
-  ) => void;
+  http: (fn: HarperMiddleware, opts?: Record<string, unknown>) => void;
   recordAnalytics?: (value: number, metric: string, path?: string, method?: string, type?: string) => void;
 };
 
@@ -89,10 +109,11 @@ export function workerIndex(): number | undefined {
 }
 
 export interface ThreadPorts extends Array<{ postMessage(msg: unknown): void; threadId?: number }> {
-  onMessageByType?(type: string, fn: (msg: any, port?: { postMessage(msg: unknown): void }) => void): void;
+  /** `M` is the shape the listener expects of its message type; nothing checks it on the way in. */
+  onMessageByType?<M>(type: string, fn: (msg: M, port?: { postMessage(msg: unknown): void }) => void): void;
 }
 
 /** MessagePorts to the other threads of this process (Harper's `threads`); empty outside Harper. */
 export function threads(): ThreadPorts {
-  return (runtime.threads ?? (globalThis as any).threads ?? []) as ThreadPorts;
+  return (runtime.threads ?? (globalThis as { threads?: unknown }).threads ?? []) as ThreadPorts;
 }

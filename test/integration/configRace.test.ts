@@ -6,6 +6,7 @@
 // before the lock: the first key of each pair was lost every time).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { startHarper, type HarperInstance } from '../harness.js';
 import { until } from '../wait.js';
 
@@ -33,8 +34,7 @@ test('two overlapping config updates on different keys, through two workers, bot
     assert.equal(ra.status, 200, ra.text);
     assert.equal(rb.status, 200, rb.text);
   }
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const want = (c: Record<string, any>) =>
+  const want = (c: QueueKeeperConfig) =>
     c.stall.after === 7000 &&
     c.stall.maxNudges === 7 &&
     c.notify.ratePerMinute === 77 &&
