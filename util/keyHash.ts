@@ -73,35 +73,10 @@ export function keyHash(key: string): KeyHash {
   return finish(h0, h1, h2, h3);
 }
 
-/** Hash of `bytes[start, end)`, equal to `keyHash` of the string those bytes encode. */
-export function keyHashBytes(bytes: Uint8Array, start = 0, end = bytes.length): KeyHash {
-  let h0 = BASIS0;
-  let h1 = BASIS1;
-  let h2 = BASIS2;
-  let h3 = BASIS3;
-  for (let i = start; i < end; i++) {
-    h0 ^= bytes[i]!;
-    const t0 = h0 * 0x1b3;
-    const t1 = h1 * 0x1b3 + (t0 >>> 16);
-    const t2 = h2 * 0x1b3 + h0 * 0x100 + (t1 >>> 16);
-    const t3 = h3 * 0x1b3 + h1 * 0x100 + (t2 >>> 16);
-    h0 = t0 & 0xffff;
-    h1 = t1 & 0xffff;
-    h2 = t2 & 0xffff;
-    h3 = t3 & 0xffff;
-  }
-  return finish(h0, h1, h2, h3);
-}
-
 function finish(h0: number, h1: number, h2: number, h3: number): KeyHash {
   const hi = (h3 << 16) | h2;
   const lo = (h1 << 16) | h0;
   // Zero is reserved to mean "no key" in the shared structures; a key hashing to 0 (odds 2^-64) is
   // moved to 1 rather than becoming indistinguishable from an empty slot.
   return hi === 0 && lo === 0 ? { hi: 0, lo: 1 } : { hi, lo };
-}
-
-/** The hash as 16 hex digits, for logs and explain output. */
-export function keyHashHex(hash: KeyHash): string {
-  return (hash.hi >>> 0).toString(16).padStart(8, '0') + (hash.lo >>> 0).toString(16).padStart(8, '0');
 }

@@ -277,8 +277,3 @@ export async function updateConfig(partial: unknown): Promise<ConfigUpdate> {
     restartRequired,
   };
 }
-
-/** Test hook: replace the effective config without Harper (unit tests of services). */
-export function setConfigForTests(cfg: QueueKeeperConfig): void {
-  setCurrent(cfg);
-}

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { keyHash, keyHashBytes, keyHashHex, type KeyHash } from '../../util/keyHash.js';
+import { keyHash, type KeyHash } from '../../util/keyHash.js';
 
 /** FNV-1a 64 the slow, obvious way, to hold the limb arithmetic to. */
 function reference(bytes: Uint8Array): bigint {
@@ -17,9 +17,10 @@ const anyUnits = fc.string({ unit: fc.integer({ min: 0, max: 0xffff }).map((u) =
 const anyText = fc.oneof(fc.string({ unit: 'binary' }), anyUnits, fc.webUrl());
 
 test('keyHash matches the published FNV-1a 64 values', () => {
-  assert.equal(keyHashHex(keyHash('')), 'cbf29ce484222325');
-  assert.equal(keyHashHex(keyHash('a')), 'af63dc4c8601ec8c');
-  assert.equal(keyHashHex(keyHash('foobar')), '85944171f73967e8');
+  const hex = (text: string) => asBigInt(keyHash(text)).toString(16).padStart(16, '0');
+  assert.equal(hex(''), 'cbf29ce484222325');
+  assert.equal(hex('a'), 'af63dc4c8601ec8c');
+  assert.equal(hex('foobar'), '85944171f73967e8');
 });
 
 test('property: keyHash of a string equals FNV-1a 64 of its UTF-8 bytes, lone surrogates included', () => {
@@ -28,24 +29,6 @@ test('property: keyHash of a string equals FNV-1a 64 of its UTF-8 bytes, lone su
       assert.equal(asBigInt(keyHash(text)), reference(utf8.encode(text)));
     }),
     { numRuns: 2000 },
-  );
-});
-
-test('property: hashing the encoded bytes in place gives the same value as hashing the string', () => {
-  fc.assert(
-    fc.property(
-      anyText,
-      fc.uint8Array({ maxLength: 8 }),
-      fc.uint8Array({ maxLength: 8 }),
-      (text, before, after) => {
-        const encoded = utf8.encode(text);
-        const region = new Uint8Array(before.length + encoded.length + after.length);
-        region.set(before, 0);
-        region.set(encoded, before.length);
-        region.set(after, before.length + encoded.length);
-        assert.deepEqual(keyHashBytes(region, before.length, before.length + encoded.length), keyHash(text));
-      },
-    ),
   );
 });
 

@@ -432,7 +432,7 @@ const MAX_LIST = 1000;
 const MAX_ROUTE_PATH_CHARS = 1900;
 
 /** Checks one value against its key; returns the normalised value or throws ConfigError naming the key. */
-export function checkValue(k: ConfigKey, v: unknown): unknown {
+function checkValue(k: ConfigKey, v: unknown): unknown {
   switch (k.kind) {
     case 'int':
     case 'number': {

@@ -7,6 +7,7 @@
 import { Buffer } from 'node:buffer';
 import { nameHash } from '../leases/token.js';
 import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../time.js';
+import { runToEnd } from './steps.js';
 
 const INT32_MAX = 0x7fffffff;
 const INT32_MIN = -0x80000000;
@@ -422,11 +423,4 @@ function claimLayout(h: Int32Array, capacity: number, keyBytesPerSlot: number): 
       `ready set was laid out for capacity ${cap || capacity} / ${keyBytes || keyBytesPerSlot} key bytes; ` +
         `asked for ${capacity} / ${keyBytesPerSlot} (use ReadySet.storedLayout)`,
     );
-}
-
-function runToEnd<R>(steps: Generator<unknown, R, void>): R {
-  for (;;) {
-    const r = steps.next();
-    if (r.done) return r.value;
-  }
 }

@@ -7,6 +7,7 @@
 import { Buffer } from 'node:buffer';
 import { Packr } from 'msgpackr';
 import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../time.js';
+import { runToEnd } from './steps.js';
 
 // Encoding: msgpackr with records. bench/state-doc-encoding.ts on a realistic document (200 classes,
 // 200 byRoute, 60 flow minutes; node 20, 2-core VM), median encode + decode per document:
@@ -143,12 +144,5 @@ export class StateDoc<T = unknown> {
       return { doc: packr.unpack(copy) as T, writtenAt: fromSharedSeconds(writtenSec), generation };
     }
     return null;
-  }
-}
-
-function runToEnd<R>(steps: Generator<unknown, R, void>): R {
-  for (;;) {
-    const r = steps.next();
-    if (r.done) return r.value;
   }
 }

@@ -5,7 +5,7 @@ import { HttpError, badRequest, echo } from './errors.js';
 import type { TargetInput } from '../schedule/rules.js';
 
 export const MAX_URL_BYTES = 1900;
-export const MAX_TARGETS_PER_CALL = 10_000;
+const MAX_TARGETS_PER_CALL = 10_000;
 
 // A row's own cadence obeys the same bounds as the configured default cadence: one number for both.
 const CADENCE_KEY = CONFIG_KEYS.find((k) => k.path === 'render.defaultInterval')!;
@@ -16,7 +16,7 @@ export const MAX_CADENCE_MS = CADENCE_KEY.max!;
 // lateness tops every score forever and reads as 20,000 days late. Anything before 2000 or more than
 // ten years ahead is a typo or a unit mistake (seconds for ms) and is refused per item.
 export const MIN_DUE_AT = Date.UTC(2000, 0, 1);
-export const MAX_DUE_AHEAD_MS = 3653 * 86_400_000;
+const MAX_DUE_AHEAD_MS = 3653 * 86_400_000;
 
 export interface Rejection {
   index: number;

@@ -419,6 +419,6 @@ export class KeeperCore {
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 /** Does `key` come back unchanged from UTF-8 (no lone surrogate)? Only such keys can be claimed. */
-export function roundTrips(key: string): boolean {
+function roundTrips(key: string): boolean {
   return !LONE_SURROGATE.test(key);
 }

@@ -2,7 +2,7 @@
 // the keeper over the last hour. A ring of 60 slots, each tagged with its minute, so a quiet minute
 // reads as zeros without anyone having to clear it.
 
-export const FLOW_MINUTES = 60;
+const FLOW_MINUTES = 60;
 
 export interface FlowMinute {
   /** Minute number (ms / 60000). */

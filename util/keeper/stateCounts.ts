@@ -6,7 +6,7 @@ import type { FlowLedger, FlowMinute } from './flow.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
 
 /** Lateness bin edges, in cadences: [0,.25) [.25,1) [1,2) [2,4) [4,∞). */
-export const LATENESS_EDGES: readonly number[] = [0.25, 1, 2, 4];
+const LATENESS_EDGES: readonly number[] = [0.25, 1, 2, 4];
 /** Route and class lists stop here so a misconfigured feeder cannot grow the shared document unbounded. */
 export const STATE_LIST_CAP = 200;
 

@@ -48,13 +48,13 @@ export const S_HASH_LO = 2;
 export const S_EXPIRY = 3; // seconds: end of the lease, of the release grace, or of the hold
 export const S_DUE = 4; // due minute (ms / 60 000) of the grant
 export const S_MISSES = 5;
-export const S_TOKEN_HI = 6;
-export const S_TOKEN_LO = 7;
+const S_TOKEN_HI = 6;
+const S_TOKEN_LO = 7;
 // The 64 random bits of the lease token: the grant instant orders grants, these make it unguessable.
-export const S_RAND_HI = 8;
-export const S_RAND_LO = 9;
+const S_RAND_HI = 8;
+const S_RAND_LO = 9;
 /** 32-bit hash of the user the lease was granted to: a result from anyone else is superseded. */
-export const S_USER = 10;
+const S_USER = 10;
 /** 32-bit hash of the job's queue, so the keeper can name the queue of an expired lease. */
 export const S_QUEUE = 11;
 /** What became of the lease's result (REPORT_*), and its answer (the next render minute). */

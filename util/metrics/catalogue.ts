@@ -27,9 +27,6 @@ export interface MetricDef {
   live?: true;
 }
 
-/** The prefix of every family (SPEC §5): a bare `due_rows` would collide with other exporters. */
-export const METRIC_PREFIX = 'queue_keeper_';
-
 /** Values of the `endpoint` label: the fleet endpoints whose handler time is measured. */
 export const REQUEST_ENDPOINTS = ['claim', 'job_result', 'job_results', 'next'] as const;
 export type RequestEndpoint = (typeof REQUEST_ENDPOINTS)[number];

@@ -28,7 +28,7 @@ export interface QueueSeries {
   leases: QueueSample[];
 }
 
-export const UNROUTED = 'unrouted';
+const UNROUTED = 'unrouted';
 
 /** The label's whole domain: the configured routes, then `unrouted`. */
 export function queueNames(routes: ReadonlyArray<{ name: string }>): string[] {

@@ -54,7 +54,7 @@ export type HookUrlVerdict =
   | { ok: false; code: 'invalid_url'; phrase: string; transient?: true };
 
 /** Longer URLs are refused outright; a hook URL is config, not data, and this keeps rows and logs small. */
-export const MAX_HOOK_URL_BYTES = 2048;
+const MAX_HOOK_URL_BYTES = 2048;
 
 const V4_BITS = 32;
 const V6_BITS = 128;
@@ -306,7 +306,7 @@ export function checkAddresses(
  * Resolver codes that mean "ask again later" (getaddrinfo's EAI_AGAIN; c-ares' timeout and server
  * failure), as opposed to ENOTFOUND / EAI_NONAME, which is the name's own answer.
  */
-export const TRANSIENT_DNS_CODES: ReadonlySet<string> = new Set(['EAI_AGAIN', 'ETIMEOUT', 'ESERVFAIL']);
+const TRANSIENT_DNS_CODES: ReadonlySet<string> = new Set(['EAI_AGAIN', 'ETIMEOUT', 'ESERVFAIL']);
 
 /**
  * Resolves a hook host once and checks every address. A literal IP (any notation) is checked directly

@@ -28,9 +28,9 @@ export function countsTowardDisable(last: AttemptOutcome | null): boolean {
 }
 
 /** Pause after attempt 1, after attempt 2; later attempts reuse the last step. */
-export const RETRY_DELAYS_MS: readonly number[] = [1000, 5000];
+const RETRY_DELAYS_MS: readonly number[] = [1000, 5000];
 /** ±20 % spreads the retries of many hooks that failed together, so they do not return in a wave. */
-export const RETRY_JITTER = 0.2;
+const RETRY_JITTER = 0.2;
 
 /** The wait before the next attempt. `random` is in [0, 1) (Math.random in production, fixed in tests). */
 export function retryDelayMs(attemptJustFailed: number, random: () => number): number {

@@ -32,7 +32,7 @@ export type Outcome = 'rendered' | 'failed' | 'redirected' | 'non-indexable';
  * A 52-bit FNV-1a style hash of the URL. It only spreads new rows over their cadence, so it must be
  * deterministic (re-filing a URL lands on the same minute) and wide enough for cadences of months.
  */
-export function spreadHash(url: string): number {
+function spreadHash(url: string): number {
   let h1 = 0x811c9dc5;
   let h2 = 0x01000193 ^ 0x5bd1e995;
   for (let i = 0; i < url.length; i++) {
@@ -52,7 +52,7 @@ function pathnameOf(url: string): string | null {
   }
 }
 
-export function matchRoute(url: string, routes: readonly RouteConfig[]): RouteConfig | null {
+function matchRoute(url: string, routes: readonly RouteConfig[]): RouteConfig | null {
   if (routes.length === 0) return null;
   const path = pathnameOf(url);
   if (path === null) return null;

@@ -47,7 +47,7 @@ export interface ResultWrite {
 export type ResultApplied = { found: false } | { found: true; row: ScheduleRow; keepLease: boolean };
 
 /** A 10,000-target batch commits in chunks this large; each chunk holds its keys' locks until it commits. */
-export const WRITE_CHUNK = 1000;
+const WRITE_CHUNK = 1000;
 
 export class ScheduleWrites {
   constructor(

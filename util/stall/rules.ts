@@ -90,7 +90,7 @@ export interface StallPlan {
   charges: StallCharge[];
 }
 
-export function fleetServes(fleet: FleetView, queue: string): boolean {
+function fleetServes(fleet: FleetView, queue: string): boolean {
   return fleet.queues.length === 0 || fleet.queues.includes(queue);
 }
 
@@ -115,7 +115,7 @@ export function canReceive(hook: HookView, fleet: FleetView, queue: string): boo
  * `stall.after`. Age runs from the minute-floored due time, the same instant every writer stores, so
  * a row can qualify up to a minute before `after` has passed since its unfloored due time.
  */
-export function isStalled(view: QueueDueView | undefined, now: number, cfg: StallConfig): boolean {
+function isStalled(view: QueueDueView | undefined, now: number, cfg: StallConfig): boolean {
   if (!view?.oldestGateDue) return false;
   return now - startOfMinute(view.oldestGateDue.dueMs) > cfg.after;
 }
