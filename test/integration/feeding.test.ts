@@ -1,6 +1,7 @@
 // Feeding, auth and error handling against a real Harper (2 worker threads).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { configForTest } from '../api.js';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
 
 let h: HarperInstance;
@@ -267,18 +268,17 @@ test('revalidate makes a row due now and urgent; an unknown url is 404', async (
   assert.equal(missing.json.code, 'not_found');
 });
 
-test('explain answers the queue from the routes, and row null for an unknown url', async () => {
-  const set = await h.fetch('/prerender_admin/config', {
-    body: { render: { routes: [{ name: 'product', match: 'prefix', path: '/p/' }] } },
-  });
-  assert.equal(set.status, 200, set.text);
+test('explain answers the queue from the routes, and row null for an unknown url', async (t) => {
+  await configForTest(t, h, { render: { routes: [{ name: 'product', match: 'prefix', path: '/p/' }] } });
   const e = await explain('https://example.com/p/unknown');
   assert.equal(e.queue, 'product');
   assert.equal(e.row, null);
   assert.equal((await explain('https://example.com/x')).queue, 'unrouted');
 });
 
-test('config: a bad value is a 400 naming the key; a good one is applied on every worker', async () => {
+test('config: a bad value is a 400 naming the key; a good one is applied on every worker', async (t) => {
+  const before = (await h.fetch('/prerender_admin/config')).json.stall.after as number;
+  t.after(() => h.fetch('/prerender_admin/config', { body: { stall: { after: before } } }));
   const bad = await h.fetch('/prerender_admin/config', { body: { stall: { after: 5 } } });
   assert.equal(bad.status, 400);
   assert.equal(bad.json.code, 'invalid_config');

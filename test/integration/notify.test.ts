@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Webhook } from 'standardwebhooks';
+import { configForTest, postConfig } from '../api.js';
 import { startHarper, type HarperInstance } from '../harness.js';
 import { parseScrape, total } from '../promText.js';
 import { sleep, until } from '../wait.js';
@@ -82,10 +83,7 @@ after(async () => {
   await new Promise((r) => receiver.close(r));
 });
 
-async function config(body: unknown) {
-  const r = await h.fetch('/prerender_admin/config', { body });
-  assert.equal(r.status, 200, r.text);
-}
+const config = (body: unknown) => postConfig(h, body);
 
 async function fleet(name: string, queues?: string[]) {
   const r = await h.fetch('/prerender_admin/fleets', { body: queues ? { name, queues } : { name } });
@@ -160,8 +158,12 @@ test('fleets and hooks follow the contract: create, list without secrets, redact
   assert.equal(fleetBad.status, 400, fleetBad.text);
 
   await config({ notify: { maxHooksPerFleet: 1 } });
-  await bad({ fleetId: f.id, url: base + '/x' }, 409, 'ceiling_exceeded');
-  await config({ notify: { maxHooksPerFleet: 5 } });
+  try {
+    await bad({ fleetId: f.id, url: base + '/x' }, 409, 'ceiling_exceeded');
+  } finally {
+    // Put back at once, not after the test: the rest of this test creates hooks again.
+    await config({ notify: { maxHooksPerFleet: 5 } });
+  }
 
   // Odd paths and ids are 404s with our error shape, never a 500.
   for (const [path, method] of [
@@ -204,8 +206,7 @@ test('due rows landing in a covered queue bring one signed `created` delivery na
 test('a lease that expires unreported wakes the fleet with `requeued` within a publish, with no claim after it', async (t) => {
   // The old code raised requeued only when a later claim tripped over the expired lease — exactly
   // when nobody needs waking. Here nothing claims after the grant.
-  await config({ queue: { jobLeaseTime: 5000 } });
-  t.after(() => config({ queue: { jobLeaseTime: 600_000 } }));
+  await configForTest(t, h, { queue: { jobLeaseTime: 5000 } });
   const f = await fleet('fleet-requeued', ['requeued']);
   await hook(f.id, '/requeued');
   await fileDue('requeued', 2);
@@ -261,26 +262,31 @@ test('a 500 receiver gets 3 attempts with one webhook-id, then one failure is re
   const gap1 = got[1]!.at - got[0]!.at;
   const gap2 = got[2]!.at - got[1]!.at;
   assert.ok(gap1 >= 700 && gap2 >= 3500, `retry gaps ${gap1} ms, ${gap2} ms`);
-  await sleep(300); // the health write follows the last attempt
-  const health = await hookState(hk.id);
-  assert.equal(health?.consecutiveFailures, 1);
+  // The health write follows the last attempt.
+  const health = await until('the failure recorded', async () => {
+    const s = await hookState(hk.id);
+    return s?.consecutiveFailures ? s : undefined;
+  });
+  assert.equal(health.consecutiveFailures, 1);
   assert.equal(health?.lastStatus, 500);
 });
 
-test('a hanging receiver times out after notify.attemptTimeout', async () => {
-  await config({ notify: { maxAttempts: 1 } });
+test('a hanging receiver times out after notify.attemptTimeout', async (t) => {
+  await configForTest(t, h, { notify: { maxAttempts: 1 } });
   const f = await fleet('fleet-hang', ['hang']);
   const hk = await hook(f.id, '/hang');
   await fileDue('hang');
   await until('the attempt', () => at('/hang')[0]);
-  let health: Record<string, unknown> | undefined;
-  for (const deadline = Date.now() + 5000; Date.now() < deadline; await sleep(100)) {
-    health = await hookState(hk.id);
-    if (health?.lastAttemptAt) break;
-  }
-  assert.equal(health?.lastError, 'timed out');
-  assert.equal(health?.consecutiveFailures, 1);
-  await config({ notify: { maxAttempts: 3 } });
+  const health = await until(
+    'the attempt recorded',
+    async () => {
+      const s = await hookState(hk.id);
+      return s?.lastAttemptAt ? s : undefined;
+    },
+    5000,
+  );
+  assert.equal(health.lastError, 'timed out');
+  assert.equal(health.consecutiveFailures, 1);
 });
 
 test('a redirecting receiver is not followed and not retried', async () => {
@@ -294,8 +300,8 @@ test('a redirecting receiver is not followed and not retried', async () => {
   assert.equal((await hookState(hk.id))?.lastStatus, 302);
 });
 
-test('repeated failed deliveries auto-disable a hook; rotate re-enables it with a new secret', async () => {
-  await config({ notify: { maxAttempts: 1, disableAfterFailures: 2 } });
+test('repeated failed deliveries auto-disable a hook; rotate re-enables it with a new secret', async (t) => {
+  await configForTest(t, h, { notify: { maxAttempts: 1, disableAfterFailures: 2 } });
   const f = await fleet('fleet-disable', ['disable']);
   const hk = await hook(f.id, '/fail-disable');
   for (let i = 0; i < 2; i++) {
@@ -323,7 +329,6 @@ test('repeated failed deliveries auto-disable a hook; rotate re-enables it with 
   assert.equal(dis.json.disabledReason, 'operator');
   const en = await h.fetch(`/prerender_admin/hooks/${hk.id}/enable`, { method: 'POST' });
   assert.equal(en.json.enabled, true);
-  await config({ notify: { maxAttempts: 3, disableAfterFailures: 10 } });
 });
 
 test('revoking a fleet stops a delivery already in its retries and removes its hooks', async () => {
@@ -350,17 +355,16 @@ test('a hook whose filter does not cover the queue gets nothing', async () => {
   assert.equal(at('/narrow-elsewhere').length, 0);
 });
 
-test('the kill switch (notify.maxHooksPerFleet 0) refuses new hooks and sends nothing', async () => {
+test('the kill switch (notify.maxHooksPerFleet 0) refuses new hooks and sends nothing', async (t) => {
   const f = await fleet('fleet-kill', ['kill']);
   await hook(f.id, '/kill');
-  await config({ notify: { maxHooksPerFleet: 0 } });
+  await configForTest(t, h, { notify: { maxHooksPerFleet: 0 } });
   const refused = await h.fetch('/prerender_admin/hooks', { body: { fleetId: f.id, url: base + '/kill2' } });
   assert.equal(refused.status, 409, refused.text);
   assert.equal(refused.json.code, 'ceiling_exceeded');
   await fileDue('kill');
   await sleep(1500);
   assert.equal(at('/kill').length, 0);
-  await config({ notify: { maxHooksPerFleet: 5 } });
 });
 
 test('deliveries, failures and auto-disables are counted in the metrics', async () => {
