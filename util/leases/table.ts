@@ -1,6 +1,7 @@
 // The lease table: which keys are out with a renderer right now, shared by every worker thread of one
 // process through a plain ArrayBuffer (SPEC §3). Lock-free apart from a per-slot write section of a
-// handful of stores (see util/leases/slots.ts for the layout and the seqlock reads).
+// handful of stores (see util/leases/slots.ts for the layout and the seqlock reads; the reconcile and
+// expiry passes over every slot are in util/leases/upkeep.ts).
 //
 // Keys live by open addressing over the 64-bit key hash with a probe window of 8 and no tombstones:
 // every lookup walks the whole window, so a slot emptied or reused in place never breaks another key's
@@ -9,21 +10,15 @@
 import {
   BUSY,
   EMPTY,
-  EXPIRED,
   H_OCCUPANCY,
   HEADER_WORDS,
   HELD,
-  INT32_MAX,
   LEASED,
-  LeaseSlots,
   NO_DUE,
   REPORT_ACCEPTED,
-  REPORT_EXPIRY_SEEN,
   REPORT_NONE,
   REPORT_PENDING,
   REPORT_UNKNOWN_JOB,
-  S_ANSWER,
-  S_REPORT,
   PROBE_WINDOW,
   RELEASE_GRACE_MS,
   RELEASED,
@@ -39,16 +34,11 @@ import {
 } from './slots.js';
 import { fromSharedSeconds, MINUTE_MS, minuteOf, sharedSecondsAtOrAfter } from '../time.js';
 import { formatToken, parseToken, randomWord } from './token.js';
+import { LeaseUpkeep } from './upkeep.js';
 
 export { PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
+export { DEAD_SLOT_RETENTION_MS, type ReconcileResult } from './upkeep.js';
 
-/**
- * Reconcile empties slots dead for this long. Grants already take over dead slots in place, so this is
- * housekeeping; the hour keeps a wedged key's miss history and a late result's token readable meanwhile.
- */
-export const DEAD_SLOT_RETENTION_MS = 60 * MINUTE_MS;
-/** A slot BUSY with the same state word this long apart is abandoned (see reconcile). */
-const STUCK_WRITER_MS = 10_000;
 /** A grant retries when a CAS loses to another writer in its window; past this it refuses as full. */
 const MAX_ATTEMPTS = 16;
 
@@ -110,12 +100,6 @@ export interface LeaseView {
   misses: number;
   dueMs: number | null;
 }
-export interface ReconcileResult {
-  occupancy: number;
-  oldestExpiresAt: number | null;
-  oldestGrantedAt: number | null;
-  reclaimed: number;
-}
 /** Where a test may interleave another worker's grant: before the claim CAS, before publish, before rescan. */
 export type GrantStep = 'scanned' | 'claimed' | 'published';
 export interface LeaseTableOptions {
@@ -131,7 +115,7 @@ const VIEWS: Partial<Record<number, [LeaseState, LeaseState]>> = {
   [HELD]: ['held', 'expired'],
 };
 
-export class LeaseTable extends LeaseSlots {
+export class LeaseTable extends LeaseUpkeep {
   /** Bytes needed for `maxLeases`; allocate the shared buffer with this. */
   static byteLength(maxLeases: number): number {
     return (HEADER_WORDS + slotCountFor(maxLeases) * SLOT_WORDS) * 4;
@@ -140,17 +124,11 @@ export class LeaseTable extends LeaseSlots {
   private readonly onGrantStep: ((step: GrantStep, slot: number) => void) | undefined;
   private readonly random: () => number;
   private readonly undo = new Int32Array(SLOT_WORDS);
-  private stuckSeen = new Map<number, { word: number; since: number }>();
 
   constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number, options: LeaseTableOptions = {}) {
     super(buffer, maxLeases);
     this.onGrantStep = options.onGrantStep;
     this.random = options.random ?? randomWord;
-  }
-
-  /** Gauge of leases out: exact for grants and releases, high by leases that expired since reconcile. */
-  occupancy(): number {
-    return Atomics.load(this.words, H_OCCUPANCY);
   }
 
   /**
@@ -254,59 +232,6 @@ export class LeaseTable extends LeaseSlots {
     }
   }
 
-  /**
-   * Leases past their end with no result, each seen once (SPEC §6 `requeued` at expiry): marks them,
-   * moves them out of the occupancy gauge, and calls `visit` with each one's queue hash. A late result
-   * of such a lease is still accepted. One pass over the slots; the keeper runs it every publish.
-   */
-  collectExpired(now: number, visit: (queue: number) => void): number {
-    const a = this.words;
-    let seen = 0;
-    for (let slot = 0; slot < this.slotCount; slot++) {
-      const base = HEADER_WORDS + slot * SLOT_WORDS;
-      const word = Atomics.load(a, base);
-      const state = word & STATE_MASK;
-      if (state !== LEASED && state !== EXPIRED) continue;
-      if (Atomics.load(a, base + S_REPORT) !== REPORT_NONE) continue;
-      const read = this.read(base, false);
-      if (read !== word || this.reportRead !== REPORT_NONE || fromSharedSeconds(this.expiryRead) > now)
-        continue;
-      const queue = this.queueRead;
-      if (!this.rewrite(base, word, EXPIRED, 0, REPORT_EXPIRY_SEEN, this.answerRead)) continue;
-      seen++;
-      visit(queue);
-    }
-    return seen;
-  }
-
-  /**
-   * One transition of a slot through BUSY: the state word CAS (its generation makes a slot reused
-   * since the read fail it), then the report words, the expiry and misses of a release, then the new
-   * state. False when another writer got there first.
-   */
-  private rewrite(
-    base: number,
-    word: number,
-    state: number,
-    now: number,
-    report: number,
-    answer: number,
-  ): boolean {
-    const a = this.words;
-    const busy = nextWord(word, BUSY);
-    if (Atomics.compareExchange(a, base, word, busy) !== word) return false;
-    const was = word & STATE_MASK;
-    if (was === LEASED && state !== LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
-    if (state === RELEASED && was !== RELEASED) {
-      a[base + S_EXPIRY] = sharedSecondsAtOrAfter(now + RELEASE_GRACE_MS);
-      a[base + S_MISSES] = 0;
-    }
-    a[base + S_REPORT] = report;
-    a[base + S_ANSWER] = answer;
-    Atomics.store(a, base, nextWord(busy, state));
-    return true;
-  }
-
   /** The window slot holding the grant `parts` names (by its instant), or -1. Leaves it read. */
   private slotOf(parts: { grantedAt: number }): number {
     for (let k = 0; k < PROBE_WINDOW; k++) {
@@ -390,64 +315,6 @@ export class LeaseTable extends LeaseSlots {
       expiresAt: end,
       misses,
       dueMs: due === NO_DUE ? null : due * MINUTE_MS,
-    };
-  }
-
-  /**
-   * Full slot scan (run on every status sync): counts live leases, moves expired ones out of the gauge,
-   * empties slots dead longer than DEAD_SLOT_RETENTION_MS, and stores the figures in the header.
-   */
-  reconcile(now: number): ReconcileResult {
-    const a = this.words;
-    let occupancy = 0;
-    let oldestExpiry = INT32_MAX;
-    let oldestToken = Infinity;
-    let reclaimed = 0;
-    const stuck = new Map<number, { word: number; since: number }>();
-    for (let slot = 0; slot < this.slotCount; slot++) {
-      const base = HEADER_WORDS + slot * SLOT_WORDS;
-      let word = this.read(base, false);
-      let state = word & STATE_MASK;
-      if (state === EMPTY) continue;
-      if (state === BUSY) {
-        // The same BUSY word STUCK_WRITER_MS later is a writer that died mid-section (a terminated
-        // worker); a live one finishes in microseconds. Freeing the slot loses at most that one lease.
-        const seen = this.stuckSeen.get(slot);
-        if (seen?.word !== word) stuck.set(slot, { word, since: now });
-        else if (now - seen.since < STUCK_WRITER_MS) stuck.set(slot, seen);
-        else if (Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word) reclaimed++;
-        continue;
-      }
-      const end = fromSharedSeconds(this.expiryRead);
-      if (state === LEASED && end > now) {
-        occupancy++;
-        oldestExpiry = Math.min(oldestExpiry, this.expiryRead);
-        oldestToken = Math.min(oldestToken, this.tokenRead);
-        continue;
-      }
-      if (state === LEASED) {
-        const expired = nextWord(word, EXPIRED);
-        if (Atomics.compareExchange(a, base, word, expired) !== word) continue;
-        Atomics.sub(a, H_OCCUPANCY, 1);
-        word = expired;
-        state = EXPIRED;
-      }
-      if (state === HELD && end > now) continue;
-      const deadSince = state === EXPIRED ? end + RELEASE_GRACE_MS : end;
-      if (
-        now - deadSince >= DEAD_SLOT_RETENTION_MS &&
-        Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word
-      ) {
-        reclaimed++;
-      }
-    }
-    this.stuckSeen = stuck;
-    this.storeReconcile(now, occupancy, oldestExpiry, oldestToken);
-    return {
-      occupancy,
-      oldestExpiresAt: occupancy > 0 ? fromSharedSeconds(oldestExpiry) : null,
-      oldestGrantedAt: occupancy > 0 ? oldestToken : null,
-      reclaimed,
     };
   }
 
