@@ -44,6 +44,10 @@ test('only the stall ledger reads or writes QueueStallNudge', () => {
   assert.deepEqual(namers(/['"]QueueStallNudge['"]/), ['services/stall/ledger.ts']);
 });
 
+test('only the membership module reads or writes QueueNode', () => {
+  assert.deepEqual(namers(/['"]QueueNode['"]/), ['services/cluster/membership.ts']);
+});
+
 test('only the due-summary module reads or writes QueueDueSummary', () => {
   assert.deepEqual(namers(/['"]QueueDueSummary['"]/), ['services/stall/dueSummaries.ts']);
 });
