@@ -13,6 +13,7 @@ import { installHttp } from './services/http/router.js';
 import { startHeldAsks, startKeeper } from './services/keeper/leadership.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
 import { peerNames } from './services/cluster/membership.js';
+import { peerWait } from './services/cluster/peerWait.js';
 import { onDueSummary, onRequeued, secretCleanupDuty, startNotify } from './services/notify/wakes.js';
 import { pageSweepDuty } from './services/pages/store.js';
 import { readRow } from './services/schedule/store.js';
@@ -48,9 +49,10 @@ async function start(): Promise<void> {
         graceMs: async () => ((await peerNames()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
       }),
     ]);
-    void startKeeper({ onDue: onDueSummary, onRequeued }).catch((e: unknown) =>
-      log.error('queue keeper failed to start', e),
-    );
+    // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them (SPEC §9).
+    void peerWait()
+      .then(() => startKeeper({ onDue: onDueSummary, onRequeued }))
+      .catch((e: unknown) => log.error('queue keeper failed to start', e));
   }
   registerWorker();
 }

@@ -23,6 +23,7 @@ const OWNERS: Record<string, readonly string[]> = {
   QueueConfigOverride: ['services/runtime/config.ts'],
   NodeLocal: ['services/runtime/sharedBuffers.ts'],
   QueueDueSummary: ['services/stall/dueSummaries.ts'],
+  QueueNode: ['services/cluster/membership.ts'],
 };
 
 function sources(dir: string): string[] {

@@ -1,0 +1,170 @@
+// A three-node drain on 127.0.0.1 (issue 17): ROWS due rows filed on node-a, drained by CLIENTS fleet
+// clients per node through /render_queue/next (limit 25, results batched into the next call); reports
+// jobs/s and duplicate grants. Then FAIL_ROWS more due rows, node-c stopped by pid (SIGTERM), and the
+// time until each of node-c's rows is granted on node-a or node-b.
+// Run: npx tsc -p tsconfig.json && node dist/bench/cluster-drain.js
+//      (ROWS=30000 CLIENTS=4 FAIL_ROWS=3000 THREADS=1 TICK=1000 by default)
+import { Ownership } from '../util/cluster/ownership.js';
+import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../test/harness.js';
+import { benchUrl, fileAll, loadavg, machine, sleep } from './lib.js';
+
+const ROWS = Number(process.env.ROWS ?? 30_000);
+const CLIENTS = Number(process.env.CLIENTS ?? 4);
+const FAIL_ROWS = Number(process.env.FAIL_ROWS ?? 3000);
+const THREADS = Number(process.env.THREADS ?? 1);
+const TICK = Number(process.env.TICK ?? 1000);
+const NAMES = ['node-a', 'node-b', 'node-c'];
+const AUTH = 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64');
+const owners = new Ownership(NAMES, 'node-a');
+
+interface Node {
+  name: string;
+  h: HarperInstance;
+  repl: number;
+}
+
+async function held(n: Node): Promise<number | null> {
+  const r = await n.h.fetch('/prerender_admin/overview');
+  return r.status === 200 ? ((r.json.keeper?.stats?.rows as number | undefined) ?? null) : null;
+}
+
+async function waitFor(what: string, fn: () => Promise<boolean>, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await fn())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+/** Claims with `clients` loops per node until `want` rows were granted; counts every grant. */
+async function drain(nodes: Node[], want: Set<string>, grants: Map<string, number>): Promise<void> {
+  const left = () => [...want].some((u) => !grants.has(u));
+  await Promise.all(
+    nodes.flatMap((n) =>
+      Array.from({ length: CLIENTS }, async () => {
+        let results: unknown[] = [];
+        while (results.length > 0 || left()) {
+          const r = await n.h.fetch('/render_queue/next', { body: { results, limit: 25 } });
+          if (r.status !== 200) throw new Error(`next on ${n.name}: ${r.status} ${r.text}`);
+          const jobs = r.json.jobs as Array<{ id: string; leaseToken: unknown }>;
+          for (const j of jobs) grants.set(j.id, (grants.get(j.id) ?? 0) + 1);
+          results = jobs.map((j) => ({
+            id: j.id,
+            leaseToken: j.leaseToken,
+            outcome: 'rendered',
+            statusCode: 200,
+          }));
+          if (jobs.length === 0) await sleep(20);
+        }
+      }),
+    ),
+  );
+}
+
+async function main(): Promise<void> {
+  const load = loadavg();
+  const nodes: Node[] = [];
+  try {
+    for (const name of NAMES) {
+      const repl = await freePort();
+      const h = await startHarper({
+        threads: THREADS,
+        logLevel: 'warn',
+        harperConfig: {
+          replication: {
+            hostname: name,
+            url: `ws://127.0.0.1:${repl}`,
+            port: `127.0.0.1:${repl}`,
+            securePort: `127.0.0.1:${await freePort()}`,
+          },
+        },
+      });
+      nodes.push({ name, h, repl });
+    }
+    const [a, b, c] = nodes as [Node, Node, Node];
+    const link = (from: Node, to: Node) =>
+      from.h.operation({
+        operation: 'add_node',
+        hostname: to.name,
+        url: `ws://127.0.0.1:${to.repl}`,
+        authorization: AUTH,
+        retain_authorization: true,
+      });
+    await link(b, a);
+    await link(c, a);
+    await link(c, b);
+    for (const n of nodes)
+      await n.h.fetch('/prerender_admin/config', { body: { maintenance: { tickInterval: TICK } } });
+
+    const urls = Array.from({ length: ROWS }, (_, i) => benchUrl('cluster', i));
+    await fileAll(
+      a.h,
+      urls.map((url) => ({ url, dueAt: Date.now() - 60_000 })),
+    );
+    const shares = NAMES.map((n) => urls.filter((u) => owners.ownerOf(u) === n).length);
+    await waitFor(
+      'each node to hold its share',
+      async () => (await Promise.all(nodes.map(held))).every((h, i) => h === shares[i]),
+      120_000,
+    );
+    const grants = new Map<string, number>();
+    const t0 = performance.now();
+    await drain(nodes, new Set(urls), grants);
+    const drainMs = performance.now() - t0;
+    const duplicates = [...grants.values()].reduce((s, n) => s + (n - 1), 0);
+
+    const failUrls = Array.from({ length: FAIL_ROWS }, (_, i) => benchUrl('cluster-leave', i));
+    await fileAll(
+      a.h,
+      failUrls.map((url) => ({ url, dueAt: Date.now() - 60_000 })),
+    );
+    const ofC = failUrls.filter((u) => owners.ownerOf(u) === 'node-c');
+    await waitFor(
+      'node-c to hold its new rows',
+      async () => (await held(c)) === shares[2]! + ofC.length,
+      60_000,
+    );
+    // Only node-a's and node-b's rows are drained first, so every later grant is one of node-c's rows.
+    const abGrants = new Map<string, number>();
+    await drain([a, b], new Set(failUrls.filter((u) => owners.ownerOf(u) !== 'node-c')), abGrants);
+    const stoppedAt = Date.now();
+    await c.h.stop();
+    const cGrants = new Map<string, number>();
+    let firstGrantMs: number | null = null;
+    const want = new Set(ofC);
+    const watch = setInterval(() => {
+      if (firstGrantMs === null && cGrants.size > 0) firstGrantMs = Date.now() - stoppedAt;
+    }, 10);
+    await drain([a, b], want, cGrants);
+    clearInterval(watch);
+    const allMs = Date.now() - stoppedAt;
+    const failDuplicates = [...cGrants.values()].reduce((s, n) => s + (n - 1), 0);
+    console.log(
+      JSON.stringify(
+        {
+          machine: machine(),
+          loadBefore: load,
+          loadAfter: loadavg(),
+          threadsPerNode: THREADS,
+          tickMs: TICK,
+          rows: ROWS,
+          clientsPerNode: CLIENTS,
+          shares,
+          drain: { ms: Math.round(drainMs), jobsPerSec: Math.round(ROWS / (drainMs / 1000)), duplicates },
+          stop: {
+            rowsOfStoppedNode: ofC.length,
+            firstClaimableElsewhereMs: firstGrantMs,
+            allClaimedElsewhereMs: allMs,
+            duplicates: failDuplicates,
+          },
+        },
+        null,
+        2,
+      ),
+    );
+  } finally {
+    await Promise.all(nodes.map((n) => n.h.destroy()));
+  }
+}
+
+await main();

@@ -1,0 +1,177 @@
+// `npm run start:cluster`: boots three Harper nodes with queue-keeper loaded, replicating with each
+// other over insecure WebSocket on 127.0.0.1 (HARPER.md §8), each on its own data folder inside the repo
+// (.harper-data/cluster/<node>/, ignored by git). Prints each node's URL and the shared admin
+// credentials; Ctrl-C stops all three (each by its pid). Data is kept between runs.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join, resolve } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+
+const require = createRequire(import.meta.url);
+const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const data = join(repo, '.harper-data', 'cluster');
+mkdirSync(data, { recursive: true });
+
+if (!existsSync(join(repo, 'dist', 'resources.js'))) {
+  console.error('dist/resources.js is missing: run `npm install` (it builds) or `npm run build` first.');
+  process.exit(1);
+}
+
+// One admin user and one sealing key for the whole cluster: hooks replicate, so every node must be able
+// to unseal their secrets, and each node logs in to the others as this user.
+const credFile = join(data, 'credentials.json');
+if (!existsSync(credFile))
+  writeFileSync(
+    credFile,
+    JSON.stringify({ username: 'admin', password: randomBytes(12).toString('base64url') }),
+    { mode: 0o600 },
+  );
+const creds = JSON.parse(readFileSync(credFile, 'utf8'));
+const keyFile = join(data, 'secret-key');
+if (!process.env.QUEUE_KEEPER_SECRET_KEY && !existsSync(keyFile))
+  writeFileSync(keyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
+const secretKey = process.env.QUEUE_KEEPER_SECRET_KEY ?? readFileSync(keyFile, 'utf8').trim();
+const basic = 'Basic ' + Buffer.from(`${creds.username}:${creds.password}`).toString('base64');
+
+const host = '127.0.0.1';
+const base = Number(process.env.BASE_PORT ?? 19900);
+const threads = Number(process.env.THREADS ?? 1);
+const names = ['node-a', 'node-b', 'node-c'];
+const nodes = names.map((name, i) => {
+  const p = base + i * 10;
+  return {
+    name,
+    dir: join(data, name),
+    http: p,
+    ops: p + 1,
+    mqtt: p + 2,
+    mqtts: p + 3,
+    repl: p + 4,
+    replSecure: p + 5,
+  };
+});
+
+const harperMain = require.resolve('harperdb');
+let bin = dirname(harperMain);
+while (!existsSync(join(bin, 'bin', 'harperdb.js'))) bin = dirname(bin);
+bin = join(bin, 'bin', 'harperdb.js');
+
+const children = new Map();
+let stopping = false;
+
+function boot(n) {
+  mkdirSync(join(n.dir, 'home'), { recursive: true });
+  const setConfig = {
+    http: { port: `${host}:${n.http}` },
+    operationsApi: { network: { port: `${host}:${n.ops}`, domainSocket: join(n.dir, 'operations-server') } },
+    mqtt: { network: { port: `${host}:${n.mqtt}`, securePort: `${host}:${n.mqtts}` } },
+    replication: {
+      hostname: n.name,
+      url: `ws://${host}:${n.repl}`,
+      port: `${host}:${n.repl}`,
+      securePort: `${host}:${n.replSecure}`,
+    },
+    threads: { count: threads },
+    authentication: { authorizeLocal: false },
+    logging: { level: process.env.LOG_LEVEL ?? 'info', stdStreams: true },
+    localStudio: { enabled: false },
+  };
+  const env = {
+    ...process.env,
+    TC_AGREEMENT: 'yes',
+    HDB_ADMIN_USERNAME: creds.username,
+    HDB_ADMIN_PASSWORD: creds.password,
+    ROOTPATH: join(n.dir, 'hdb'),
+    HOME: join(n.dir, 'home'),
+    HARPER_SET_CONFIG: JSON.stringify(setConfig),
+    QUEUE_KEEPER_SECRET_KEY: secretKey,
+  };
+  delete env.AUTHENTICATION_AUTHORIZELOCAL;
+  const child = spawn(process.execPath, [bin, 'run', repo], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.set(n.name, child);
+  const prefix = (stream) => {
+    let rest = '';
+    stream.on('data', (c) => {
+      const lines = (rest + c.toString()).split('\n');
+      rest = lines.pop() ?? '';
+      for (const l of lines) process.stdout.write(`[${n.name}] ${l}\n`);
+    });
+  };
+  prefix(child.stdout);
+  prefix(child.stderr);
+  child.on('exit', (code, signal) => {
+    children.delete(n.name);
+    if (!stopping) console.error(`[${n.name}] exited (${signal ?? code}); stopping the others`);
+    stopAll();
+  });
+}
+
+async function call(url, init = {}) {
+  const r = await fetch(url, {
+    ...init,
+    headers: { authorization: basic, 'content-type': 'application/json', ...(init.headers ?? {}) },
+  });
+  return { status: r.status, text: await r.text() };
+}
+
+async function healthy(n) {
+  for (;;) {
+    if (stopping) return;
+    try {
+      const r = await call(`http://${host}:${n.http}/prerender_admin/health`);
+      if (r.status < 500 && r.status !== 404) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+async function link(from, to) {
+  const r = await call(`http://${host}:${from.ops}/`, {
+    method: 'POST',
+    body: JSON.stringify({
+      operation: 'add_node',
+      hostname: to.name,
+      url: `ws://${host}:${to.repl}`,
+      authorization: basic,
+      retain_authorization: true,
+    }),
+  });
+  // A second run finds the nodes already linked; that answer is fine.
+  if (r.status >= 400 && !/already|exists/i.test(r.text))
+    console.error(`add_node ${from.name} -> ${to.name}: ${r.status} ${r.text}`);
+}
+
+function stopAll() {
+  stopping = true;
+  for (const child of children.values()) child.kill('SIGTERM');
+  if (children.size === 0) process.exit(0);
+}
+process.on('SIGINT', stopAll);
+process.on('SIGTERM', stopAll);
+process.on('exit', () => {
+  for (const child of children.values()) child.kill('SIGKILL');
+});
+
+for (const n of nodes) boot(n);
+await Promise.all(nodes.map(healthy));
+if (!stopping) {
+  await link(nodes[1], nodes[0]);
+  await link(nodes[2], nodes[0]);
+  await link(nodes[2], nodes[1]);
+  const lines = nodes.map(
+    (n) =>
+      `  ${n.name}: http://${host}:${n.http}   operations http://${host}:${n.ops}   mqtt mqtt://${host}:${n.mqtt}   (pid ${children.get(n.name)?.pid})`,
+  );
+  console.log(
+    `\nqueue-keeper cluster is up (3 nodes, ${threads} thread(s) each)\n${lines.join('\n')}\n` +
+      `  username:   ${creds.username}\n  password:   ${creds.password}\n  data:       ${data}\n` +
+      `  try: curl -u ${creds.username}:${creds.password} -H 'content-type: application/json' ` +
+      `-d '{"targets":[{"url":"https://example.com/"}]}' http://${host}:${nodes[0].http}/render_queue/targets\n` +
+      `  then: curl -u ${creds.username}:${creds.password} http://${host}:${nodes[1].http}/prerender_admin/queue-state\n` +
+      `  Ctrl-C stops all three.\n`,
+  );
+}

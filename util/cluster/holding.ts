@@ -1,0 +1,84 @@
+// Which rows this node may hold while the cluster's membership moves (SPEC §9). Rendezvous ownership
+// alone is not enough: when a node returns, it sees its peers before they see it, and for a while both
+// it and the node that covered for it would own the same rows under their two different views — two
+// holders, two grants. So every node publishes, with each heartbeat, the node list it holds rows by
+// (its *applied* view: published only after the rows it no longer owns were dropped), and a node holds
+// a row only if
+//   (1) it owns the row under its own view (self plus the peers whose heartbeat is fresh), and
+//   (2) no live peer's published view gives the row to that peer.
+// Two nodes whose views both contain each other can never both pass (1) for one row — rendezvous picks
+// the higher weight of the two in both views — so (2) only matters while one of them does not yet see
+// the other, which is exactly the join: the newcomer abstains until the old holder has published a view
+// that includes it. A peer whose heartbeat went stale is out of the view and its published view no
+// longer counts: its rows are picked up at once. (If it was only cut off and still alive, both sides
+// hold its rows until the partition heals — the price of having no coordinator.)
+import { Ownership } from './ownership.js';
+
+/** One node's heartbeat as replicated: when it last beat and the node list it holds rows by. */
+export interface NodeBeat {
+  node: string;
+  beatAt: number;
+  /** The applied view, or null while the node holds nothing yet (waiting for peers, or starting). */
+  view: readonly string[] | null;
+}
+
+/** A peer counts as present while its last beat is at most this old (ms). */
+export function beatStaleAfterMs(beatIntervalMs: number): number {
+  // Five beats: one late beat under load (a 2-core box running a drain) must not look like a departure,
+  // which would make two nodes hold one row until the next tick.
+  return Math.max(5000, 5 * beatIntervalMs);
+}
+
+/**
+ * The configured peers whose heartbeat is fresh. Configured means listed in Harper's node table: a beat
+ * from a node that was removed no longer makes it a member.
+ */
+export function presentPeers(
+  self: string,
+  configured: readonly string[],
+  beats: readonly NodeBeat[],
+  now: number,
+  staleAfterMs: number,
+): NodeBeat[] {
+  const wanted = new Set(configured.filter((n) => n !== self));
+  return beats.filter((b) => b.node !== self && wanted.has(b.node) && now - b.beatAt <= staleAfterMs);
+}
+
+/**
+ * Ownership as the keeper uses it (`owns` decides what it holds), with the peers' published views as
+ * the guard of rule (2). `nodes` are this node plus the present peers; `ownerOf` is plain rendezvous
+ * over them (the stall sweep charges a pair on its owner).
+ */
+export class HoldingView extends Ownership {
+  private readonly peerViews: ReadonlyArray<{ node: string; view: Ownership }>;
+  private readonly signature: string;
+
+  constructor(self: string, present: readonly NodeBeat[]) {
+    super(
+      present.map((b) => b.node),
+      self,
+    );
+    this.peerViews = present
+      .filter((b): b is NodeBeat & { view: readonly string[] } => b.view !== null && b.view.length > 0)
+      .map((b) => ({ node: b.node, view: new Ownership(b.view, b.node) }))
+      .sort((x, y) => (x.node < y.node ? -1 : x.node > y.node ? 1 : 0));
+    this.signature = this.peerViews.map((p) => `${p.node}:${p.view.nodes.join(',')}`).join(';');
+  }
+
+  override owns(key: string): boolean {
+    if (!super.owns(key)) return false;
+    for (const p of this.peerViews) if (p.view.ownerOf(key) === p.node) return false;
+    return true;
+  }
+
+  /** The same holding decision for every key: same nodes and the same published peer views. */
+  override sameMembership(other: Ownership): boolean {
+    return super.sameMembership(other) && other instanceof HoldingView && other.signature === this.signature;
+  }
+
+  /** Peers whose published view still lists a different membership than ours (rows may be moving). */
+  settling(): string[] {
+    const mine = this.nodes.join(',');
+    return this.peerViews.filter((p) => p.view.nodes.join(',') !== mine).map((p) => p.node);
+  }
+}
