@@ -155,9 +155,3 @@ export function* walkSchedule(opts: WalkOptions): Generator<{ key: string; row: 
     yield { key, row };
   }
 }
-
-export async function countRows(): Promise<number> {
-  let n = 0;
-  for (const _k of schedule().primaryStore.getKeys({})) n++;
-  return n;
-}
