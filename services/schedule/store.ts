@@ -22,11 +22,8 @@ export type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
  */
 const LOCK_WAIT_MS = 10_000;
 
-let cached: HarperTable | undefined;
-function schedule(): HarperTable {
-  cached ??= table('render_schedule', 'RenderSchedule');
-  return cached;
-}
+// Looked up per use (two property reads), so the module holds no state of its own.
+const schedule = (): HarperTable => table('render_schedule', 'RenderSchedule');
 
 function toRecord(row: ScheduleRow): Record<string, unknown> {
   return { ...row };
