@@ -8,7 +8,7 @@ import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue, vouchedState } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, config, startConfig } from './services/runtime/config.js';
-import { log, workerIndex } from './services/runtime/harper.js';
+import { log, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { healthRecordDuty } from './services/metrics/healthFigures.js';
 import { processWideMetrics } from './services/metrics/values.js';
 import { installHttp } from './services/http/router.js';
@@ -41,7 +41,7 @@ import {
 } from './services/schedule/store.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
 import { leaseTable, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
-import { DueSummaryBoard } from './services/stall/dueSummaries.js';
+import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
 import { isPaused, startControl } from './services/status/control.js';
@@ -105,7 +105,7 @@ const stallSweep = new StallSweep({
   ownership: clusterOwnership,
   leases: leaseTable,
   ledger: { read: readLedger, charge: chargePair, drain: drainLedger, idOf: ledgerId },
-  dueBoard: new DueSummaryBoard(),
+  dueBoard: new DueSummaryBoard({ table: () => table(...DUE_SUMMARY_TABLE), transaction }),
   claimMarks: readClaimMarks,
   fleets: fleetViews,
   hooks: hookViews,

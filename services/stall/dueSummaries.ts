@@ -3,9 +3,16 @@
 // rewritten when they change and refreshed before they would look stale; a node whose rows are stale or
 // missing makes the cluster view incomplete (charges still happen, drains do not).
 import type { QueueDueView } from '../../util/stall/rules.js';
-import { table, transaction, type HarperTable } from '../runtime/harper.js';
+import type { HarperTable } from '../runtime/harper.js';
 
-const summaries = (): HarperTable => table('render_queue', 'QueueDueSummary');
+/** The table this module owns, as [database, table] for the runtime's `table()`. */
+export const DUE_SUMMARY_TABLE = ['render_queue', 'QueueDueSummary'] as const;
+
+export interface DueSummaryDeps {
+  /** The QueueDueSummary table (resources.ts: `table(...DUE_SUMMARY_TABLE)`). */
+  table: () => Pick<HarperTable, 'put' | 'delete' | 'search'>;
+  transaction: <T>(fn: (txn: unknown) => Promise<T>) => Promise<T>;
+}
 
 const idOf = (node: string, queue: string) => JSON.stringify([node, queue]);
 
@@ -21,6 +28,8 @@ function signature(v: QueueDueView): string {
 export class DueSummaryBoard {
   private readonly written = new Map<string, { sig: string; at: number }>();
   private heartbeatAt = -Infinity;
+
+  constructor(private readonly deps: DueSummaryDeps) {}
 
   /**
    * Writes this node's views that changed (or are due a refresh) and the heartbeat; queues it no longer
@@ -59,7 +68,8 @@ export class DueSummaryBoard {
     const beat = now - this.heartbeatAt >= refreshMs;
     const gone = [...written.keys()].filter((queue) => !current.has(queue));
     if (puts.length === 0 && !beat && gone.length === 0) return 0;
-    await transaction(async (txn) => {
+    const summaries = this.deps.table;
+    await this.deps.transaction(async (txn) => {
       for (const p of puts) await summaries().put(idOf(node, p.queue), p.record, txn);
       if (beat)
         await summaries().put(
@@ -87,7 +97,7 @@ export class DueSummaryBoard {
   ): Promise<{ views: QueueDueView[][]; missing: string[] }> {
     const byNode = new Map<string, QueueDueView[]>();
     const fresh = new Set<string>();
-    for await (const r of summaries().search({})) {
+    for await (const r of this.deps.table().search({})) {
       const node = String(r.node);
       if (node === self || !nodes.includes(node)) continue;
       if (!(now - Number(r.updatedAt) <= maxAgeMs)) continue;
