@@ -1,34 +1,132 @@
-// Harper's entry point (loaded on every worker, never on the main thread). It installs the HTTP front,
-// loads configuration and, on worker 0, starts the queue keeper.
+// Harper's entry point and the composition root (loaded on every worker, never on the main thread): it
+// builds the services with their dependencies, connects their events, installs the HTTP front, loads
+// configuration and, on worker 0, starts the queue keeper and the maintenance duties.
 import { registerAdmin } from './services/http/routes/admin.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue, vouchedState } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
-import { startConfig } from './services/runtime/config.js';
-import { log, workerIndex } from './services/runtime/harper.js';
+import { componentDir, config, startConfig } from './services/runtime/config.js';
+import { log, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { healthRecordDuty } from './services/metrics/healthFigures.js';
+import { processWideMetrics } from './services/metrics/values.js';
 import { installHttp } from './services/http/router.js';
-import { startHeldAsks, startKeeper } from './services/keeper/leadership.js';
+import {
+  clusterOwnership,
+  keeper,
+  nodeStatusNow,
+  servingView,
+  startHeldAsks,
+  startKeeper,
+} from './services/keeper/leadership.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
 import { peerNames } from './services/cluster/membership.js';
 import { peerWait } from './services/cluster/peerWait.js';
-import { onDueSummary, onRequeued, secretCleanupDuty, startNotify } from './services/notify/wakes.js';
-import { pageSweepDuty } from './services/pages/store.js';
-import { readRow } from './services/schedule/store.js';
-import { registerWorker } from './services/runtime/sharedBuffers.js';
-import { stallSweepDuty } from './services/stall/sweep.js';
-import { startControl } from './services/status/control.js';
+import { ClaimService } from './services/leases/claims.js';
+import { readClaimMarks, writeClaimMarks } from './services/leases/claimMarks.js';
+import { FleetScope } from './services/leases/fleetScope.js';
+import { ResultService } from './services/leases/results.js';
+import { createDispatcher, hookPolicy } from './services/notify/delivery.js';
+import { destroyExpiredSecrets, fleetViews, hookViews, listFleets } from './services/notify/fleets.js';
+import { SealKey } from './services/notify/sealKey.js';
+import { NotifyService } from './services/notify/wakes.js';
+import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
+import {
+  applyResults,
+  deleteTargets,
+  discoverUrls,
+  fileTargets,
+  readRow,
+  revalidate,
+} from './services/schedule/store.js';
+import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
+import { leaseTable, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
+import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
+import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
+import { StallSweep } from './services/stall/sweep.js';
+import { isPaused, startControl } from './services/status/control.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
 
-registerFeeding();
-registerAdmin();
-registerQueue();
-registerNotify();
-registerStall();
+const metrics = processWideMetrics;
+const count = metrics.count.bind(metrics);
+const now = () => Date.now();
+
+// ------------------------------------------------------------------ leases: claims and results
+const fleetScope = new FleetScope({
+  listFleets,
+  // process-wide: the node's count of fleet changes, one word every worker reads before trusting its copy.
+  versionWord: () => new Int32Array(sharedBuffer('fleet-version', 8).buffer, 0, 1),
+  now,
+});
+const claims = new ClaimService({
+  readySet,
+  leases: leaseTable,
+  readRow,
+  writeClaimMarks,
+  isPaused,
+  servingView,
+  nodeStatus: nodeStatusNow,
+  pokeKeeper,
+  config,
+  count,
+  log,
+});
+const results = new ResultService({
+  leases: leaseTable,
+  applyResults,
+  storePages,
+  config,
+  now,
+  sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+});
+
+// ------------------------------------------------------------------ notify and the stall sweep
+const sealKey = new SealKey({ read: () => process.env.QUEUE_KEEPER_SECRET_KEY, log });
+const notify = new NotifyService({
+  config,
+  sealKey: () => sealKey.key(),
+  createDispatcher: () =>
+    createDispatcher({
+      config,
+      sealKey: () => sealKey.key(),
+      count: (name, n) => count(name, n),
+      log,
+      componentDir,
+    }),
+  keeper,
+  leases: leaseTable,
+  destroyExpiredSecrets,
+  log,
+});
+const stallSweep = new StallSweep({
+  keeper,
+  ownership: clusterOwnership,
+  leases: leaseTable,
+  ledger: { read: readLedger, charge: chargePair, drain: drainLedger, idOf: ledgerId },
+  dueBoard: new DueSummaryBoard({ table: () => table(...DUE_SUMMARY_TABLE), transaction }),
+  claimMarks: readClaimMarks,
+  fleets: fleetViews,
+  hooks: hookViews,
+  notifyAvailable: () => notify.available(),
+  fireStalled: (fleetId, queue, job, at) => notify.fireStalled(fleetId, queue, job, at),
+  config,
+  count,
+  log,
+});
+
+// ------------------------------------------------------------------ the HTTP front
+registerFeeding({ fileTargets, deleteTargets, discoverUrls, deletePages });
+registerAdmin({ readRow, revalidate });
+registerQueue({ claims, results, scope: fleetScope, metrics });
+registerNotify({
+  sealKey,
+  fleetsChanged: () => fleetScope.fleetsChanged(),
+  hookPolicy: () => hookPolicy(config()),
+});
+registerStall({ readLedger });
 registerConsole();
 installHttp();
 
@@ -38,11 +136,11 @@ async function start(): Promise<void> {
   await startControl();
   startHeldAsks();
   if (workerIndex() === 0) {
-    startNotify();
+    notify.start();
     startMaintenance([
-      stallSweepDuty(),
-      secretCleanupDuty(),
-      healthRecordDuty(vouchedState),
+      stallSweep.duty(),
+      notify.secretCleanupDuty(),
+      healthRecordDuty(vouchedState, metrics),
       pageSweepDuty({
         hasRow: (url) => readRow(url) !== undefined,
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
@@ -50,8 +148,14 @@ async function start(): Promise<void> {
       }),
     ]);
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them (SPEC §9).
+    // The keeper's events: a due summary may raise `created` edges, an expired lease a `requeued` one.
     void peerWait()
-      .then(() => startKeeper({ onDue: onDueSummary, onRequeued }))
+      .then(() =>
+        startKeeper({
+          onDue: (summary, at) => notify.onDueSummary(summary, at),
+          onRequeued: (queue, at) => notify.onRequeued(queue, at),
+        }),
+      )
       .catch((e: unknown) => log.error('queue keeper failed to start', e));
   }
   registerWorker();

@@ -3,8 +3,7 @@
 // fleet_revoked); a user bound to no fleet claims from every queue. Fleets change rarely and a claim
 // must not read a table, so each worker keeps the bindings for a second.
 import { HttpError } from '../../util/http/errors.js';
-import { listFleets, type FleetRecord } from '../notify/fleets.js';
-import { sharedBuffer } from '../runtime/sharedBuffers.js';
+import type { FleetRecord } from '../notify/fleets.js';
 
 /** How long a worker trusts its copy of the fleet bindings: a revoke takes effect within this. */
 const BINDINGS_TTL_MS = 1000;
@@ -17,43 +16,87 @@ interface Binding {
   revoked: boolean;
 }
 
-let cached: { at: number; version: number; byUser: Map<string, Binding> } | null = null;
-let loading: Promise<Map<string, Binding>> | null = null;
-
-/**
- * A process-wide count of fleet changes made on this node: a create or revoke on any worker is seen by
- * every worker's next claim at once. Changes replicated from other nodes wait out the TTL.
- */
-function versionWord(): Int32Array {
-  return new Int32Array(sharedBuffer('fleet-version', 8).buffer, 0, 1);
+export interface FleetScopeDeps {
+  listFleets: () => Promise<FleetRecord[]>;
+  /**
+   * A process-wide count of fleet changes made on this node (one Int32 in a shared buffer): a create or
+   * revoke on any worker is seen by every worker's next claim at once. Changes replicated from other
+   * nodes wait out the TTL.
+   */
+  versionWord: () => Int32Array;
+  now: () => number;
 }
 
-async function bindings(now: number): Promise<Map<string, Binding>> {
-  const version = Atomics.load(versionWord(), 0);
-  if (cached && cached.version === version && now - cached.at < BINDINGS_TTL_MS) return cached.byUser;
-  loading ??= listFleets()
-    .then((fleets) => {
-      const byUser = new Map<string, Binding>();
-      for (const f of fleets) {
-        if (!f.username) continue;
-        const b = byUser.get(f.username) ?? { active: [], revoked: false };
-        if (f.state === 'active') b.active.push(f);
-        else b.revoked = true;
-        byUser.set(f.username, b);
-      }
-      cached = { at: Date.now(), version, byUser };
-      return byUser;
-    })
-    .finally(() => {
-      loading = null;
-    });
-  return loading;
-}
+/** One worker's copy of the fleet bindings, and the scope checks of claims and results. */
+export class FleetScope {
+  private cached: { at: number; version: number; byUser: Map<string, Binding> } | null = null;
+  private loading: Promise<Map<string, Binding>> | null = null;
 
-/** A fleet was created or revoked here: every worker of this node reloads its bindings on its next claim. */
-export function fleetsChanged(): void {
-  Atomics.add(versionWord(), 0, 1);
-  cached = null;
+  constructor(private readonly deps: FleetScopeDeps) {}
+
+  private async bindings(now: number): Promise<Map<string, Binding>> {
+    const version = Atomics.load(this.deps.versionWord(), 0);
+    const c = this.cached;
+    if (c && c.version === version && now - c.at < BINDINGS_TTL_MS) return c.byUser;
+    this.loading ??= this.deps
+      .listFleets()
+      .then((fleets) => {
+        const byUser = new Map<string, Binding>();
+        for (const f of fleets) {
+          if (!f.username) continue;
+          const b = byUser.get(f.username) ?? { active: [], revoked: false };
+          if (f.state === 'active') b.active.push(f);
+          else b.revoked = true;
+          byUser.set(f.username, b);
+        }
+        this.cached = { at: this.deps.now(), version, byUser };
+        return byUser;
+      })
+      .finally(() => {
+        this.loading = null;
+      });
+    return this.loading;
+  }
+
+  /** A fleet was created or revoked here: every worker of this node reloads its bindings on its next claim. */
+  fleetsChanged(): void {
+    Atomics.add(this.deps.versionWord(), 0, 1);
+    this.cached = null;
+  }
+
+  /**
+   * The queues `username` may claim from, narrowed by the body's `queues`. Throws 403 fleet_revoked for
+   * the user of a revoked fleet (and no active one), 400 invalid_queues for a queue outside the scope.
+   */
+  async claimScope(
+    username: string | undefined,
+    narrow: string[] | undefined,
+    now = this.deps.now(),
+  ): Promise<QueueScope> {
+    const b = username ? (await this.bindings(now)).get(username) : undefined;
+    if (b && b.active.length === 0 && b.revoked)
+      throw new HttpError(403, 'fleet_revoked', 'the fleet this user claims for has been revoked');
+    let allowed: Set<string> | null = null;
+    if (b && b.active.length > 0 && b.active.every((f) => f.queues.length > 0)) {
+      allowed = new Set(b.active.flatMap((f) => f.queues));
+    }
+    if (!narrow) return allowed;
+    if (allowed) {
+      const outside = narrow.filter((q) => !allowed.has(q));
+      if (outside.length > 0)
+        throw new HttpError(
+          400,
+          'invalid_queues',
+          `queue ${JSON.stringify(outside[0]!.slice(0, 200))} is outside this fleet's queues`,
+        );
+    }
+    return new Set(narrow);
+  }
+
+  /** Results: the user of a revoked fleet reports nothing (403 fleet_revoked). */
+  async checkReporter(username: string | undefined, now = this.deps.now()): Promise<void> {
+    await this.claimScope(username, undefined, now);
+  }
 }
 
 const MAX_QUEUES = 100;
@@ -74,38 +117,4 @@ export function parseQueues(value: unknown): string[] | undefined {
       `queues must be a non-empty array of at most ${MAX_QUEUES} queue names (strings of 1 to ${MAX_QUEUE_CHARS} characters)`,
     );
   return value as string[];
-}
-
-/**
- * The queues `username` may claim from, narrowed by the body's `queues`. Throws 403 fleet_revoked for
- * the user of a revoked fleet (and no active one), 400 invalid_queues for a queue outside the scope.
- */
-export async function claimScope(
-  username: string | undefined,
-  narrow: string[] | undefined,
-  now = Date.now(),
-): Promise<QueueScope> {
-  const b = username ? (await bindings(now)).get(username) : undefined;
-  if (b && b.active.length === 0 && b.revoked)
-    throw new HttpError(403, 'fleet_revoked', 'the fleet this user claims for has been revoked');
-  let allowed: Set<string> | null = null;
-  if (b && b.active.length > 0 && b.active.every((f) => f.queues.length > 0)) {
-    allowed = new Set(b.active.flatMap((f) => f.queues));
-  }
-  if (!narrow) return allowed;
-  if (allowed) {
-    const outside = narrow.filter((q) => !allowed.has(q));
-    if (outside.length > 0)
-      throw new HttpError(
-        400,
-        'invalid_queues',
-        `queue ${JSON.stringify(outside[0]!.slice(0, 200))} is outside this fleet's queues`,
-      );
-  }
-  return new Set(narrow);
-}
-
-/** Results: the user of a revoked fleet reports nothing (403 fleet_revoked). */
-export async function checkReporter(username: string | undefined, now = Date.now()): Promise<void> {
-  await claimScope(username, undefined, now);
 }

@@ -7,7 +7,7 @@ import { queueNames, queueSeries, type QueueStateLateness } from '../../util/met
 import { config } from '../runtime/config.js';
 import { servingView } from '../keeper/leadership.js';
 import type { Duty } from '../keeper/maintenance.js';
-import { recordLive, type LiveFigures } from './values.js';
+import type { LiveFigures, MetricValues } from './values.js';
 import { keeperSignal, leaseTable, stateDoc } from '../runtime/sharedStructures.js';
 
 /** The parts of the state document (services/keeper/service.ts writeState) read here. */
@@ -66,9 +66,12 @@ export function liveFigures(now: number, vouched: VouchedRead): LiveFigures {
 }
 
 /** Worker 0's maintenance duty that records the live readings to Harper analytics (`queue_health`). */
-export function healthRecordDuty(vouchedState: (now: number) => VouchedRead): Duty {
+export function healthRecordDuty(
+  vouchedState: (now: number) => VouchedRead,
+  metrics: Pick<MetricValues, 'recordLive'>,
+): Duty {
   return {
     name: 'health-record',
-    runOnce: async (now) => ({ recorded: recordLive(liveFigures(now, vouchedState(now))) }),
+    runOnce: async (now) => ({ recorded: metrics.recordLive(liveFigures(now, vouchedState(now))) }),
   };
 }

@@ -20,64 +20,117 @@ export { METRICS, type LiveFigures, type MetricDef, type MetricName };
 const CATALOGUE: Readonly<Record<string, MetricDef>> = METRICS;
 const NAMES = Object.keys(METRICS) as MetricName[];
 
-let store: MetricStore | undefined;
-function cells(): MetricStore {
-  store ??= new MetricStore(
-    sharedBuffer('metrics:cells', MetricStore.wordsFor(CATALOGUE) * 8).buffer,
-    CATALOGUE,
-  );
-  return store;
-}
-
 // Labelled counters live in their own shared table (one slot per series), cross-worker like the rest.
 const LABELLED_SERIES = 64;
-let labelled: LabelledCounters | undefined;
-let labelledFullWarned = false;
-function labelledCounters(): LabelledCounters {
-  labelled ??= new LabelledCounters(
-    sharedBuffer('metrics:labelled', LabelledCounters.byteLength(LABELLED_SERIES)).buffer,
-  );
-  return labelled;
+
+export interface MetricValuesDeps {
+  cells: () => MetricStore;
+  labelled: () => LabelledCounters;
+  /** Harper analytics (`server.recordAnalytics`): value, metric name, optional path. */
+  analytics: (value: number, name: string, path?: string) => void;
+  log: { warn: (...args: unknown[]) => void };
 }
 
-function analytics(def: MetricDef, value: number, labels?: Record<string, string>): void {
-  const path = labels ? Object.values(labels).join('/') : undefined;
-  server.recordAnalytics?.(value, `queue_health.${def.name}`, path);
-}
+/** Counting into the node's cells, with every value also recorded to Harper analytics. */
+export class MetricValues {
+  private labelledFullWarned = false;
 
-export function count(name: MetricName, n = 1, labels?: Record<string, string>): void {
-  if (n === 0) return;
-  const def: MetricDef = METRICS[name];
-  if (labels) {
-    if (!labelledCounters().add(labelledSeriesKey(name, labels), n) && !labelledFullWarned) {
-      labelledFullWarned = true;
-      log.warn(
-        `metrics: no room for series ${def.name}${JSON.stringify(labels)} (${LABELLED_SERIES} labelled series at most)`,
-      );
-    }
-  } else {
-    cells().add(name, n);
+  constructor(private readonly deps: MetricValuesDeps) {}
+
+  private analytics(def: MetricDef, value: number, labels?: Record<string, string>): void {
+    const path = labels ? Object.values(labels).join('/') : undefined;
+    this.deps.analytics(value, `queue_health.${def.name}`, path);
   }
-  analytics(def, n, labels);
+
+  count(name: MetricName, n = 1, labels?: Record<string, string>): void {
+    if (n === 0) return;
+    const def: MetricDef = METRICS[name];
+    if (labels) {
+      if (!this.deps.labelled().add(labelledSeriesKey(name, labels), n) && !this.labelledFullWarned) {
+        this.labelledFullWarned = true;
+        this.deps.log.warn(
+          `metrics: no room for series ${def.name}${JSON.stringify(labels)} (${LABELLED_SERIES} labelled series at most)`,
+        );
+      }
+    } else {
+      this.deps.cells().add(name, n);
+    }
+    this.analytics(def, n, labels);
+  }
+
+  gauge(name: MetricName, value: number): void {
+    this.deps.cells().set(name, value);
+    this.analytics(METRICS[name], value);
+  }
+
+  /** One histogram observation in the call site's unit (ms for durations; the catalogue scales it). */
+  observe(name: MetricName, value: number, labels?: Record<string, string>): void {
+    const def: MetricDef = METRICS[name];
+    const scaled = value * (def.scale ?? 1);
+    if (this.deps.cells().observe(name, scaled, labels)) this.analytics(def, scaled, labels);
+  }
+
+  /** A gauge's new value or a histogram's observation, by the catalogue's kind (the keeper's one hook). */
+  record(name: MetricName, value: number): void {
+    if (METRICS[name].kind === 'histogram') this.observe(name, value);
+    else this.gauge(name, value);
+  }
+
+  /**
+   * The Prometheus exposition of every catalogue entry, in catalogue order. `live` gives the readings
+   * taken for this scrape (lease scan, keeper signal, state document).
+   */
+  text(live: LiveFigures = {}): string {
+    return catalogueExposition(this.deps.cells(), this.deps.labelled().entries(), live);
+  }
+
+  /** Records the live readings to Harper analytics (the counters and histograms record as they happen). */
+  recordLive(live: LiveFigures): number {
+    let recorded = 0;
+    for (const name of NAMES) {
+      const value = live[name];
+      if (value === undefined) continue;
+      const def: MetricDef = METRICS[name];
+      for (const s of typeof value === 'number' ? [{ value, labels: undefined }] : value) {
+        if (Number.isNaN(s.value)) continue;
+        this.analytics(def, s.value, s.labels);
+        recorded++;
+      }
+    }
+    return recorded;
+  }
 }
 
-export function gauge(name: MetricName, value: number): void {
-  cells().set(name, value);
-  analytics(METRICS[name], value);
+function once<T>(make: () => T): () => T {
+  let made: T | undefined;
+  return () => (made ??= make());
 }
 
-/** One histogram observation in the call site's unit (ms for durations; the catalogue scales it). */
-export function observe(name: MetricName, value: number, labels?: Record<string, string>): void {
-  const def: MetricDef = METRICS[name];
-  const scaled = value * (def.scale ?? 1);
-  if (cells().observe(name, scaled, labels)) analytics(def, scaled, labels);
-}
+/**
+ * process-wide: the node's metric cells and labelled series are shared buffers (every worker adds into
+ * the same memory), so every module of this worker counts through this one instance laid over them.
+ */
+export const processWideMetrics = new MetricValues({
+  cells: once(
+    () =>
+      new MetricStore(sharedBuffer('metrics:cells', MetricStore.wordsFor(CATALOGUE) * 8).buffer, CATALOGUE),
+  ),
+  labelled: once(
+    () =>
+      new LabelledCounters(
+        sharedBuffer('metrics:labelled', LabelledCounters.byteLength(LABELLED_SERIES)).buffer,
+      ),
+  ),
+  analytics: (value, name, path) => server.recordAnalytics?.(value, name, path),
+  log,
+});
 
-/** A gauge's new value or a histogram's observation, by the catalogue's kind (the keeper's one hook). */
-export function record(name: MetricName, value: number): void {
-  if (METRICS[name].kind === 'histogram') observe(name, value);
-  else gauge(name, value);
-}
+export const count = (name: MetricName, n = 1, labels?: Record<string, string>): void =>
+  processWideMetrics.count(name, n, labels);
+export const gauge = (name: MetricName, value: number): void => processWideMetrics.gauge(name, value);
+export const observe = (name: MetricName, value: number, labels?: Record<string, string>): void =>
+  processWideMetrics.observe(name, value, labels);
+export const record = (name: MetricName, value: number): void => processWideMetrics.record(name, value);
 
 /** The handler with its duration observed under `endpoint`, whether it answers or throws. */
 export function timed<A extends unknown[], R>(
@@ -101,28 +154,4 @@ export function timedRoute(
   ...[method, path, caller, handler, opts]: Parameters<typeof route>
 ): void {
   route(method, path, caller, timed(endpoint, handler), opts);
-}
-
-/**
- * The Prometheus exposition of every catalogue entry, in catalogue order. `live` gives the readings
- * taken for this scrape (lease scan, keeper signal, state document).
- */
-export function metricsText(live: LiveFigures = {}): string {
-  return catalogueExposition(cells(), labelledCounters().entries(), live);
-}
-
-/** Records the live readings to Harper analytics (the counters and histograms record as they happen). */
-export function recordLive(live: LiveFigures): number {
-  let recorded = 0;
-  for (const name of NAMES) {
-    const value = live[name];
-    if (value === undefined) continue;
-    const def: MetricDef = METRICS[name];
-    for (const s of typeof value === 'number' ? [{ value, labels: undefined }] : value) {
-      if (Number.isNaN(s.value)) continue;
-      analytics(def, s.value, s.labels);
-      recorded++;
-    }
-  }
-  return recorded;
 }

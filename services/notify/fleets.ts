@@ -3,7 +3,7 @@
 // API module; this file keeps the rows consistent (ceiling, cascade, rotation grace, auto-disable).
 import { randomUUID } from 'node:crypto';
 import { mintSecret, type SigningSecrets } from '../../util/notify/webhookSignature.js';
-import { openSecret, parseSealKey, sealSecret } from '../../util/notify/secretSeal.js';
+import { openSecret, sealSecret } from '../../util/notify/secretSeal.js';
 import type { FleetView, HookView } from '../../util/stall/rules.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { withStoreLock } from '../runtime/storeLock.js';
@@ -57,35 +57,6 @@ async function locked<T>(key: string, fn: () => Promise<T>): Promise<T> {
 }
 const underHookLock = <T>(id: string, fn: () => Promise<T>) => locked(`hook:${id}`, fn);
 const underFleetLock = <T>(fleetId: string, fn: () => Promise<T>) => locked(`fleet-hooks:${fleetId}`, fn);
-
-// ------------------------------------------------------------------ the sealing key
-
-let sealKeyCache: { key: Buffer | null; problem: string | null } | undefined;
-
-function sealState(): { key: Buffer | null; problem: string | null } {
-  if (sealKeyCache) return sealKeyCache;
-  try {
-    const key = parseSealKey(process.env.QUEUE_KEEPER_SECRET_KEY);
-    sealKeyCache = {
-      key,
-      problem: key ? null : 'QUEUE_KEEPER_SECRET_KEY is not set, so hook secrets cannot be sealed or opened',
-    };
-  } catch (e) {
-    sealKeyCache = { key: null, problem: (e as Error).message };
-  }
-  if (sealKeyCache.problem) log.error(`notify hooks are unavailable: ${sealKeyCache.problem}`);
-  return sealKeyCache;
-}
-
-/** The AES key for hook secrets, or null (hooks then answer 503 and nothing is dispatched). */
-export function sealKey(): Buffer | null {
-  return sealState().key;
-}
-
-/** Why hooks are unavailable, for the 503 message; null when the key is fine. */
-export function sealKeyProblem(): string | null {
-  return sealState().problem;
-}
 
 // ------------------------------------------------------------------ row mapping
 

@@ -22,11 +22,8 @@ export type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
  */
 const LOCK_WAIT_MS = 10_000;
 
-let cached: HarperTable | undefined;
-function schedule(): HarperTable {
-  cached ??= table('render_schedule', 'RenderSchedule');
-  return cached;
-}
+// Looked up per use (two property reads), so the module holds no state of its own.
+const schedule = (): HarperTable => table('render_schedule', 'RenderSchedule');
 
 function toRecord(row: ScheduleRow): Record<string, unknown> {
   return { ...row };
@@ -154,10 +151,4 @@ export function* walkSchedule(opts: WalkOptions): Generator<{ key: string; row: 
       value && typeof value === 'object' ? toScheduleRow(key, value as Record<string, unknown>) : undefined;
     yield { key, row };
   }
-}
-
-export async function countRows(): Promise<number> {
-  let n = 0;
-  for (const _k of schedule().primaryStore.getKeys({})) n++;
-  return n;
 }

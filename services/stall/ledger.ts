@@ -1,6 +1,6 @@
-// The only module that names QueueStallNudge (the stall ledger, SPEC §7) and the only reader of
-// QueueClaimMark (written by the claim path). The rules live in util/stall/rules.ts; this file reads
-// rows, and makes each ledger write conditional: under a process-wide lmdb lock for the pair, with a
+// The only module that names QueueStallNudge (the stall ledger, SPEC §7); the claim marks it is judged
+// against live in services/leases/claimMarks.ts. It keeps no state of its own. The rules live in
+// util/stall/rules.ts; this file reads rows, and makes each ledger write conditional: under a process-wide lmdb lock for the pair, with a
 // fresh read snapshot, the row is read again and the write happens only if the rule still says yes.
 // Harper has no compare-and-set and its transactions re-apply a conflicting write instead of re-running
 // the callback (HARPER.md §0.6), so without the lock two overlapping worker 0s would both charge — and
@@ -17,7 +17,6 @@ import { log, table, transaction, type HarperTable } from '../runtime/harper.js'
 import { withStoreLock } from '../runtime/storeLock.js';
 
 const ledgerTable = (): HarperTable => table('render_queue', 'QueueStallNudge');
-const claimMarkTable = (): HarperTable => table('render_queue', 'QueueClaimMark');
 
 // A holder that dies between lock and unlock (a worker terminated mid-charge) leaves the lmdb lock held
 // for the life of the process, and lmdb cannot tell us. Waiting forever would wedge the whole
@@ -48,16 +47,6 @@ export async function readLedger(): Promise<LedgerRow[]> {
   const rows: LedgerRow[] = [];
   for await (const r of ledgerTable().search({})) rows.push(toLedgerRow(r)!);
   return rows;
-}
-
-/** The latest claim time per queue, as any worker (before or after a restart) last recorded it. */
-export async function readClaimMarks(): Promise<Map<string, number>> {
-  const marks = new Map<string, number>();
-  for await (const r of claimMarkTable().search({})) {
-    const at = Number(r.lastClaimAt);
-    if (Number.isFinite(at)) marks.set(String(r.id), at);
-  }
-  return marks;
 }
 
 /**

@@ -14,9 +14,7 @@ const OWNERS: Record<string, readonly string[]> = {
   Fleet: ['services/notify/fleets.ts'],
   NotifyHook: ['services/notify/fleets.ts'],
   QueueStallNudge: ['services/stall/ledger.ts'],
-  // Two today: the claim path writes the marks and the stall ledger reads them (issue 14 gives claim
-  // marks a module of their own; then this line names that one file).
-  QueueClaimMark: ['services/leases/claims.ts', 'services/stall/ledger.ts'],
+  QueueClaimMark: ['services/leases/claimMarks.ts'],
   QueueStatus: ['services/status/control.ts'],
   QueueControl: ['services/status/control.ts'],
   RenderedPage: ['services/pages/store.ts'],

@@ -8,7 +8,7 @@ import { route, reply } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import { describeHeld, nodeStatusNow } from '../../keeper/leadership.js';
 import { nodeName } from '../../cluster/nodeName.js';
-import { readRow, revalidate } from '../../schedule/store.js';
+import type { ScheduleRow } from '../../../util/schedule/rules.js';
 import { leaseTable } from '../../runtime/sharedStructures.js';
 import { workersReady } from '../../runtime/sharedBuffers.js';
 import { checkPauseScope, publishStatus, setPause } from '../../status/control.js';
@@ -42,7 +42,13 @@ async function explainExtras(url: string, now: number) {
   return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
 }
 
-export function registerAdmin(): void {
+export interface AdminRouteDeps {
+  /** The schedule owner's point read and revalidate (services/schedule/store.ts). */
+  readRow: (url: string) => ScheduleRow | undefined;
+  revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
+}
+
+export function registerAdmin({ readRow, revalidate }: AdminRouteDeps): void {
   route('GET', '/prerender_admin/health', 'admin', async () =>
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
   );

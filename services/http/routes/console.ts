@@ -43,10 +43,8 @@ const ASSET_HEADERS: Record<string, string> = {
   'x-content-type-options': 'nosniff',
 };
 
-const cache = new Map<string, Buffer>();
-
-/** Reads a web/ file once per process; a failed read is not cached, so a fixed install recovers. */
-function load(asset: Asset): Buffer {
+/** Reads a web/ file once per registration; a failed read is not cached, so a fixed install recovers. */
+function load(cache: Map<string, Buffer>, asset: Asset): Buffer {
   let data = cache.get(asset.file);
   if (data === undefined) {
     data = readFileSync(join(componentDir, 'web', asset.file));
@@ -55,11 +53,14 @@ function load(asset: Asset): Buffer {
   return data;
 }
 
-function serve(asset: Asset, headers: Record<string, string>): ApiResponse {
-  return { status: 200, headers, raw: { contentType: asset.contentType, data: load(asset) } };
-}
-
 export function registerConsole(): void {
+  const cache = new Map<string, Buffer>();
+  const serve = (asset: Asset, headers: Record<string, string>): ApiResponse => ({
+    status: 200,
+    headers,
+    raw: { contentType: asset.contentType, data: load(cache, asset) },
+  });
+
   route('GET', CONSOLE_PATH, 'admin', async () => serve(PAGE, PAGE_HEADERS));
 
   route('GET', `${CONSOLE_PATH}/*`, 'admin', async (req) => {

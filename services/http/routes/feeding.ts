@@ -1,14 +1,27 @@
 // Feeding endpoints (API.md "Feeding"): targets, delete, discover.
 import { checkTargetsBody, checkUrlList } from '../../../util/http/input.js';
 import { route, reply } from '../router.js';
-import { deletePages } from '../../pages/store.js';
-import { deleteTargets, discoverUrls, fileTargets } from '../../schedule/store.js';
+import type { TargetInput } from '../../../util/schedule/rules.js';
 
 // API.md: targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
 // every field set are about 20 MB, so the largest batches need URLs under ~1,500 bytes on average.
 const FEED_BODY_LIMIT = 16 << 20;
 
-export function registerFeeding(): void {
+export interface FeedingRouteDeps {
+  /** The schedule owner's writes (services/schedule/store.ts). */
+  fileTargets: (targets: readonly TargetInput[], now: number) => Promise<number>;
+  deleteTargets: (urls: readonly string[]) => Promise<number>;
+  discoverUrls: (urls: readonly string[], now: number) => Promise<number>;
+  /** The page store's delete (services/pages/store.ts). */
+  deletePages: (urls: string[]) => Promise<number>;
+}
+
+export function registerFeeding({
+  fileTargets,
+  deleteTargets,
+  discoverUrls,
+  deletePages,
+}: FeedingRouteDeps): void {
   route(
     'POST',
     '/render_queue/targets',

@@ -1,6 +1,6 @@
 // Operator endpoints for fleets and notify hooks (API.md, SPEC §6). Bodies are closed: an unknown field
 // is a 400. A hook secret leaves the server only in the answers of create and rotate.
-import { redactUrl, validateHookUrl } from '../../../util/notify/addressPolicy.js';
+import { redactUrl, validateHookUrl, type HookUrlPolicy } from '../../../util/notify/addressPolicy.js';
 import { HttpError, badRequest, echo } from '../../../util/http/errors.js';
 import { describeType, isWellFormed, requireObject } from '../../../util/http/input.js';
 import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
@@ -17,15 +17,12 @@ import {
   listHooks,
   revokeFleet,
   rotateHook,
-  sealKey,
-  sealKeyProblem,
   setHookEnabled,
   type FleetRecord,
   type HookRecord,
 } from '../../notify/fleets.js';
-import { fleetsChanged } from '../../leases/fleetScope.js';
+import type { SealKey } from '../../notify/sealKey.js';
 import { reply, route, type ApiRequest } from '../router.js';
-import { hookPolicy } from '../../notify/wakes.js';
 
 const MAX_NAME_CHARS = 200;
 /** Ids are UUIDs; anything much longer cannot name a row (and would exceed the store's key limit). */
@@ -100,13 +97,13 @@ function checkQueues(v: unknown): string[] {
   return out;
 }
 
-function requireKey(): Buffer {
-  const key = sealKey();
+function requireKeyOf(sealKey: SealKey): Buffer {
+  const key = sealKey.key();
   if (!key)
     throw new HttpError(
       503,
       'unavailable',
-      `notify hooks are unavailable: ${sealKeyProblem() ?? 'no sealing key'}`,
+      `notify hooks are unavailable: ${sealKey.problem() ?? 'no sealing key'}`,
     );
   return key;
 }
@@ -125,7 +122,16 @@ async function existingHook(req: ApiRequest): Promise<HookRecord> {
   return hook;
 }
 
-export function registerNotify(): void {
+export interface NotifyRouteDeps {
+  sealKey: SealKey;
+  /** A fleet was created or revoked here (services/leases/fleetScope.ts reloads its bindings). */
+  fleetsChanged: () => void;
+  /** The hook address policy as configured now (services/notify/delivery.ts). */
+  hookPolicy: () => HookUrlPolicy;
+}
+
+export function registerNotify({ sealKey, fleetsChanged, hookPolicy }: NotifyRouteDeps): void {
+  const requireKey = () => requireKeyOf(sealKey);
   route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
     const body = requireObject(req.body, ['name', 'queues', 'username']);
     const name = checkFleetName(body.name);

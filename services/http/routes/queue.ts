@@ -2,17 +2,10 @@
 import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
 import { stateMaxAgeMs } from '../../../util/handoff/keeperSignal.js';
 import { requireObject } from '../../../util/http/input.js';
-import {
-  applyCheckedResults,
-  callerOf,
-  checkFramedResult,
-  checkResult,
-  claim,
-  parseClaimLimit,
-  type CheckedResult,
-} from '../../leases/claims.js';
+import { callerOf, type ClaimService } from '../../leases/claims.js';
+import type { CheckedResult, ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';
-import { checkReporter, claimScope, parseQueues } from '../../leases/fleetScope.js';
+import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import type { HarperUser } from '../../runtime/harper.js';
 import { route, reply } from '../router.js';
 import { nodeStatusNow, servingView } from '../../keeper/leadership.js';
@@ -20,7 +13,7 @@ import { nodeName } from '../../cluster/nodeName.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../../runtime/sharedStructures.js';
 import { isPaused } from '../../status/control.js';
 import { leaseFigures, liveFigures } from '../../metrics/healthFigures.js';
-import { metricsText, timedRoute } from '../../metrics/values.js';
+import { timedRoute, type MetricValues } from '../../metrics/values.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../util/metrics/prometheus.js';
 
 const MAX_BATCH = 100;
@@ -63,15 +56,22 @@ export function vouchedState(
   return { ok: false, phase: read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase };
 }
 
+export interface QueueRouteDeps {
+  claims: ClaimService;
+  results: ResultService;
+  scope: FleetScope;
+  metrics: Pick<MetricValues, 'text'>;
+}
+
 /**
  * Answers a batch of results in order (job_results and next): each stands alone, a bad entry is
  * answered `invalid` and never blocks the others; ids are echoed only as truncated strings.
  */
-async function reportBatch(list: unknown[], user: HarperUser | undefined) {
+async function reportBatch(results: ResultService, list: unknown[], user: HarperUser | undefined) {
   const slots: Array<{ checked?: CheckedResult; invalid?: { id: string | null; error: string } }> = list.map(
     (r: unknown) => {
       try {
-        return { checked: checkResult(r) };
+        return { checked: results.check(r) };
       } catch (e) {
         const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
         return { invalid: { id: echoId(id), error: e instanceof HttpError ? e.message : 'invalid result' } };
@@ -79,7 +79,7 @@ async function reportBatch(list: unknown[], user: HarperUser | undefined) {
     },
   );
   const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
-  const answers = await applyCheckedResults(valid, callerOf(user));
+  const answers = await results.apply(valid, callerOf(user));
   let k = 0;
   return slots.map((s) => {
     if (s.invalid) return { id: s.invalid.id, accepted: false, code: 'invalid', error: s.invalid.error };
@@ -91,11 +91,11 @@ async function reportBatch(list: unknown[], user: HarperUser | undefined) {
   });
 }
 
-export function registerQueue(): void {
+export function registerQueue({ claims, results, scope: fleetScope, metrics }: QueueRouteDeps): void {
   timedRoute('claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
-    const limit = parseClaimLimit(req.body);
-    const scope = await claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
-    const r = claim(limit, callerOf(req.user), scope);
+    const limit = claims.parseLimit(req.body);
+    const scope = await fleetScope.claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
+    const r = claims.claim(limit, callerOf(req.user), scope);
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
 
@@ -106,10 +106,10 @@ export function registerQueue(): void {
     'fleet',
     async (req) => {
       const checked = req.rawBody
-        ? checkFramedResult(req.rawBody, req.headers.get('x-metadata-size'))
-        : checkResult(req.body);
-      await checkReporter(req.user?.username);
-      const [a] = await applyCheckedResults([checked], callerOf(req.user));
+        ? results.checkFramed(req.rawBody, req.headers.get('x-metadata-size'))
+        : results.check(req.body);
+      await fleetScope.checkReporter(req.user?.username);
+      const [a] = await results.apply([checked], callerOf(req.user));
       const dup = a!.duplicate ? { duplicate: true } : {};
       if (!a!.accepted) {
         const body =
@@ -132,8 +132,8 @@ export function registerQueue(): void {
       const obj = requireObject(req.body, ['results']);
       if (!Array.isArray(obj.results) || obj.results.length < 1 || obj.results.length > MAX_BATCH)
         throw badRequest('invalid_body', `results must be an array of 1 to ${MAX_BATCH} results`);
-      await checkReporter(req.user?.username);
-      return reply({ results: await reportBatch(obj.results, req.user) });
+      await fleetScope.checkReporter(req.user?.username);
+      return reply({ results: await reportBatch(results, obj.results, req.user) });
     },
     { maxBodyBytes: () => config().render.maxBatchBytes },
   );
@@ -149,11 +149,11 @@ export function registerQueue(): void {
       const list = obj.results ?? [];
       if (!Array.isArray(list) || list.length > MAX_BATCH)
         throw badRequest('invalid_body', `results must be an array of 0 to ${MAX_BATCH} results`);
-      const limit = parseClaimLimit({ limit: obj.limit });
-      const scope = await claimScope(req.user?.username, parseQueues(obj.queues));
-      const results = list.length > 0 ? await reportBatch(list, req.user) : [];
-      const r = claim(limit, callerOf(req.user), scope);
-      return reply({ results, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
+      const limit = claims.parseLimit({ limit: obj.limit });
+      const scope = await fleetScope.claimScope(req.user?.username, parseQueues(obj.queues));
+      const answered = list.length > 0 ? await reportBatch(results, list, req.user) : [];
+      const r = claims.claim(limit, callerOf(req.user), scope);
+      return reply({ results: answered, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
     },
     { maxBodyBytes: () => config().render.maxBatchBytes },
   );
@@ -224,7 +224,7 @@ export function registerQueue(): void {
 
   route('GET', '/prerender_admin/metrics', 'admin', async () => {
     const now = Date.now();
-    const text = metricsText(liveFigures(now, vouchedState(now)));
+    const text = metrics.text(liveFigures(now, vouchedState(now)));
     return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
   });
 }

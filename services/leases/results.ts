@@ -1,0 +1,279 @@
+// Where a result is applied (SPEC §3, API.md job_result): the checks of a result, then the lease table
+// admits the first copy, the schedule row is rewritten, the page stored, and the lease released once.
+import type { QueueKeeperConfig } from '../../util/config/schema.js';
+import { HttpError } from '../../util/http/errors.js';
+import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
+import type { Outcome } from '../../util/schedule/rules.js';
+import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
+import { describeType, requireObject } from '../../util/http/input.js';
+import type { PageWrite } from '../pages/store.js';
+import type { Caller } from './claims.js';
+
+const OUTCOMES: readonly Outcome[] = ['rendered', 'failed', 'redirected', 'non-indexable'];
+const RESULT_FIELDS = [
+  'id',
+  'leaseToken',
+  'outcome',
+  'statusCode',
+  'renderTimeMs',
+  'contentType',
+  'body',
+  'error',
+];
+
+export interface CheckedResult {
+  id: string;
+  leaseToken: string;
+  outcome: Outcome;
+  statusCode: number | null;
+  contentType: string | null;
+  body: string | null;
+}
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+function tooLarge(maxBodyBytes: number): HttpError {
+  return new HttpError(
+    413,
+    'payload_too_large',
+    `body is larger than render.maxBodyBytes (${maxBodyBytes} bytes)`,
+  );
+}
+
+/**
+ * A result in the raw-bytes framing (API.md job_result): `x-metadata-size: n`, then n bytes of the
+ * result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
+ */
+export function checkFramedResult(
+  raw: Buffer,
+  metadataSize: string | null | undefined,
+  maxBodyBytes: number,
+): CheckedResult {
+  const n =
+    metadataSize !== null && metadataSize !== undefined && /^\d{1,9}$/.test(metadataSize)
+      ? Number(metadataSize)
+      : NaN;
+  if (!Number.isSafeInteger(n) || n < 2 || n > raw.length)
+    throw new HttpError(
+      400,
+      'invalid_body',
+      `x-metadata-size must be the byte length of the JSON metadata at the start of the body (2 to ${raw.length})`,
+    );
+  let meta: unknown;
+  try {
+    meta = JSON.parse(strictUtf8.decode(raw.subarray(0, n)));
+  } catch {
+    throw new HttpError(400, 'invalid_json', 'the metadata part is not valid UTF-8 JSON');
+  }
+  if (typeof meta === 'object' && meta !== null && 'body' in meta)
+    throw new HttpError(
+      400,
+      'invalid_body',
+      'the metadata must not carry body: the page follows it as raw bytes',
+    );
+  const page = raw.subarray(n);
+  if (page.length > maxBodyBytes) throw tooLarge(maxBodyBytes);
+  const checked = checkResult(meta, maxBodyBytes);
+  return {
+    ...checked,
+    body: page.length > 0 || checked.outcome === 'rendered' ? page.toString('utf8') : null,
+  };
+}
+
+/** Validates one result; throws HttpError (400, or 413 for a body over `maxBodyBytes`). */
+export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult {
+  const o = requireObject(input, RESULT_FIELDS, 'result');
+  if (typeof o.id !== 'string' || o.id.length === 0)
+    throw new HttpError(400, 'invalid_body', 'id must be the job id string');
+  // Any string is well-formed here; one that is not a token we issued is simply not the latest grant.
+  if (typeof o.leaseToken !== 'string' || o.leaseToken.length === 0 || o.leaseToken.length > 64)
+    throw new HttpError(
+      400,
+      'invalid_body',
+      `leaseToken must be the token string the claim returned, not ${describeType(o.leaseToken)}`,
+    );
+  if (typeof o.outcome !== 'string' || !(OUTCOMES as readonly string[]).includes(o.outcome))
+    throw new HttpError(400, 'invalid_body', `outcome must be one of ${OUTCOMES.join(', ')}`);
+  if (
+    o.statusCode !== undefined &&
+    o.statusCode !== null &&
+    (typeof o.statusCode !== 'number' ||
+      !Number.isInteger(o.statusCode) ||
+      o.statusCode < 0 ||
+      o.statusCode > 999)
+  )
+    throw new HttpError(400, 'invalid_body', 'statusCode must be an integer HTTP status');
+  if (
+    o.renderTimeMs !== undefined &&
+    o.renderTimeMs !== null &&
+    (typeof o.renderTimeMs !== 'number' || !Number.isFinite(o.renderTimeMs) || o.renderTimeMs < 0)
+  )
+    throw new HttpError(400, 'invalid_body', 'renderTimeMs must be a non-negative number');
+  if (o.contentType !== undefined && o.contentType !== null && typeof o.contentType !== 'string')
+    throw new HttpError(400, 'invalid_body', 'contentType must be a string');
+  if (o.body !== undefined && o.body !== null && typeof o.body !== 'string')
+    throw new HttpError(400, 'invalid_body', 'body must be a string');
+  if (o.error !== undefined && o.error !== null) {
+    if (o.outcome !== 'failed')
+      throw new HttpError(400, 'invalid_body', 'error is only allowed with outcome "failed"');
+    const e = o.error as Record<string, unknown>;
+    if (
+      typeof e !== 'object' ||
+      Array.isArray(e) ||
+      Object.keys(e).some((k) => k !== 'name' && k !== 'message')
+    )
+      throw new HttpError(400, 'invalid_body', 'error must be {name, message}');
+  }
+  const body = typeof o.body === 'string' ? o.body : null;
+  if (body !== null && Buffer.byteLength(body, 'utf8') > maxBodyBytes) throw tooLarge(maxBodyBytes);
+  return {
+    id: o.id,
+    leaseToken: o.leaseToken,
+    outcome: o.outcome as Outcome,
+    statusCode: typeof o.statusCode === 'number' ? o.statusCode : null,
+    contentType: typeof o.contentType === 'string' ? o.contentType : null,
+    body,
+  };
+}
+
+export type ResultAnswer =
+  | { id: string; accepted: true; nextRenderTime: number; duplicate?: true }
+  | {
+      id: string;
+      accepted: false;
+      code: 'superseded' | 'unknown_job' | 'invalid';
+      error: string;
+      status: number;
+      duplicate?: true;
+    };
+
+const SUPERSEDED = {
+  accepted: false,
+  code: 'superseded',
+  error: 'the lease token is not the latest grant for this job, or not yours',
+  status: 409,
+} as const;
+const UNKNOWN_JOB = {
+  accepted: false,
+  code: 'unknown_job',
+  error: 'no row for this job (deleted?)',
+  status: 404,
+} as const;
+/** A retry that arrives while the first copy of the same result is still being applied waits this long. */
+export const PENDING_WAIT_MS = 10_000;
+const PENDING_POLL_MS = 5;
+
+function answerOf(id: string, a: ReportAnswer, duplicate: boolean): ResultAnswer {
+  const dup = duplicate ? { duplicate: true as const } : {};
+  return a.accepted
+    ? { id, accepted: true, nextRenderTime: a.nextRenderTime, ...dup }
+    : { id, ...UNKNOWN_JOB, ...dup };
+}
+
+export interface ResultDeps {
+  leases: () => Pick<LeaseTable, 'beginReport' | 'finishReport' | 'abortReport'>;
+  /** The schedule owner's result write: reschedules rows, leaves a deleted row deleted. */
+  applyResults: (results: readonly ResultWrite[]) => Promise<ResultApplied[]>;
+  storePages: (pages: PageWrite[]) => Promise<void>;
+  config: () => QueueKeeperConfig;
+  /** The clock of the wait for a first copy still being applied. */
+  now: () => number;
+  sleep: (ms: number) => Promise<void>;
+}
+
+export class ResultService {
+  constructor(private readonly deps: ResultDeps) {}
+
+  /** checkResult under the configured render.maxBodyBytes. */
+  check(input: unknown): CheckedResult {
+    return checkResult(input, this.deps.config().render.maxBodyBytes);
+  }
+
+  /** checkFramedResult under the configured render.maxBodyBytes. */
+  checkFramed(raw: Buffer, metadataSize: string | null | undefined): CheckedResult {
+    return checkFramedResult(raw, metadataSize, this.deps.config().render.maxBodyBytes);
+  }
+
+  /**
+   * Applies checked results (SPEC §3, API.md idempotent results). Each lease is reported once: the lease
+   * table admits the first copy of a result (token current, caller its grantee) and answers every later
+   * copy with the first answer and `duplicate: true`, so a retried failure never counts a second strike.
+   * Then the schedule write (atomic per key), the pages, and the one release point.
+   */
+  async apply(results: CheckedResult[], caller: Caller, now = this.deps.now()): Promise<ResultAnswer[]> {
+    const leases = this.deps.leases();
+    const answers: Array<ResultAnswer | null> = results.map(() => null);
+    const starts: ReportStart[] = results.map((r) => leases.beginReport(r.id, r.leaseToken, caller));
+    const firsts: number[] = [];
+    starts.forEach((s, i) => {
+      const id = results[i]!.id;
+      if (s.kind === 'superseded') answers[i] = { id, ...SUPERSEDED };
+      else if (s.kind === 'duplicate') answers[i] = answerOf(id, s.answer, true);
+      else if (s.kind === 'first') firsts.push(i);
+    });
+    if (firsts.length > 0) await this.applyFirsts(results, firsts, answers, now);
+    // Copies whose first is still running (a retry racing its original, or the same result twice in
+    // one batch, whose first just finished above) get the first's answer once it is recorded.
+    const deadline = this.deps.now() + PENDING_WAIT_MS;
+    for (let i = 0; i < results.length; i++) {
+      if (answers[i] !== null) continue;
+      const r = results[i]!;
+      for (;;) {
+        const s = leases.beginReport(r.id, r.leaseToken, caller);
+        if (s.kind === 'duplicate') answers[i] = answerOf(r.id, s.answer, true);
+        else if (s.kind === 'superseded') answers[i] = { id: r.id, ...SUPERSEDED };
+        else if (s.kind === 'first') {
+          // The first copy gave up (its write failed): this copy is now the one that applies.
+          await this.applyFirsts(results, [i], answers, now);
+        } else if (this.deps.now() < deadline) {
+          await this.deps.sleep(PENDING_POLL_MS);
+          continue;
+        } else {
+          throw new HttpError(503, 'busy', 'the same result is still being applied; retry shortly');
+        }
+        break;
+      }
+    }
+    return answers.map((a) => a!);
+  }
+
+  private async applyFirsts(
+    results: CheckedResult[],
+    firsts: number[],
+    answers: Array<ResultAnswer | null>,
+    now: number,
+  ): Promise<void> {
+    const leases = this.deps.leases();
+    const list = firsts.map((i) => results[i]!);
+    try {
+      const applied = await this.deps.applyResults(
+        list.map((r) => ({ url: r.id, outcome: r.outcome, statusCode: r.statusCode, completedAt: now })),
+      );
+      // Pages after the row: a page write that fails gives the report up, and its retry re-applies a
+      // success, which only moves the next render by the retry's delay.
+      await this.deps.storePages(
+        list
+          .filter((r, k) => applied[k]!.found && r.outcome === 'rendered' && r.body !== null)
+          .map((p) => ({
+            url: p.id,
+            statusCode: p.statusCode,
+            contentType: p.contentType,
+            body: p.body!,
+            renderedAt: now,
+          })),
+      );
+      list.forEach((r, k) => {
+        const done = applied[k]!;
+        const answer: ReportAnswer = done.found
+          ? { accepted: true, nextRenderTime: done.row.nextRenderTime }
+          : { accepted: false, code: 'unknown_job' };
+        // The one release point: the fast-retry lane keeps the lease until it expires (it paces the retry).
+        leases.finishReport(r.id, r.leaseToken, answer, done.found && done.keepLease, now);
+        answers[firsts[k]!] = answerOf(r.id, answer, false);
+      });
+    } catch (e) {
+      for (const r of list) leases.abortReport(r.id, r.leaseToken);
+      throw e;
+    }
+  }
+}
