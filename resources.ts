@@ -1,16 +1,18 @@
-// Harper's entry point (loaded on every worker, never on the main thread). It installs the HTTP front,
-// loads configuration and, on worker 0, starts the queue keeper.
+// Harper's entry point (loaded on every worker, never on the main thread) and the composition root: it
+// builds the duty scheduler, the runtime config, the pause control and the keeper, connects their
+// events, installs the HTTP front, and on worker 0 starts the queue keeper and the maintenance tick.
+import { DutyScheduler, realTimer } from './util/duties/scheduler.js';
 import { registerAdmin } from './services/http/routes/admin.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue, vouchedState } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
-import { startConfig } from './services/runtime/config.js';
+import { config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
 import { log, workerIndex } from './services/runtime/harper.js';
 import { healthRecordDuty } from './services/metrics/healthFigures.js';
 import { installHttp } from './services/http/router.js';
-import { startHeldAsks, startKeeper } from './services/keeper/leadership.js';
+import { KeeperLeadership } from './services/keeper/leadership.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
 import { peerNames } from './services/cluster/membership.js';
 import { onDueSummary, onRequeued, secretCleanupDuty, startNotify } from './services/notify/wakes.js';
@@ -18,28 +20,45 @@ import { pageSweepDuty } from './services/pages/store.js';
 import { readRow } from './services/schedule/store.js';
 import { registerWorker } from './services/runtime/sharedBuffers.js';
 import { stallSweepDuty } from './services/stall/sweep.js';
-import { startControl } from './services/status/control.js';
+import { NodeControl } from './services/status/control.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
 
+// Every timer of this worker is a duty on this scheduler; a `timers` config key re-arms the waiting ones.
+const duties = new DutyScheduler({ now: () => Date.now(), timer: realTimer, log });
+const settings = new RuntimeConfig({ scheduler: duties });
+installProcessWideConfig(settings);
+settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
+const control = new NodeControl({ scheduler: duties });
+const keeper = new KeeperLeadership({
+  scheduler: duties,
+  config,
+  onConfigChange: (l) => settings.onChange(l),
+  control,
+  events: {
+    onDue: onDueSummary,
+    onRequeued: (queue, now) => onRequeued(queue, now, keeper.keeper()),
+  },
+});
+
 registerFeeding();
-registerAdmin();
-registerQueue();
+registerAdmin({ keeper, control, settings });
+registerQueue(control);
 registerNotify();
 registerStall();
 registerConsole();
 installHttp();
 
 async function start(): Promise<void> {
-  await startConfig();
+  await settings.start();
   // Pauses are followed before anything is served — on worker 0 too, before it waits for leadership.
-  await startControl();
-  startHeldAsks();
+  await control.start();
+  keeper.listenForHeldAsks();
   if (workerIndex() === 0) {
     startNotify();
-    startMaintenance([
-      stallSweepDuty(),
+    startMaintenance(duties, config, [
+      stallSweepDuty(keeper),
       secretCleanupDuty(),
       healthRecordDuty(vouchedState),
       pageSweepDuty({
@@ -48,9 +67,7 @@ async function start(): Promise<void> {
         graceMs: async () => ((await peerNames()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
       }),
     ]);
-    void startKeeper({ onDue: onDueSummary, onRequeued }).catch((e: unknown) =>
-      log.error('queue keeper failed to start', e),
-    );
+    void keeper.start().catch((e: unknown) => log.error('queue keeper failed to start', e));
   }
   registerWorker();
 }

@@ -8,13 +8,13 @@ import { classifyUrl, type Outcome } from '../../util/schedule/rules.js';
 import { describeType, requireObject } from '../../util/http/input.js';
 import { config } from '../runtime/config.js';
 import { log, table, transaction, type HarperUser } from '../runtime/harper.js';
-import { nodeStatusNow, servingView } from '../keeper/leadership.js';
+import { nodeStatusNow, servingView } from '../keeper/servingView.js';
 import { count } from '../metrics/values.js';
 import { storePages } from '../pages/store.js';
 import { applyResults, readRow } from '../schedule/store.js';
 import type { QueueScope } from './fleetScope.js';
 import { leaseTable, pokeKeeper, readySet } from '../runtime/sharedStructures.js';
-import { isPaused, type NodeStatus } from '../status/control.js';
+import type { NodeStatus } from '../status/control.js';
 
 // A claim takes up to this many entries per job wanted: leased or stale entries cost no place.
 const OVER_TAKE = 4;
@@ -146,10 +146,11 @@ function grantEntry(entry: ReadyEntry, caller: Caller, now: number, t: ClaimTall
 export function claim(
   limit: number,
   caller: Caller,
-  scope: QueueScope = null,
+  scope: QueueScope,
+  paused: () => boolean,
   now = Date.now(),
 ): ClaimResult {
-  if (isPaused()) return { jobs: [], status: 'paused' };
+  if (paused()) return { jobs: [], status: 'paused' };
   const view = servingView(now);
   if (!view.serving) return { jobs: [], status: 'unready' };
   const ready = readySet();
@@ -197,7 +198,7 @@ export function claim(
   if (t.stale) count('claim_stale', t.stale);
   if (t.wedged) count('claim_wedged', t.wedged);
   if (t.queues.size) markClaimed(t.queues, now);
-  const status: NodeStatus = t.jobs.length > 0 ? 'queued' : nodeStatusNow(now);
+  const status: NodeStatus = t.jobs.length > 0 ? 'queued' : nodeStatusNow(paused(), now);
   return { jobs: t.jobs, status };
 }
 

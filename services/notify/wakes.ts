@@ -21,7 +21,7 @@ import {
   signingSecrets,
 } from './fleets.js';
 import { log } from '../runtime/harper.js';
-import { keeper } from '../keeper/leadership.js';
+import type { KeeperService } from '../keeper/service.js';
 import { count } from '../metrics/values.js';
 import { leaseTable } from '../runtime/sharedStructures.js';
 import { createPinnedAgent, deliver, localAddresses, systemResolve } from './transport.js';
@@ -116,9 +116,9 @@ export function onDueSummary(summary: DueSummary, now: number): void {
  * queue's fleets, naming its oldest verified row nobody holds; with none there is nothing to wake anyone
  * for (and a queue of unverified rows never names one).
  */
-export function onRequeued(queue: string, now: number): void {
+export function onRequeued(queue: string, now: number, keeper: KeeperService | undefined): void {
   const leases = leaseTable();
-  const oldest = keeper()?.core.oldestDue(queue, now, {
+  const oldest = keeper?.core.oldestDue(queue, now, {
     verifiedOnly: true,
     skip: (k) => leases.isLeased(k, now),
   });

@@ -18,7 +18,7 @@ import {
 import { config } from '../runtime/config.js';
 import { fleetViews, hookViews } from '../notify/fleets.js';
 import { log } from '../runtime/harper.js';
-import { clusterOwnership, keeper } from '../keeper/leadership.js';
+import type { KeeperLeadership } from '../keeper/leadership.js';
 import { peerDueViews, publishDueSummaries } from './dueSummaries.js';
 import type { KeeperService } from '../keeper/service.js';
 import type { Duty } from '../keeper/maintenance.js';
@@ -70,9 +70,9 @@ function orphanRows(ledger: LedgerRow[], fleets: FleetView[], planned: LedgerRow
 async function sweepView(
   svc: KeeperService,
   now: number,
+  owners: ReturnType<KeeperLeadership['clusterOwnership']>,
 ): Promise<{ queues: QueueDueView[]; whole: boolean; mayCharge?: (pair: PairKey) => boolean }> {
   const local = dueViews(svc, now);
-  const owners = clusterOwnership();
   if (!owners || owners.nodes.length <= 1) return { queues: local, whole: true };
   const tick = config().maintenance.tickInterval;
   await publishDueSummaries(owners.self, local, now, 2 * tick);
@@ -86,10 +86,13 @@ async function sweepView(
   };
 }
 
-export async function sweepStalls(now: number): Promise<StallSweepResult | Record<string, never>> {
-  const svc = keeper();
+export async function sweepStalls(
+  now: number,
+  keeper: KeeperLeadership,
+): Promise<StallSweepResult | Record<string, never>> {
+  const svc = keeper.keeper();
   if (!svc?.serving || !svc.loadComplete || svc.phase !== 'live') return {};
-  const view = await sweepView(svc, now);
+  const view = await sweepView(svc, now, keeper.clusterOwnership());
   const viewIsWhole = !svc.partial && !svc.resyncing && view.whole;
   const queues = view.queues;
   const stall = config().stall;
@@ -141,6 +144,6 @@ export async function sweepStalls(now: number): Promise<StallSweepResult | Recor
   return { drained, nudged };
 }
 
-export function stallSweepDuty(): Duty {
-  return { name: 'stall-sweep', runOnce: (now) => sweepStalls(now) };
+export function stallSweepDuty(keeper: KeeperLeadership): Duty {
+  return { name: 'stall-sweep', runOnce: (now) => sweepStalls(now, keeper) };
 }

@@ -15,10 +15,10 @@ import { config } from '../../runtime/config.js';
 import { checkReporter, claimScope, parseQueues } from '../../leases/fleetScope.js';
 import type { HarperUser } from '../../runtime/harper.js';
 import { route, reply } from '../router.js';
-import { nodeStatusNow, servingView } from '../../keeper/leadership.js';
+import { nodeStatusNow, servingView } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../../runtime/sharedStructures.js';
-import { isPaused } from '../../status/control.js';
+import type { NodeControl } from '../../status/control.js';
 import { leaseFigures, liveFigures } from '../../metrics/healthFigures.js';
 import { metricsText, timedRoute } from '../../metrics/values.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../util/metrics/prometheus.js';
@@ -91,11 +91,12 @@ async function reportBatch(list: unknown[], user: HarperUser | undefined) {
   });
 }
 
-export function registerQueue(): void {
+export function registerQueue(control: NodeControl): void {
+  const isPaused = () => control.isPaused();
   timedRoute('claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = parseClaimLimit(req.body);
     const scope = await claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
-    const r = claim(limit, callerOf(req.user), scope);
+    const r = claim(limit, callerOf(req.user), scope, isPaused);
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
 
@@ -152,7 +153,7 @@ export function registerQueue(): void {
       const limit = parseClaimLimit({ limit: obj.limit });
       const scope = await claimScope(req.user?.username, parseQueues(obj.queues));
       const results = list.length > 0 ? await reportBatch(list, req.user) : [];
-      const r = claim(limit, callerOf(req.user), scope);
+      const r = claim(limit, callerOf(req.user), scope, isPaused);
       return reply({ results, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
     },
     { maxBodyBytes: () => config().render.maxBatchBytes },
@@ -169,7 +170,7 @@ export function registerQueue(): void {
     const doc = stateDoc<{ trust?: { keeper?: unknown; exact?: boolean } }>().read();
     return reply({
       node: nodeName(),
-      status: nodeStatusNow(now),
+      status: nodeStatusNow(isPaused(), now),
       paused: isPaused(),
       leases: {
         occupancy: rec.occupancy,
@@ -210,7 +211,7 @@ export function registerQueue(): void {
           now: {
             inFlight: leaseFigures(now).occupancy,
             paused: isPaused(),
-            status: nodeStatusNow(now),
+            status: nodeStatusNow(isPaused(), now),
           },
           trust: { live: false, exact: false, phase: state.phase },
         },
