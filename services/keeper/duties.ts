@@ -60,7 +60,8 @@ export class KeeperDuties {
 
   add(duty: Duty, cadence: Cadence): DutyHandle {
     const h = this.scheduler.add(duty, cadence);
-    this.handles.push(h);
+    if (this.stopped) void h.stop();
+    else this.handles.push(h);
     return h;
   }
 

@@ -6,12 +6,14 @@ import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
 import { KeeperCore } from '../../util/keeper/core.js';
-import { stateMaxAgeMs, type KeeperPhase } from '../../util/handoff/keeperSignal.js';
+import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
-import type { EventStream, KeeperDeps, KeeperStats, ScheduleEvent } from './types.js';
+import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './types.js';
 import { WALK_CHUNK } from './types.js';
 import { KeeperVerifier, type VerifyResult } from './verification.js';
+import { HEAD_CHECK_ROWS, HeadCheck } from './headCheck.js';
+import { keeperStateDocument } from './stateDocument.js';
 
 export type {
   EventStream,
@@ -25,8 +27,6 @@ export { WALK_CHUNK } from './types.js';
 export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
 
 const FORCED_PUBLISH_MS = 10_000;
-const HEAD_CHECK_ROWS = 64;
-const HEAD_CHECK_EVERY_MS = 60_000;
 
 /** Which way a load walk runs: forward from the bottom, or top-down to where the forward walk stopped. */
 interface LoadWalk {
@@ -64,8 +64,8 @@ export class KeeperService {
   private stream: EventStream | null = null;
   private lastPublishKey = '';
   private lastPublishAt = -Infinity;
-  private headChecked = new Map<string, number>();
   private readonly verifier: KeeperVerifier;
+  private readonly headChecker: HeadCheck;
   private readonly duties: KeeperDuties;
   private unsubscribeConfig: (() => void) | null = null;
   private stopped = false;
@@ -79,7 +79,7 @@ export class KeeperService {
     this.core = new KeeperCore({ classify: this.classifier(cfg), score: this.scoreOptions(cfg) });
     this.yieldLoop = deps.yieldLoop ?? (() => new Promise((r) => setImmediate(r)));
     this.clock = deps.clock ?? (() => Date.now());
-    this.verifier = new KeeperVerifier({
+    const rows: RowCheckDeps = {
       core: this.core,
       source: deps.source,
       owns: (key) => this.owns(key),
@@ -88,7 +88,9 @@ export class KeeperService {
       yieldLoop: this.yieldLoop,
       metric: deps.metric,
       countRepaired: deps.countRepaired,
-    });
+    };
+    this.verifier = new KeeperVerifier(rows);
+    this.headChecker = new HeadCheck(rows);
     this.duties = new KeeperDuties(this, deps);
   }
 
@@ -127,6 +129,7 @@ export class KeeperService {
     this.unsubscribeConfig = null;
     this.closeSubscription();
     await this.duties.stop();
+    this.closeSubscription(); // one a load or resubscribe in progress opened meanwhile
     this.serving = false;
   }
 
@@ -362,53 +365,9 @@ export class KeeperService {
     return true;
   }
 
-  /**
-   * Point-reads the head of the published set (each key at most once a minute) and repairs what the
-   * keeper holds wrongly. Reads are synchronous, so no event can land between the read and the repair;
-   * the read snapshot is refreshed first so it is never older than the events already applied.
-   */
+  /** Point-reads the head of the published set and repairs what the keeper holds wrongly (headCheck.ts). */
   headCheck(now: number, keys: string[]): number {
-    this.reportUnclaimable();
-    this.deps.source.refreshReads?.();
-    let checked = 0;
-    let repaired = 0;
-    for (const key of keys) {
-      const last = this.headChecked.get(key);
-      if (last !== undefined && now - last < HEAD_CHECK_EVERY_MS) continue;
-      this.headChecked.set(key, now);
-      checked++;
-      const row = this.deps.source.read(key);
-      const want = row && this.owns(key) ? row : null;
-      if (!this.core.matches(key, want)) {
-        this.core.apply(key, want, now);
-        repaired++;
-      }
-    }
-    if (this.headChecked.size > 10_000) {
-      for (const [k, at] of this.headChecked) if (now - at >= HEAD_CHECK_EVERY_MS) this.headChecked.delete(k);
-    }
-    if (checked > 0) this.stats.headCheck = { at: now, checked, repaired };
-    if (repaired > 0) {
-      this.stats.repairedTotal += repaired;
-      this.deps.countRepaired?.(repaired);
-      this.deps.log.warn(`keeper head check repaired ${repaired} of ${checked} rows`);
-    }
-    return repaired;
-  }
-
-  private unclaimableLogged = 0;
-
-  /** Says once per batch, at error level, that rows were refused as unclaimable (they need a fix by hand). */
-  private reportUnclaimable(): void {
-    const n = this.core.unclaimable;
-    if (n === this.unclaimableLogged) return;
-    this.deps.log.error(
-      `keeper: ${n - this.unclaimableLogged} row(s) not held because their key is not well-formed Unicode ` +
-        `(a lone surrogate) and can never be claimed; delete or re-file them. Last: ${JSON.stringify(
-          (this.core.lastUnclaimable ?? '').slice(0, 200),
-        )}`,
-    );
-    this.unclaimableLogged = n;
+    return this.headChecker.check(now, keys);
   }
 
   /**
@@ -437,47 +396,16 @@ export class KeeperService {
     );
   }
 
-  /** Computes the queue-state document and writes it to shared memory. */
+  /** Computes the queue-state document (stateDocument.ts) and writes it to shared memory. */
   writeState(now: number): boolean {
-    const cfg = this.deps.config();
-    const counts = this.core.state(now);
-    const inFlight = this.deps.inFlight(now);
-    const node = this.deps.nodeView();
-    const doc = {
-      now: {
-        ...counts.now,
-        inFlight,
-        unclaimed: Math.max(0, counts.now.due - inFlight),
-        paused: node.paused,
-        status: node.status,
-      },
-      coming: counts.coming,
-      lateness: counts.lateness,
-      flow: counts.flow,
-      trust: {
-        source: 'keeper',
-        live: this.phase === 'live',
-        phase: this.phase,
-        exact: this.exact(),
-        stateAt: now,
-        maxAgeMs: stateMaxAgeMs(cfg.queue.keeper.stateInterval),
-        keeper: {
-          rows: this.core.size,
-          classes: this.core.classCount,
-          load: { ms: this.stats.loadMs, rows: this.stats.loadRows, partial: this.partial },
-          lastPublish: this.stats.lastPublish,
-          headCheck: this.stats.headCheck,
-          lastVerify: this.stats.lastVerify,
-          repairedTotal: this.stats.repairedTotal,
-          apply: {
-            events: this.stats.apply.events,
-            avgUs: this.stats.apply.events ? (1000 * this.stats.apply.ms) / this.stats.apply.events : null,
-          },
-          resyncing: this.resyncing,
-          lastError: this.stats.lastError,
-        },
-      },
-    };
-    return this.deps.state.write(doc, now);
+    return this.deps.state.write(
+      keeperStateDocument(this, {
+        now,
+        inFlight: this.deps.inFlight(now),
+        node: this.deps.nodeView(),
+        stateInterval: this.deps.config().queue.keeper.stateInterval,
+      }),
+      now,
+    );
   }
 }

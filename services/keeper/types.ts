@@ -106,8 +106,8 @@ export interface KeeperStats {
   apply: { events: number; ms: number };
 }
 
-/** The held rows and what they are checked against: what the verification walk needs of the service. */
-export interface VerifyDeps {
+/** The held rows and what they are checked against: what the verification walk and head check need. */
+export interface RowCheckDeps {
   core: KeeperCore;
   source: ScheduleSource;
   owns: (key: string) => boolean;

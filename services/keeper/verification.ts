@@ -1,7 +1,7 @@
 // The keeper's verification walk (SPEC §2): walks the table to add missing rows, fix mismatched ones
 // and drop rows no longer owned, then point-checks what it holds for rows deleted without an event. A
 // cluster membership change drops the rows lost at once and walks for the rows gained.
-import type { KeeperStats, VerifyDeps } from './types.js';
+import type { KeeperStats, RowCheckDeps } from './types.js';
 import { WALK_CHUNK } from './types.js';
 
 export type VerifyResult = NonNullable<KeeperStats['lastVerify']>;
@@ -13,7 +13,7 @@ export class KeeperVerifier {
   private verifyQueued = false;
   private verifyTouched: Set<string> | null = null;
 
-  constructor(private readonly deps: VerifyDeps) {}
+  constructor(private readonly deps: RowCheckDeps) {}
 
   /** An event touched `key`: a walk running now keeps the event's value for it. */
   touched(key: string): void {
