@@ -4,8 +4,8 @@
 // outlives restarts. The state lives on a RuntimeConfig built in resources.ts; `config()` reads the one
 // process-wide config cell it is installed in.
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, sep } from 'node:path';
+import { componentDir } from './componentDir.js';
 import { parse as parseYaml } from 'yaml';
 import {
   applyValues,
@@ -24,8 +24,7 @@ import { withStoreLock } from './storeLock.js';
 export const COMPONENT_KEY = 'queue-keeper';
 const OVERRIDE_ID = 'overrides';
 
-/** The component's own directory (this file compiles to dist/services/config.js). */
-export const componentDir = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export { componentDir } from './componentDir.js';
 
 export type ConfigListener = (next: QueueKeeperConfig, prev: QueueKeeperConfig, changed: string[]) => void;
 
