@@ -1,25 +1,21 @@
-// Harper's entry point and the composition root (loaded on every worker, never on the main thread): it
-// builds the services with their dependencies, connects their events, installs the HTTP front, loads
-// configuration and, on worker 0, starts the queue keeper and the maintenance duties.
+// Harper's entry point (loaded on every worker, never on the main thread) and the composition root: it
+// builds the duty scheduler, the runtime config, the pause control, the keeper and the services with
+// their dependencies, connects their events, installs the HTTP front, and on worker 0 starts the queue
+// keeper and the maintenance tick.
+import { DutyScheduler, realTimer } from './util/duties/scheduler.js';
 import { registerAdmin } from './services/http/routes/admin.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue, vouchedState } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
-import { componentDir, config, startConfig } from './services/runtime/config.js';
+import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
 import { log, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { healthRecordDuty } from './services/metrics/healthFigures.js';
 import { processWideMetrics } from './services/metrics/values.js';
 import { installHttp } from './services/http/router.js';
-import {
-  clusterOwnership,
-  keeper,
-  nodeStatusNow,
-  servingView,
-  startHeldAsks,
-  startKeeper,
-} from './services/keeper/leadership.js';
+import { KeeperLeadership } from './services/keeper/leadership.js';
+import { nodeStatusNow, servingView } from './services/keeper/servingView.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
 import { peerNames } from './services/cluster/membership.js';
 import { peerWait } from './services/cluster/peerWait.js';
@@ -45,14 +41,53 @@ import { leaseTable, pokeKeeper, readySet } from './services/runtime/sharedStruc
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
-import { isPaused, startControl } from './services/status/control.js';
+import { NodeControl } from './services/status/control.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
 
+// Every timer of this worker is a duty on this scheduler; a `timers` config key re-arms the waiting ones.
+const duties = new DutyScheduler({ now: () => Date.now(), timer: realTimer, log });
+const settings = new RuntimeConfig({ scheduler: duties });
+installProcessWideConfig(settings);
+settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
+const control = new NodeControl({ scheduler: duties });
+
 const metrics = processWideMetrics;
 const count = metrics.count.bind(metrics);
 const now = () => Date.now();
+
+// ------------------------------------------------------------------ notify (the keeper's events go here)
+const sealKey = new SealKey({ read: () => process.env.QUEUE_KEEPER_SECRET_KEY, log });
+const notify = new NotifyService({
+  config,
+  sealKey: () => sealKey.key(),
+  createDispatcher: () =>
+    createDispatcher({
+      config,
+      sealKey: () => sealKey.key(),
+      count: (name, n) => count(name, n),
+      log,
+      componentDir,
+    }),
+  keeper: () => leadership.keeper(),
+  leases: leaseTable,
+  destroyExpiredSecrets,
+  log,
+});
+
+// ------------------------------------------------------------------ the keeper (runs on worker 0)
+// Its events: a due summary may raise `created` edges, an expired lease a `requeued` one.
+const leadership = new KeeperLeadership({
+  scheduler: duties,
+  config,
+  onConfigChange: (l) => settings.onChange(l),
+  control,
+  events: {
+    onDue: (summary, at) => notify.onDueSummary(summary, at),
+    onRequeued: (queue, at) => notify.onRequeued(queue, at),
+  },
+});
 
 // ------------------------------------------------------------------ leases: claims and results
 const fleetScope = new FleetScope({
@@ -66,9 +101,9 @@ const claims = new ClaimService({
   leases: leaseTable,
   readRow,
   writeClaimMarks,
-  isPaused,
+  isPaused: () => control.isPaused(),
   servingView,
-  nodeStatus: nodeStatusNow,
+  nodeStatus: (at) => nodeStatusNow(control.isPaused(), at),
   pokeKeeper,
   config,
   count,
@@ -83,27 +118,10 @@ const results = new ResultService({
   sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
 });
 
-// ------------------------------------------------------------------ notify and the stall sweep
-const sealKey = new SealKey({ read: () => process.env.QUEUE_KEEPER_SECRET_KEY, log });
-const notify = new NotifyService({
-  config,
-  sealKey: () => sealKey.key(),
-  createDispatcher: () =>
-    createDispatcher({
-      config,
-      sealKey: () => sealKey.key(),
-      count: (name, n) => count(name, n),
-      log,
-      componentDir,
-    }),
-  keeper,
-  leases: leaseTable,
-  destroyExpiredSecrets,
-  log,
-});
+// ------------------------------------------------------------------ the stall sweep
 const stallSweep = new StallSweep({
-  keeper,
-  ownership: clusterOwnership,
+  keeper: () => leadership.keeper(),
+  ownership: () => leadership.clusterOwnership(),
   leases: leaseTable,
   ledger: { read: readLedger, charge: chargePair, drain: drainLedger, idOf: ledgerId },
   dueBoard: new DueSummaryBoard({ table: () => table(...DUE_SUMMARY_TABLE), transaction }),
@@ -119,8 +137,8 @@ const stallSweep = new StallSweep({
 
 // ------------------------------------------------------------------ the HTTP front
 registerFeeding({ fileTargets, deleteTargets, discoverUrls, deletePages });
-registerAdmin({ readRow, revalidate });
-registerQueue({ claims, results, scope: fleetScope, metrics });
+registerAdmin({ keeper: leadership, control, settings, readRow, revalidate });
+registerQueue({ claims, results, scope: fleetScope, metrics, control });
 registerNotify({
   sealKey,
   fleetsChanged: () => fleetScope.fleetsChanged(),
@@ -131,13 +149,13 @@ registerConsole();
 installHttp();
 
 async function start(): Promise<void> {
-  await startConfig();
+  await settings.start();
   // Pauses are followed before anything is served — on worker 0 too, before it waits for leadership.
-  await startControl();
-  startHeldAsks();
+  await control.start();
+  leadership.listenForHeldAsks();
   if (workerIndex() === 0) {
     notify.start();
-    startMaintenance([
+    startMaintenance(duties, config, [
       stallSweep.duty(),
       notify.secretCleanupDuty(),
       healthRecordDuty(vouchedState, metrics),
@@ -148,14 +166,8 @@ async function start(): Promise<void> {
       }),
     ]);
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them (SPEC §9).
-    // The keeper's events: a due summary may raise `created` edges, an expired lease a `requeued` one.
     void peerWait()
-      .then(() =>
-        startKeeper({
-          onDue: (summary, at) => notify.onDueSummary(summary, at),
-          onRequeued: (queue, at) => notify.onRequeued(queue, at),
-        }),
-      )
+      .then(() => leadership.start())
       .catch((e: unknown) => log.error('queue keeper failed to start', e));
   }
   registerWorker();

@@ -1,113 +1,44 @@
 // The queue keeper's lifecycle on worker 0 (SPEC §2): withdraw, subscribe-then-walk, serve while
 // loading, live, publish, head check, verify, state. Its table access comes through a ScheduleSource so
-// service tests can drive it with a fake table and a fake clock; services/keeper/leadership.ts wires the real one.
+// service tests can drive it with a fake table and a fake clock; services/keeper/leadership.ts wires the
+// real one. Its timers are duties on the scheduler it is given (services/keeper/duties.ts); stop() ends them.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
-import { KeeperCore, type DueSummary, type ScheduleRow as KeeperRow } from '../../util/keeper/core.js';
-import { stateMaxAgeMs, type KeeperPhase, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
-import type { ReadySet } from '../../util/handoff/readySet.js';
+import { pathsWithEffect } from '../../util/config/effects.js';
+import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
+import { KeeperCore } from '../../util/keeper/core.js';
+import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
-import type { StateDoc } from '../../util/handoff/stateDoc.js';
+import { KeeperDuties } from './duties.js';
+import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './types.js';
+import { WALK_CHUNK } from './types.js';
+import { KeeperVerifier, type VerifyResult } from './verification.js';
+import { HEAD_CHECK_ROWS, HeadCheck } from './headCheck.js';
+import { keeperStateDocument } from './stateDocument.js';
 
-export interface ScheduleEvent {
-  id: unknown;
-  type: string;
-  value?: Record<string, unknown>;
-}
+export type {
+  EventStream,
+  KeeperDeps,
+  KeeperLog,
+  KeeperStats,
+  ScheduleEvent,
+  ScheduleSource,
+} from './types.js';
+export { WALK_CHUNK } from './types.js';
+export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
 
-export interface EventStream extends AsyncIterable<ScheduleEvent> {
-  end?: () => void;
-  return?: () => unknown;
-}
-
-export interface ScheduleSource {
-  subscribe(): Promise<EventStream>;
-  walk(opts: {
-    start?: string;
-    end?: string;
-    reverse?: boolean;
-    limit?: number;
-    exclusiveStart?: boolean;
-  }): Iterable<{
-    key: string;
-    row: ScheduleRow | undefined;
-  }>;
-  read(key: string): ScheduleRow | undefined;
-  /** Start a fresh read snapshot so point reads see the latest commits. */
-  refreshReads?(): void;
-}
-
-export interface KeeperLog {
-  info(...a: unknown[]): void;
-  warn(...a: unknown[]): void;
-  error(...a: unknown[]): void;
-}
-
-export interface KeeperDeps {
-  source: ScheduleSource;
-  ready: ReadySet;
-  signal: KeeperSignal;
-  state: StateDoc<unknown>;
-  config: () => QueueKeeperConfig;
-  isLeased: (key: string, now: number) => boolean;
-  /** isLeased by the row's stored keyHash (publish uses it: no re-hash of each candidate). */
-  isLeasedHash?: (hi: number, lo: number, now: number) => boolean;
-  /** Live leases right now (a reconciled scan). */
-  inFlight: (now: number) => number;
-  /** Pause and status as the node reports them, for the state document. */
-  nodeView: () => { paused: boolean; status: string };
-  owns?: (key: string) => boolean;
-  log: KeeperLog;
-  metric?: (
-    name: 'keeper_load_ms' | 'keeper_publish_ms' | 'keeper_verify_ms' | 'keeper_live',
-    value: number,
-  ) => void;
-  countRepaired?: (n: number) => void;
-  /** Called on every publish tick with the per-queue due summary (the notify `created` edge reads it). */
-  onDue?: (summary: DueSummary, now: number) => void;
-  /**
-   * A live write made a row due now (filed due-now, revalidated, changed): the keeper asks for an early
-   * publish so it is claimable within ~50 ms instead of at the next interval (SPEC §10).
-   */
-  onDueNow?: () => void;
-  /** Yield to the event loop between chunks (tests pass a no-op). */
-  yieldLoop?: () => Promise<void>;
-  /** Runs `fn` after `ms` (setTimeout, unref'd, by default; tests pass a fake timer). */
-  later?: (fn: () => void, ms: number) => void;
-}
-
-export const WALK_CHUNK = 1000;
 const FORCED_PUBLISH_MS = 10_000;
-const HEAD_CHECK_ROWS = 64;
-const HEAD_CHECK_EVERY_MS = 60_000;
-export const RESUBSCRIBE_BACKOFF_MS = 30_000;
-export const VERIFY_RETRY_MS = 30_000;
-export const LOAD_BACKOFF_MS = 30_000;
-export const LOAD_BACKOFF_MAX_MS = 600_000;
 
-export interface KeeperStats {
-  loadMs: number | null;
-  loadRows: number;
-  lastPublish: { at: number; ms: number; published: number; skippedLeased: number; complete: boolean } | null;
-  headCheck: { at: number; checked: number; repaired: number } | null;
-  lastVerify: {
-    at: number;
-    ms: number;
-    missing: number;
-    mismatched: number;
-    phantom: number;
-    unowned: number;
-    /** Rows picked up because the cluster membership changed (not repairs). */
-    gained: number;
-    repaired: number;
-  } | null;
-  repairedTotal: number;
-  lastError: string | null;
-  /** Time spent applying subscription events (decode + classify + move), for the per-write cost. */
-  apply: { events: number; ms: number };
+/** Which way a load walk runs: forward from the bottom, or top-down to where the forward walk stopped. */
+interface LoadWalk {
+  reverse: boolean;
+  end?: string;
+  /** Publish while loading (only the forward walk does; the top-down rest is short). */
+  publish: boolean;
 }
 
-function toKeeperRow(row: ScheduleRow): KeeperRow {
-  return row;
+/** Where a load walk got to: the last key it read. */
+interface WalkCursor {
+  last?: string;
 }
 
 export class KeeperService {
@@ -128,18 +59,17 @@ export class KeeperService {
     lastError: null,
     apply: { events: 0, ms: 0 },
   };
+  readonly clock: () => number;
   private touched: Set<string> | null = null;
-  private verifyTouched: Set<string> | null = null;
   private stream: EventStream | null = null;
   private lastPublishKey = '';
   private lastPublishAt = -Infinity;
-  private headChecked = new Map<string, number>();
-  private verifying = false;
-  /** The next verification walk follows a membership change: rows it adds are gains, not repairs. */
-  private expectGains = false;
-  private verifyQueued = false;
+  private readonly verifier: KeeperVerifier;
+  private readonly headChecker: HeadCheck;
+  private readonly duties: KeeperDuties;
+  private unsubscribeConfig: (() => void) | null = null;
+  private stopped = false;
   private readonly yieldLoop: () => Promise<void>;
-  private readonly later: (fn: () => void, ms: number) => void;
   /** Events applied; tests use it to wait for the consumer. */
   eventsApplied = 0;
   subscriptions = 0;
@@ -148,11 +78,20 @@ export class KeeperService {
     const cfg = deps.config();
     this.core = new KeeperCore({ classify: this.classifier(cfg), score: this.scoreOptions(cfg) });
     this.yieldLoop = deps.yieldLoop ?? (() => new Promise((r) => setImmediate(r)));
-    this.later =
-      deps.later ??
-      ((fn, ms) => {
-        setTimeout(fn, ms).unref?.();
-      });
+    this.clock = deps.clock ?? (() => Date.now());
+    const rows: RowCheckDeps = {
+      core: this.core,
+      source: deps.source,
+      owns: (key) => this.owns(key),
+      stats: this.stats,
+      log: deps.log,
+      yieldLoop: this.yieldLoop,
+      metric: deps.metric,
+      countRepaired: deps.countRepaired,
+    };
+    this.verifier = new KeeperVerifier(rows);
+    this.headChecker = new HeadCheck(rows);
+    this.duties = new KeeperDuties(this, deps);
   }
 
   private classifier(cfg: QueueKeeperConfig) {
@@ -170,6 +109,43 @@ export class KeeperService {
 
   private owns(key: string): boolean {
     return this.deps.owns ? this.deps.owns(key) : true;
+  }
+
+  /**
+   * Runs the keeper (after withdraw()): follows config changes, arms the minute publish, then subscribes
+   * and loads (a failed load retries with backoff) and, once live, runs the publish, state and verify
+   * duties. Resolves when the keeper is live (never, if it is stopped first).
+   */
+  async start(): Promise<void> {
+    this.unsubscribeConfig =
+      this.deps.onConfigChange?.((_next, _prev, changed) => this.configChanged(changed)) ?? null;
+    await this.duties.start();
+  }
+
+  /** Unsubscribes (the schedule and config), stops every duty, and waits for one that is running. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.unsubscribeConfig?.();
+    this.unsubscribeConfig = null;
+    this.closeSubscription();
+    await this.duties.stop();
+    this.closeSubscription(); // one a load or resubscribe in progress opened meanwhile
+    this.serving = false;
+  }
+
+  /** Runs `duty` on the keeper's scheduler until the keeper stops (e.g. the status sync). */
+  addDuty(duty: Duty, cadence: Cadence): DutyHandle {
+    return this.duties.add(duty, cadence);
+  }
+
+  /** An early publish, at most every 50 ms (a due-now write, the exhausted-set poke). */
+  publishSoon(): void {
+    if (this.serving) this.duties.publishSoon();
+  }
+
+  /** The config changed: a key whose schema effect is `reclassify` re-sorts the held rows. */
+  configChanged(changed: readonly string[]): void {
+    if (pathsWithEffect(changed, 'reclassify').length > 0) this.reclassify();
   }
 
   /** A route, default-cadence or score change: re-sort held rows in memory, never reload. */
@@ -190,17 +166,24 @@ export class KeeperService {
     const key = typeof ev.id === 'string' ? ev.id : String(ev.id);
     if (ev.type !== 'put' && ev.type !== 'delete' && ev.type !== 'patch') return;
     this.touched?.add(key);
-    this.verifyTouched?.add(key);
+    this.verifier.touched(key);
     const row = ev.type === 'delete' || !ev.value ? undefined : toScheduleRow(key, ev.value);
-    const held = row && this.owns(key) ? toKeeperRow(row) : null;
+    const held = row && this.owns(key) ? row : null;
     const changed = this.core.apply(key, held, now);
     this.eventsApplied++;
-    if (changed && held && held.nextRenderTime <= now && this.serving) this.deps.onDueNow?.();
+    // A live write made a row due now (filed due-now, revalidated, changed): publish early so it is
+    // claimable within ~50 ms instead of at the next interval (SPEC §10).
+    if (changed && held && held.nextRenderTime <= now && this.serving) this.publishSoon();
   }
 
   /** Opens the subscription and consumes it in the background; resolves once subscribed. */
   async subscribe(now: () => number, onClosed: (err?: unknown) => void): Promise<void> {
     const stream = await this.deps.source.subscribe();
+    if (this.stopped) {
+      this.stream = stream;
+      this.closeSubscription();
+      return;
+    }
     this.stream = stream;
     this.subscriptions++;
     void (async () => {
@@ -225,28 +208,12 @@ export class KeeperService {
    * walk to pick up what it missed meanwhile. A failed attempt waits the backoff again — never a tight
    * loop against a store that is refusing subscriptions.
    */
-  subscriptionClosed(now: () => number, err?: unknown): void {
+  subscriptionClosed(err?: unknown): void {
+    if (this.stopped) return;
     this.deps.log.error('keeper subscription closed; resubscribing after backoff, then verifying', err);
     this.resyncing = true;
     this.stats.lastError = `subscription closed: ${(err as Error | undefined)?.message ?? 'ended'}`;
-    const onClosed = (e?: unknown) => this.subscriptionClosed(now, e);
-    const retry = (): void => {
-      this.later(() => {
-        void (async () => {
-          try {
-            this.closeSubscription();
-            await this.subscribe(now, onClosed);
-            await this.verify(now);
-            this.resyncing = false;
-          } catch (e) {
-            this.deps.log.error('keeper resubscribe failed; retrying after backoff', e);
-            this.stats.lastError = `resubscribe failed: ${(e as Error | undefined)?.message ?? String(e)}`;
-            retry();
-          }
-        })();
-      }, RESUBSCRIBE_BACKOFF_MS);
-    };
-    retry();
+    this.duties.resubscribeSoon();
   }
 
   closeSubscription(): void {
@@ -261,16 +228,11 @@ export class KeeperService {
     }
   }
 
-  private applyWalked(
-    key: string,
-    row: ScheduleRow | undefined,
-    now: number,
-    touched: Set<string> | null,
-  ): void {
+  private applyWalked(key: string, row: ScheduleRow | undefined, now: number): void {
     // Events win: a key an event touched since the walk began keeps the event's value.
-    if (touched?.has(key) || !row) return;
+    if (this.touched?.has(key) || !row) return;
     if (!this.owns(key)) return;
-    this.core.apply(key, toKeeperRow(row), now);
+    this.core.apply(key, row, now);
   }
 
   /**
@@ -284,62 +246,21 @@ export class KeeperService {
     this.loadComplete = false;
     this.partial = false;
     this.touched = new Set();
-    let rows = 0;
-    let lastKey: string | undefined;
+    const tally = { rows: 0 };
+    const forward: WalkCursor = {};
     let forwardFailed: unknown = null;
-    // Rows are applied as the walk yields them, never after collecting a chunk: a walk that throws at an
-    // unreadable key must keep the rows it read before it, and lastKey must be the last one read, or the
-    // good rows beside the bad key would be dropped (and the top-down walk could not reach them either).
     try {
-      for (;;) {
-        let read = 0;
-        for (const { key, row } of this.deps.source.walk({
-          start: lastKey,
-          exclusiveStart: lastKey !== undefined,
-          limit: WALK_CHUNK,
-        })) {
-          this.applyWalked(key, row, now(), this.touched);
-          rows++;
-          read++;
-          lastKey = key;
-        }
-        if (read === 0) break;
-        this.serving = true;
-        // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
-        // ~45 % of a 1M-row load's CPU (bench/README.md), for sets claims mostly never saw.
-        const t = now();
-        if (t - this.lastPublishAt >= this.deps.config().queue.keeper.publishInterval)
-          this.publishOnce(t, false);
-        await this.yieldLoop();
-      }
+      await this.loadWalk({ reverse: false, publish: true }, forward, tally, now);
     } catch (e) {
       forwardFailed = e;
     }
     if (forwardFailed) {
       this.deps.log.error(
-        `keeper load stopped at an unreadable row after ${rows} rows; reading the rest from the top down`,
+        `keeper load stopped at an unreadable row after ${tally.rows} rows; reading the rest from the top down`,
         forwardFailed,
       );
-      let top: string | undefined;
       try {
-        for (;;) {
-          let read = 0;
-          for (const { key, row } of this.deps.source.walk({
-            start: top,
-            end: lastKey,
-            reverse: true,
-            exclusiveStart: top !== undefined,
-            limit: WALK_CHUNK,
-          })) {
-            this.applyWalked(key, row, now(), this.touched);
-            rows++;
-            read++;
-            top = key;
-          }
-          if (read === 0) break;
-          this.serving = true;
-          await this.yieldLoop();
-        }
+        await this.loadWalk({ reverse: true, end: forward.last, publish: false }, {}, tally, now);
       } catch (e) {
         this.partial = true;
         this.stats.lastError = `partial load: ${(e as Error)?.message ?? String(e)}`;
@@ -351,13 +272,50 @@ export class KeeperService {
     }
     this.touched = null;
     this.stats.loadMs = now() - started;
-    this.stats.loadRows = rows;
+    this.stats.loadRows = tally.rows;
     this.deps.metric?.('keeper_load_ms', this.stats.loadMs);
     this.loadComplete = true;
     this.serving = true;
     this.phase = 'live';
     this.deps.metric?.('keeper_live', 1);
     this.publishOnce(now(), true);
+  }
+
+  /**
+   * One load walk, chunk after chunk from `cursor.last` on, serving from the first chunk on. Rows are
+   * applied as the walk yields them, never after collecting a chunk: a walk that throws at an unreadable
+   * key must keep the rows it read before it, and `cursor.last` must be the last one read, or the good
+   * rows beside the bad key would be dropped (and the top-down walk could not reach them either).
+   */
+  private async loadWalk(
+    walk: LoadWalk,
+    cursor: WalkCursor,
+    tally: { rows: number },
+    now: () => number,
+  ): Promise<void> {
+    for (;;) {
+      let read = 0;
+      for (const { key, row } of this.deps.source.walk({
+        start: cursor.last,
+        end: walk.end,
+        reverse: walk.reverse,
+        exclusiveStart: cursor.last !== undefined,
+        limit: WALK_CHUNK,
+      })) {
+        this.applyWalked(key, row, now());
+        tally.rows++;
+        read++;
+        cursor.last = key;
+      }
+      if (read === 0) return;
+      this.serving = true;
+      // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
+      // ~45 % of a 1M-row load's CPU (bench/README.md), for sets claims mostly never saw.
+      const t = now();
+      if (walk.publish && t - this.lastPublishAt >= this.deps.config().queue.keeper.publishInterval)
+        this.publishOnce(t, false);
+      await this.yieldLoop();
+    }
   }
 
   /** What a publish depends on: held version, minute, lease occupancy, consumption of the set. */
@@ -407,170 +365,25 @@ export class KeeperService {
     return true;
   }
 
-  /**
-   * Point-reads the head of the published set (each key at most once a minute) and repairs what the
-   * keeper holds wrongly. Reads are synchronous, so no event can land between the read and the repair;
-   * the read snapshot is refreshed first so it is never older than the events already applied.
-   */
+  /** Point-reads the head of the published set and repairs what the keeper holds wrongly (headCheck.ts). */
   headCheck(now: number, keys: string[]): number {
-    this.reportUnclaimable();
-    this.deps.source.refreshReads?.();
-    let checked = 0;
-    let repaired = 0;
-    for (const key of keys) {
-      const last = this.headChecked.get(key);
-      if (last !== undefined && now - last < HEAD_CHECK_EVERY_MS) continue;
-      this.headChecked.set(key, now);
-      checked++;
-      const row = this.deps.source.read(key);
-      const want = row && this.owns(key) ? toKeeperRow(row) : null;
-      if (!this.core.matches(key, want)) {
-        this.core.apply(key, want, now);
-        repaired++;
-      }
-    }
-    if (this.headChecked.size > 10_000) {
-      for (const [k, at] of this.headChecked) if (now - at >= HEAD_CHECK_EVERY_MS) this.headChecked.delete(k);
-    }
-    if (checked > 0) this.stats.headCheck = { at: now, checked, repaired };
-    if (repaired > 0) {
-      this.stats.repairedTotal += repaired;
-      this.deps.countRepaired?.(repaired);
-      this.deps.log.warn(`keeper head check repaired ${repaired} of ${checked} rows`);
-    }
-    return repaired;
-  }
-
-  private unclaimableLogged = 0;
-
-  /** Says once per batch, at error level, that rows were refused as unclaimable (they need a fix by hand). */
-  private reportUnclaimable(): void {
-    const n = this.core.unclaimable;
-    if (n === this.unclaimableLogged) return;
-    this.deps.log.error(
-      `keeper: ${n - this.unclaimableLogged} row(s) not held because their key is not well-formed Unicode ` +
-        `(a lone surrogate) and can never be claimed; delete or re-file them. Last: ${JSON.stringify(
-          (this.core.lastUnclaimable ?? '').slice(0, 200),
-        )}`,
-    );
-    this.unclaimableLogged = n;
+    return this.headChecker.check(now, keys);
   }
 
   /**
    * The verification walk: add missing rows, fix mismatched ones, drop rows no longer owned, then
    * point-check held keys for rows deleted without an event. A walk asked for while one runs is queued.
    */
-  async verify(now: () => number): Promise<NonNullable<KeeperStats['lastVerify']> | null> {
-    if (this.verifying) {
-      this.verifyQueued = true;
-      return null;
-    }
-    this.verifying = true;
-    try {
-      let result: NonNullable<KeeperStats['lastVerify']>;
-      do {
-        this.verifyQueued = false;
-        result = await this.verifyWalk(now);
-      } while (this.verifyQueued);
-      return result;
-    } finally {
-      this.verifying = false;
-      this.verifyTouched = null;
-    }
-  }
-
-  private async verifyWalk(now: () => number): Promise<NonNullable<KeeperStats['lastVerify']>> {
-    const started = now();
-    const t0 = performance.now();
-    this.verifyTouched = new Set();
-    const touched = this.verifyTouched;
-    let missing = 0;
-    let mismatched = 0;
-    let phantom = 0;
-    let unowned = 0;
-    let gained = 0;
-    const gains = this.expectGains;
-    this.expectGains = false;
-    let lastKey: string | undefined;
-    for (;;) {
-      const chunk = [
-        ...this.deps.source.walk({
-          start: lastKey,
-          exclusiveStart: lastKey !== undefined,
-          limit: WALK_CHUNK,
-        }),
-      ];
-      if (chunk.length === 0) break;
-      for (const { key, row } of chunk) {
-        if (touched.has(key) || !row) continue;
-        if (!this.owns(key)) {
-          if (this.core.has(key)) {
-            this.core.apply(key, null, now());
-            unowned++;
-          }
-          continue;
-        }
-        if (!this.core.has(key)) {
-          if (gains) gained++;
-          else missing++;
-        } else if (!this.core.matches(key, toKeeperRow(row))) mismatched++;
-        else continue;
-        this.core.apply(key, toKeeperRow(row), now());
-      }
-      lastKey = chunk[chunk.length - 1]!.key;
-      await this.yieldLoop();
-    }
-    // Deleted rows leave no trace in a walk: point-check what we hold.
-    this.deps.source.refreshReads?.();
-    const held = [...this.core.keys()];
-    for (let i = 0; i < held.length; i++) {
-      const key = held[i]!;
-      if (!touched.has(key) && this.deps.source.read(key) === undefined) {
-        this.core.apply(key, null, now());
-        phantom++;
-      }
-      if (i % WALK_CHUNK === WALK_CHUNK - 1) await this.yieldLoop();
-    }
-    const repaired = missing + mismatched + phantom;
-    const result = {
-      at: started,
-      ms: performance.now() - t0,
-      missing,
-      mismatched,
-      phantom,
-      unowned,
-      gained,
-      repaired,
-    };
-    this.stats.lastVerify = result;
-    this.stats.repairedTotal += repaired;
-    this.deps.metric?.('keeper_verify_ms', result.ms);
-    if (gains) this.deps.log.info(`keeper: picked up ${gained} rows gained by the membership change`);
-    if (repaired > 0) {
-      this.deps.countRepaired?.(repaired);
-      this.deps.log.warn(
-        `keeper verification repaired ${repaired} rows (missing=${missing} mismatched=${mismatched} phantom=${phantom})`,
-      );
-    }
-    return result;
+  verify(now: () => number): Promise<VerifyResult | null> {
+    return this.verifier.verify(now);
   }
 
   /**
    * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once, then walk
    * the table for the rows it gained. `owns` must already answer with the new membership.
    */
-  async membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
-    let dropped = 0;
-    for (const key of [...this.core.keys()]) {
-      if (this.owns(key)) continue;
-      this.core.apply(key, null, now());
-      dropped++;
-    }
-    this.deps.log.info(`keeper: cluster membership changed; dropped ${dropped} rows no longer owned`);
-    this.expectGains = true;
-    // A walk already running queues one more; that one counts the gains (and logs them).
-    const walk = await this.verify(now);
-    return { dropped, gained: walk?.gained ?? 0 };
+  membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
+    return this.verifier.membershipChanged(now);
   }
 
   /** Whether the keeper can vouch for its numbers right now. */
@@ -583,47 +396,16 @@ export class KeeperService {
     );
   }
 
-  /** Computes the queue-state document and writes it to shared memory. */
+  /** Computes the queue-state document (stateDocument.ts) and writes it to shared memory. */
   writeState(now: number): boolean {
-    const cfg = this.deps.config();
-    const counts = this.core.state(now);
-    const inFlight = this.deps.inFlight(now);
-    const node = this.deps.nodeView();
-    const doc = {
-      now: {
-        ...counts.now,
-        inFlight,
-        unclaimed: Math.max(0, counts.now.due - inFlight),
-        paused: node.paused,
-        status: node.status,
-      },
-      coming: counts.coming,
-      lateness: counts.lateness,
-      flow: counts.flow,
-      trust: {
-        source: 'keeper',
-        live: this.phase === 'live',
-        phase: this.phase,
-        exact: this.exact(),
-        stateAt: now,
-        maxAgeMs: stateMaxAgeMs(cfg.queue.keeper.stateInterval),
-        keeper: {
-          rows: this.core.size,
-          classes: this.core.classCount,
-          load: { ms: this.stats.loadMs, rows: this.stats.loadRows, partial: this.partial },
-          lastPublish: this.stats.lastPublish,
-          headCheck: this.stats.headCheck,
-          lastVerify: this.stats.lastVerify,
-          repairedTotal: this.stats.repairedTotal,
-          apply: {
-            events: this.stats.apply.events,
-            avgUs: this.stats.apply.events ? (1000 * this.stats.apply.ms) / this.stats.apply.events : null,
-          },
-          resyncing: this.resyncing,
-          lastError: this.stats.lastError,
-        },
-      },
-    };
-    return this.deps.state.write(doc, now);
+    return this.deps.state.write(
+      keeperStateDocument(this, {
+        now,
+        inFlight: this.deps.inFlight(now),
+        node: this.deps.nodeView(),
+        stateInterval: this.deps.config().queue.keeper.stateInterval,
+      }),
+      now,
+    );
   }
 }

@@ -5,7 +5,7 @@
 import { stateMaxAgeMs } from '../../util/handoff/keeperSignal.js';
 import { queueNames, queueSeries, type QueueStateLateness } from '../../util/metrics/queueSeries.js';
 import { config } from '../runtime/config.js';
-import { servingView } from '../keeper/leadership.js';
+import { servingView } from '../keeper/servingView.js';
 import type { Duty } from '../keeper/maintenance.js';
 import type { LiveFigures, MetricValues } from './values.js';
 import { keeperSignal, leaseTable, stateDoc } from '../runtime/sharedStructures.js';

@@ -1,10 +1,11 @@
 // The effective configuration on this worker: schema defaults ← the component's options in the
 // host app's config.yaml ← runtime overrides from the replicated QueueConfigOverride table. Every worker
 // subscribes to the override table, so a POST on any worker (or node) applies everywhere, and the row
-// outlives restarts.
+// outlives restarts. The state lives on a RuntimeConfig built in resources.ts; `config()` reads the one
+// process-wide config cell it is installed in.
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join, resolve, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join, sep } from 'node:path';
+import { componentDir } from './componentDir.js';
 import { parse as parseYaml } from 'yaml';
 import {
   applyValues,
@@ -15,27 +16,24 @@ import {
   mergePartials,
   type QueueKeeperConfig,
 } from '../../util/config/schema.js';
+import type { DutyHandle, DutyScheduler } from '../../util/duties/scheduler.js';
+import { onWake } from '../../util/duties/scheduler.js';
 import { log, table, transaction, workerIndex } from './harper.js';
 import { withStoreLock } from './storeLock.js';
 
 export const COMPONENT_KEY = 'queue-keeper';
 const OVERRIDE_ID = 'overrides';
 
-/** The component's own directory (this file compiles to dist/services/config.js). */
-export const componentDir = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export { componentDir } from './componentDir.js';
 
-type Listener = (next: QueueKeeperConfig, prev: QueueKeeperConfig, changed: string[]) => void;
+export type ConfigListener = (next: QueueKeeperConfig, prev: QueueKeeperConfig, changed: string[]) => void;
 
-let fileOptions: Record<string, unknown> = {};
-let overrides: Record<string, unknown> = {};
-let current: QueueKeeperConfig = defaultConfig();
-const listeners: Listener[] = [];
 // Unknown keys come from callers: the set that makes each warning appear once is bounded, and a key is
 // logged as a bounded JSON string, so neither memory nor the log follows what a caller sends.
-const warnedUnknown = new Set<string>();
 const MAX_WARNED_UNKNOWN = 1000;
 const MAX_LOGGED_KEY_CHARS = 200;
-let warnedOverflow = false;
+/** A closed or refused override subscription is opened again after this wait. */
+export const CONFIG_RESUBSCRIBE_MS = 5000;
 
 /**
  * A caller's key fit for a log line: as is when it is plain (letters, digits, `_.-[]`, at most 200),
@@ -45,29 +43,6 @@ export function loggableKey(path: string): string {
   if (path.length <= MAX_LOGGED_KEY_CHARS && /^[\w.[\]-]+$/.test(path)) return path;
   const cut = path.length > MAX_LOGGED_KEY_CHARS ? path.slice(0, MAX_LOGGED_KEY_CHARS) + '…' : path;
   return JSON.stringify((cut as unknown as { toWellFormed(): string }).toWellFormed());
-}
-
-function warnUnknown(paths: string[], source: string): void {
-  // Worker 0 speaks for the node about file and stored options so the line appears once.
-  const speak = source === 'request' || workerIndex() === 0 || workerIndex() === undefined;
-  for (const p of paths) {
-    if (warnedUnknown.has(p)) continue;
-    if (warnedUnknown.size >= MAX_WARNED_UNKNOWN) {
-      if (speak && !warnedOverflow)
-        log.warn(
-          `Unknown configuration keys keep arriving (from ${source}); ${MAX_WARNED_UNKNOWN} named so far, no more are logged`,
-        );
-      warnedOverflow = true;
-      return;
-    }
-    warnedUnknown.add(p);
-    if (speak) log.warn(`Unknown configuration key ${loggableKey(p)} (from ${source}); ignored`);
-  }
-}
-
-/** Test and metrics view of the bounded warning set. */
-export function warnedUnknownCount(): number {
-  return warnedUnknown.size;
 }
 
 /** Keys of a host app's `queue-keeper:` section that tell Harper how to load the package; not ours. */
@@ -95,54 +70,6 @@ export function loadFileOptions(dir = componentDir): Record<string, unknown> {
   return opts;
 }
 
-/**
- * The checked values of a stored source (config.yaml or the override row). A bad value there is logged
- * and drops only that key, which then keeps its lower layer's value: one hand-edited or legacy entry
- * (say a `notify.allowCidrs` of "10.0.0.0/40" stored before it was checked) cannot break hooks or take
- * the source's other settings with it.
- */
-function storedValues(partial: unknown, source: string): Map<string, unknown> {
-  const checked = checkPartial(partial, { lenient: true });
-  warnUnknown(checked.unknown, source);
-  for (const e of checked.errors)
-    log.error(`invalid ${COMPONENT_KEY} configuration in ${source}: ${e.message}; ignoring that key`);
-  return checked.values;
-}
-
-/** Computes the effective config from file options and overrides. */
-function compute(): QueueKeeperConfig {
-  return applyValues(
-    applyValues(defaultConfig(), storedValues(fileOptions, 'config.yaml')),
-    storedValues(overrides, 'stored overrides'),
-  );
-}
-
-function setCurrent(next: QueueKeeperConfig): void {
-  const prev = current;
-  const changed = changedPaths(prev, next);
-  current = next;
-  if (changed.length === 0) return;
-  for (const l of listeners) {
-    try {
-      l(next, prev, changed);
-    } catch (e) {
-      log.error('config listener failed', e);
-    }
-  }
-}
-
-export function config(): QueueKeeperConfig {
-  return current;
-}
-
-export function onConfigChange(l: Listener): () => void {
-  listeners.push(l);
-  return () => {
-    const i = listeners.indexOf(l);
-    if (i >= 0) listeners.splice(i, 1);
-  };
-}
-
 function overrideTable() {
   return table('render_queue', 'QueueConfigOverride');
 }
@@ -160,33 +87,6 @@ async function readOverrides(txn?: any): Promise<Record<string, unknown>> {
   }
 }
 /* eslint-enable @typescript-eslint/no-explicit-any */
-
-let started = false;
-
-/** Loads options and overrides, then follows the override table for changes made anywhere. */
-export async function startConfig(): Promise<void> {
-  if (started) return;
-  started = true;
-  fileOptions = loadFileOptions();
-  overrides = await readOverrides();
-  setCurrent(compute());
-  void (async () => {
-    for (;;) {
-      try {
-        const sub = await overrideTable().subscribe({ id: OVERRIDE_ID, omitCurrent: true });
-        for await (const _ev of sub) {
-          overrides = await readOverrides();
-          setCurrent(compute());
-        }
-      } catch (e) {
-        log.error('configuration override subscription failed; retrying in 5 s', e);
-      }
-      await new Promise((r) => setTimeout(r, 5000));
-      overrides = await readOverrides();
-      setCurrent(compute());
-    }
-  })();
-}
 
 export interface ConfigUpdate {
   config: QueueKeeperConfig;
@@ -227,53 +127,240 @@ function testHoldMs(): number {
   return Number.isFinite(v) && v > 0 ? Math.min(v, 5000) : 0;
 }
 
+interface OverrideStream extends AsyncIterable<unknown> {
+  end?: () => void;
+  return?: () => unknown;
+}
+
+export interface RuntimeConfigDeps {
+  /** Runs the resubscribe duty. */
+  scheduler: DutyScheduler;
+}
+
 /**
- * Validates a nested partial against the schema, persists it merged into the stored overrides, and
- * applies it here at once (other workers follow through their subscription). Throws ConfigError before
- * anything is written; the read, merge and write of the override row are one atomic step per process.
+ * This worker's effective configuration: the file options, the stored overrides, the listeners, and the
+ * subscription that follows the override table (reopened CONFIG_RESUBSCRIBE_MS after it closes).
  */
-export async function updateConfig(partial: unknown): Promise<ConfigUpdate> {
-  const checked = checkPartial(partial);
-  // Keep only known paths in what we store, so an ignored key is not resurrected later.
-  const known = nest(checked.values);
-  const fileValues = checkPartial(fileOptions, { lenient: true }).values;
-  const r = await withStoreLock(
-    overrideTable().primaryStore,
-    'QueueConfigOverride',
-    OVERRIDE_LOCK,
-    OVERRIDE_LOCK_WAIT_MS,
-    () =>
-      transaction(async (txn) => {
-        // Stored keys that no longer validate are dropped here rather than failing every later update.
-        const stored = nest(checkPartial(await readOverrides(txn), { lenient: true }).values);
-        const hold = testHoldMs();
-        if (hold > 0) await new Promise((res) => setTimeout(res, hold));
-        const nextOverrides = mergePartials(stored, known);
-        // Validate the merged result as a whole before storing anything.
-        const merged = applyValues(
-          applyValues(defaultConfig(), fileValues),
-          checkPartial(nextOverrides).values,
-        );
-        await overrideTable().put(
-          OVERRIDE_ID,
-          { id: OVERRIDE_ID, overrides: JSON.stringify(nextOverrides), updatedAt: Date.now() },
-          txn,
-        );
-        return { nextOverrides, merged };
-      }),
-  );
-  if (!r.locked) throw new Error(`configuration: lock not free after ${OVERRIDE_LOCK_WAIT_MS} ms`);
-  const { nextOverrides, merged } = r.value;
-  warnUnknown(checked.unknown, 'request');
-  overrides = nextOverrides;
-  setCurrent(merged);
-  const restartRequired = CONFIG_KEYS.filter((k) => k.effect === 'restart' && checked.values.has(k.path)).map(
-    (k) => k.path,
-  );
-  return {
-    config: merged,
-    ignored: checked.unknown.slice(0, MAX_REPORTED_IGNORED),
-    ignoredCount: checked.unknown.length,
-    restartRequired,
-  };
+export class RuntimeConfig {
+  private fileOptions: Record<string, unknown> = {};
+  private overrides: Record<string, unknown> = {};
+  private currentConfig: QueueKeeperConfig = defaultConfig();
+  private readonly listeners: ConfigListener[] = [];
+  private readonly warnedUnknown = new Set<string>();
+  private warnedOverflow = false;
+  private started = false;
+  private stopped = false;
+  private stream: OverrideStream | null = null;
+  private resubscribe: DutyHandle | null = null;
+
+  constructor(private readonly deps: RuntimeConfigDeps) {}
+
+  current(): QueueKeeperConfig {
+    return this.currentConfig;
+  }
+
+  /** Calls `l` after every change with the changed schema paths; answers the unsubscribe function. */
+  onChange(l: ConfigListener): () => void {
+    this.listeners.push(l);
+    return () => {
+      const i = this.listeners.indexOf(l);
+      if (i >= 0) this.listeners.splice(i, 1);
+    };
+  }
+
+  /** Loads options and overrides, then follows the override table for changes made anywhere. */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    this.fileOptions = loadFileOptions();
+    this.overrides = await readOverrides();
+    this.setCurrent(this.compute());
+    this.resubscribe = this.deps.scheduler.add(
+      {
+        name: 'config resubscribe',
+        runOnce: async () => {
+          this.overrides = await readOverrides();
+          this.setCurrent(this.compute());
+          await this.follow();
+          return {};
+        },
+      },
+      onWake(() => CONFIG_RESUBSCRIBE_MS),
+    );
+    void this.follow();
+  }
+
+  /** Closes the subscription and stops the resubscribe duty. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.closeStream();
+    await this.resubscribe?.stop();
+  }
+
+  /** Opens the override subscription and consumes it in the background; a failure or an end resubscribes. */
+  private async follow(): Promise<void> {
+    if (this.stopped) return;
+    let sub: OverrideStream;
+    try {
+      sub = (await overrideTable().subscribe({ id: OVERRIDE_ID, omitCurrent: true })) as OverrideStream;
+    } catch (e) {
+      this.closed(e);
+      return;
+    }
+    this.stream = sub;
+    void (async () => {
+      try {
+        for await (const _ev of sub) {
+          if (this.stream !== sub) return;
+          this.overrides = await readOverrides();
+          this.setCurrent(this.compute());
+        }
+        if (this.stream === sub) this.closed();
+      } catch (e) {
+        if (this.stream === sub) this.closed(e);
+      }
+    })();
+  }
+
+  private closed(err?: unknown): void {
+    this.stream = null;
+    if (this.stopped) return;
+    if (err !== undefined)
+      log.error(
+        `configuration override subscription failed; retrying in ${CONFIG_RESUBSCRIBE_MS / 1000} s`,
+        err,
+      );
+    this.resubscribe?.wake();
+  }
+
+  private closeStream(): void {
+    const s = this.stream;
+    this.stream = null;
+    try {
+      s?.end?.();
+      void Promise.resolve(s?.return?.()).catch(() => undefined);
+    } catch {
+      // already closed
+    }
+  }
+
+  private warnUnknown(paths: string[], source: string): void {
+    // Worker 0 speaks for the node about file and stored options so the line appears once.
+    const speak = source === 'request' || workerIndex() === 0 || workerIndex() === undefined;
+    for (const p of paths) {
+      if (this.warnedUnknown.has(p)) continue;
+      if (this.warnedUnknown.size >= MAX_WARNED_UNKNOWN) {
+        if (speak && !this.warnedOverflow)
+          log.warn(
+            `Unknown configuration keys keep arriving (from ${source}); ${MAX_WARNED_UNKNOWN} named so far, no more are logged`,
+          );
+        this.warnedOverflow = true;
+        return;
+      }
+      this.warnedUnknown.add(p);
+      if (speak) log.warn(`Unknown configuration key ${loggableKey(p)} (from ${source}); ignored`);
+    }
+  }
+
+  /**
+   * The checked values of a stored source (config.yaml or the override row). A bad value there is logged
+   * and drops only that key, which then keeps its lower layer's value: one hand-edited or legacy entry
+   * (say a `notify.allowCidrs` of "10.0.0.0/40" stored before it was checked) cannot break hooks or take
+   * the source's other settings with it.
+   */
+  private storedValues(partial: unknown, source: string): Map<string, unknown> {
+    const checked = checkPartial(partial, { lenient: true });
+    this.warnUnknown(checked.unknown, source);
+    for (const e of checked.errors)
+      log.error(`invalid ${COMPONENT_KEY} configuration in ${source}: ${e.message}; ignoring that key`);
+    return checked.values;
+  }
+
+  /** Computes the effective config from file options and overrides. */
+  private compute(): QueueKeeperConfig {
+    return applyValues(
+      applyValues(defaultConfig(), this.storedValues(this.fileOptions, 'config.yaml')),
+      this.storedValues(this.overrides, 'stored overrides'),
+    );
+  }
+
+  private setCurrent(next: QueueKeeperConfig): void {
+    const prev = this.currentConfig;
+    const changed = changedPaths(prev, next);
+    this.currentConfig = next;
+    if (changed.length === 0) return;
+    for (const l of this.listeners) {
+      try {
+        l(next, prev, changed);
+      } catch (e) {
+        log.error('config listener failed', e);
+      }
+    }
+  }
+
+  /**
+   * Validates a nested partial against the schema, persists it merged into the stored overrides, and
+   * applies it here at once (other workers follow through their subscription). Throws ConfigError before
+   * anything is written; the read, merge and write of the override row are one atomic step per process.
+   */
+  async update(partial: unknown): Promise<ConfigUpdate> {
+    const checked = checkPartial(partial);
+    // Keep only known paths in what we store, so an ignored key is not resurrected later.
+    const known = nest(checked.values);
+    const fileValues = checkPartial(this.fileOptions, { lenient: true }).values;
+    const r = await withStoreLock(
+      overrideTable().primaryStore,
+      'QueueConfigOverride',
+      OVERRIDE_LOCK,
+      OVERRIDE_LOCK_WAIT_MS,
+      () =>
+        transaction(async (txn) => {
+          // Stored keys that no longer validate are dropped here rather than failing every later update.
+          const stored = nest(checkPartial(await readOverrides(txn), { lenient: true }).values);
+          const hold = testHoldMs();
+          if (hold > 0) await new Promise((res) => setTimeout(res, hold));
+          const nextOverrides = mergePartials(stored, known);
+          // Validate the merged result as a whole before storing anything.
+          const merged = applyValues(
+            applyValues(defaultConfig(), fileValues),
+            checkPartial(nextOverrides).values,
+          );
+          await overrideTable().put(
+            OVERRIDE_ID,
+            { id: OVERRIDE_ID, overrides: JSON.stringify(nextOverrides), updatedAt: Date.now() },
+            txn,
+          );
+          return { nextOverrides, merged };
+        }),
+    );
+    if (!r.locked) throw new Error(`configuration: lock not free after ${OVERRIDE_LOCK_WAIT_MS} ms`);
+    const { nextOverrides, merged } = r.value;
+    this.warnUnknown(checked.unknown, 'request');
+    this.overrides = nextOverrides;
+    this.setCurrent(merged);
+    const restartRequired = CONFIG_KEYS.filter(
+      (k) => k.effect === 'restart' && checked.values.has(k.path),
+    ).map((k) => k.path);
+    return {
+      config: merged,
+      ignored: checked.unknown.slice(0, MAX_REPORTED_IGNORED),
+      ignoredCount: checked.unknown.length,
+      restartRequired,
+    };
+  }
+}
+
+// process-wide: the one config cell of this worker. resources.ts installs the worker's RuntimeConfig in
+// it; `config()` is the cheap read that ~50 call sites use (until then it answers the schema defaults).
+let processWideConfig: RuntimeConfig | null = null;
+const DEFAULTS = defaultConfig();
+
+/** resources.ts (the composition root) only: makes `rc` the config `config()` answers. */
+export function installProcessWideConfig(rc: RuntimeConfig): void {
+  processWideConfig = rc;
+}
+
+/** The effective configuration on this worker right now. */
+export function config(): QueueKeeperConfig {
+  return processWideConfig?.current() ?? DEFAULTS;
 }

@@ -1,7 +1,9 @@
 // Node status (SPEC §3): empty | queued | paused | unready. Pause is operator intent in the replicated
 // QueueControl table (`all` or a hostname), cached on every worker by a subscription. The derived status
 // is written to the exported QueueStatus table only when it changes, so MQTT subscribers of
-// `queue_status/#` wake at once and are not woken for nothing.
+// `queue_status/#` wake at once and are not woken for nothing. The state lives on a NodeControl built in
+// resources.ts (the composition root), which hands it to the keeper and the routes.
+import { onWake, type DutyHandle, type DutyScheduler } from '../../util/duties/scheduler.js';
 import { HttpError, echo } from '../../util/http/errors.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { peerNames } from '../cluster/membership.js';
@@ -9,21 +11,14 @@ import { nodeName } from '../cluster/nodeName.js';
 
 export type NodeStatus = 'empty' | 'queued' | 'paused' | 'unready';
 
-// Keyed by scope, which is `all` or a node name (checkPauseScope): the map and the table are bounded by
-// the cluster's size, never by what callers send.
-const pauses = new Map<string, boolean>();
-let lastWritten: NodeStatus | undefined;
-let controlStarted = false;
+/** A closed or failed QueueControl subscription is opened again after this wait. */
+export const CONTROL_RESUBSCRIBE_MS = 5000;
 
 function controlTable() {
   return table('render_queue', 'QueueControl');
 }
 function statusTable() {
   return table('render_queue', 'QueueStatus');
-}
-
-export function isPaused(): boolean {
-  return pauses.get('all') === true || pauses.get(nodeName()) === true;
 }
 
 export interface ServingView {
@@ -36,61 +31,11 @@ export interface ServingView {
 }
 
 /** The tri-state rule for a node, with pause on top. */
-export function deriveStatus(v: ServingView, paused = isPaused()): NodeStatus {
+export function deriveStatus(v: ServingView, paused: boolean): NodeStatus {
   if (paused) return 'paused';
   if (!v.serving) return 'unready';
   if (v.due > 0) return 'queued';
   return v.complete ? 'empty' : 'unready';
-}
-
-async function loadControl(): Promise<void> {
-  for await (const row of controlTable().search({})) {
-    if (typeof row.id === 'string') pauses.set(row.id, row.paused === true);
-  }
-}
-
-const controlListeners: Array<() => void> = [];
-
-/** Runs `fn` after each QueueControl change on this worker (worker 0 writes the status). */
-export function onControlChange(fn: () => void): void {
-  controlListeners.push(fn);
-}
-
-function controlChanged(): void {
-  for (const fn of controlListeners) {
-    try {
-      fn();
-    } catch (e) {
-      log.error('QueueControl listener failed', e);
-    }
-  }
-}
-
-/**
- * Follows QueueControl on this worker. Every worker starts it before it serves a claim — worker 0
- * included, before it waits for the keeper's leader slot — so a worker 0 that overlaps its
- * predecessor never hands out the draining set of a paused queue.
- */
-export async function startControl(): Promise<void> {
-  if (controlStarted) return;
-  controlStarted = true;
-  await loadControl();
-  void (async () => {
-    for (;;) {
-      try {
-        const sub = await controlTable().subscribe({ omitCurrent: true });
-        for await (const ev of sub) {
-          if (ev.type === 'delete') pauses.delete(ev.id);
-          else if (ev.value) pauses.set(ev.id, ev.value.paused === true);
-          controlChanged();
-        }
-      } catch (e) {
-        log.error('QueueControl subscription failed; retrying in 5 s', e);
-      }
-      await new Promise((r) => setTimeout(r, 5000));
-      await loadControl().catch(() => undefined);
-    }
-  })();
 }
 
 /**
@@ -112,44 +57,162 @@ export async function checkPauseScope(scope: unknown): Promise<string> {
   );
 }
 
-/**
- * Records operator intent; returns the new pause state for the scope. A resume deletes the scope's row
- * (absent means not paused), so the table holds only scopes paused now.
- */
-export async function setPause(scope: string, paused: boolean): Promise<boolean> {
-  await transaction(async (txn) => {
-    if (paused) await controlTable().put(scope, { id: scope, paused, updatedAt: Date.now() }, txn);
-    else await controlTable().delete(scope, txn);
-  });
-  if (paused) pauses.set(scope, true);
-  else pauses.delete(scope);
-  return paused;
+interface ControlStream extends AsyncIterable<{ type: string; id: string; value?: { paused?: unknown } }> {
+  end?: () => void;
+  return?: () => unknown;
 }
 
-/** Test view: how many scopes this worker holds. */
-export function pauseScopesHeld(): number {
-  return pauses.size;
-}
-
-export function currentStatusWritten(): NodeStatus | undefined {
-  return lastWritten;
+export interface NodeControlDeps {
+  /** Runs the resubscribe duty. */
+  scheduler: DutyScheduler;
 }
 
 /**
- * Writes this node's status row when it differs from the last one written. An unforced update never
- * moves the node off `paused`; only a resume (forced) does.
+ * Pause intent as this worker follows it (a subscription to QueueControl, reopened
+ * CONTROL_RESUBSCRIBE_MS after it closes), and the node status row worker 0 writes.
  */
-export async function publishStatus(next: NodeStatus, force = false): Promise<boolean> {
-  if (lastWritten === undefined) {
-    const row = await statusTable().get(nodeName());
-    lastWritten = (row?.status as NodeStatus | undefined) ?? undefined;
+export class NodeControl {
+  // Keyed by scope, which is `all` or a node name (checkPauseScope): the map and the table are bounded by
+  // the cluster's size, never by what callers send.
+  private readonly pauses = new Map<string, boolean>();
+  private lastWritten: NodeStatus | undefined;
+  private readonly listeners: Array<() => void> = [];
+  private started = false;
+  private stopped = false;
+  private stream: ControlStream | null = null;
+  private resubscribe: DutyHandle | null = null;
+
+  constructor(private readonly deps: NodeControlDeps) {}
+
+  isPaused(): boolean {
+    return this.pauses.get('all') === true || this.pauses.get(nodeName()) === true;
   }
-  if (!force && lastWritten === 'paused' && isPaused()) return false;
-  if (next === lastWritten && !force) return false;
-  const host = nodeName();
-  lastWritten = next;
-  await transaction(async (txn) => {
-    await statusTable().put(host, { id: host, hostname: host, status: next, updatedTime: Date.now() }, txn);
-  });
-  return true;
+
+  /** Runs `fn` after each QueueControl change on this worker (worker 0 writes the status); answers the unsubscribe. */
+  onChange(fn: () => void): () => void {
+    this.listeners.push(fn);
+    return () => {
+      const i = this.listeners.indexOf(fn);
+      if (i >= 0) this.listeners.splice(i, 1);
+    };
+  }
+
+  /**
+   * Follows QueueControl on this worker. Every worker starts it before it serves a claim — worker 0
+   * included, before it waits for the keeper's leader slot — so a worker 0 that overlaps its
+   * predecessor never hands out the draining set of a paused queue.
+   */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    await this.load();
+    this.resubscribe = this.deps.scheduler.add(
+      {
+        name: 'control resubscribe',
+        runOnce: async () => {
+          await this.load().catch(() => undefined);
+          await this.follow();
+          return {};
+        },
+      },
+      onWake(() => CONTROL_RESUBSCRIBE_MS),
+    );
+    void this.follow();
+  }
+
+  /** Closes the subscription and stops the resubscribe duty. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    const s = this.stream;
+    this.stream = null;
+    try {
+      s?.end?.();
+      void Promise.resolve(s?.return?.()).catch(() => undefined);
+    } catch {
+      // already closed
+    }
+    await this.resubscribe?.stop();
+  }
+
+  private async load(): Promise<void> {
+    for await (const row of controlTable().search({})) {
+      if (typeof row.id === 'string') this.pauses.set(row.id, row.paused === true);
+    }
+  }
+
+  private async follow(): Promise<void> {
+    if (this.stopped) return;
+    let sub: ControlStream;
+    try {
+      sub = (await controlTable().subscribe({ omitCurrent: true })) as ControlStream;
+    } catch (e) {
+      this.closed(e);
+      return;
+    }
+    this.stream = sub;
+    void (async () => {
+      try {
+        for await (const ev of sub) {
+          if (this.stream !== sub) return;
+          if (ev.type === 'delete') this.pauses.delete(ev.id);
+          else if (ev.value) this.pauses.set(ev.id, ev.value.paused === true);
+          this.changed();
+        }
+        if (this.stream === sub) this.closed();
+      } catch (e) {
+        if (this.stream === sub) this.closed(e);
+      }
+    })();
+  }
+
+  private closed(err?: unknown): void {
+    this.stream = null;
+    if (this.stopped) return;
+    if (err !== undefined)
+      log.error(`QueueControl subscription failed; retrying in ${CONTROL_RESUBSCRIBE_MS / 1000} s`, err);
+    this.resubscribe?.wake();
+  }
+
+  private changed(): void {
+    for (const fn of this.listeners) {
+      try {
+        fn();
+      } catch (e) {
+        log.error('QueueControl listener failed', e);
+      }
+    }
+  }
+
+  /**
+   * Records operator intent; returns the new pause state for the scope. A resume deletes the scope's row
+   * (absent means not paused), so the table holds only scopes paused now.
+   */
+  async setPause(scope: string, paused: boolean): Promise<boolean> {
+    await transaction(async (txn) => {
+      if (paused) await controlTable().put(scope, { id: scope, paused, updatedAt: Date.now() }, txn);
+      else await controlTable().delete(scope, txn);
+    });
+    if (paused) this.pauses.set(scope, true);
+    else this.pauses.delete(scope);
+    return paused;
+  }
+
+  /**
+   * Writes this node's status row when it differs from the last one written. An unforced update never
+   * moves the node off `paused`; only a resume (forced) does.
+   */
+  async publishStatus(next: NodeStatus, force = false): Promise<boolean> {
+    if (this.lastWritten === undefined) {
+      const row = await statusTable().get(nodeName());
+      this.lastWritten = (row?.status as NodeStatus | undefined) ?? undefined;
+    }
+    if (!force && this.lastWritten === 'paused' && this.isPaused()) return false;
+    if (next === this.lastWritten && !force) return false;
+    const host = nodeName();
+    this.lastWritten = next;
+    await transaction(async (txn) => {
+      await statusTable().put(host, { id: host, hostname: host, status: next, updatedTime: Date.now() }, txn);
+    });
+    return true;
+  }
 }

@@ -6,10 +6,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   applyValues,
+  changedPaths,
   checkPartial,
   defaultConfig,
   type QueueKeeperConfig,
 } from '../../util/config/schema.js';
+import { DutyScheduler } from '../../util/duties/scheduler.js';
 import { KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import { ReadySet } from '../../util/handoff/readySet.js';
 import { toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
@@ -21,6 +23,7 @@ import {
   type ScheduleEvent,
   type ScheduleSource,
 } from '../../services/keeper/service.js';
+import { FakeClock } from '../fakeClock.js';
 
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
@@ -186,17 +189,22 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
   const ready = new ReadySet(new ArrayBuffer(ReadySet.byteLength(capacity, keyBytes)), capacity, keyBytes);
   const signal = new KeeperSignal(new ArrayBuffer(KeeperSignal.byteLength()));
   const state = new StateDoc<unknown>(new ArrayBuffer(StateDoc.byteLength(1 << 18)), 1 << 18);
-  const clock = { t: NOW, inFlight: 0 };
-  const now = (): number => clock.t;
+  const clock = Object.assign(new FakeClock(NOW), { inFlight: 0 });
+  const now = clock.now;
   const leased = new Set<string>();
   const errors: unknown[][] = [];
   const closed: unknown[] = [];
   let hook: Hook | null = null;
   let yields = 0;
-  const timers: Array<{ fn: () => void; ms: number }> = [];
+  type Listener = (next: QueueKeeperConfig, prev: QueueKeeperConfig, changed: string[]) => void;
+  const configListeners = new Set<Listener>();
   let owner: (key: string) => boolean = () => true;
   const failures = { subscribe: 0 };
-  const dueNowCalls: number[] = [];
+  const scheduler = new DutyScheduler({
+    now,
+    timer: clock,
+    log: { debug: () => undefined, error: (...a: unknown[]) => void errors.push(a) },
+  });
   const source: ScheduleSource = {
     subscribe: async () => {
       if (failures.subscribe > 0) {
@@ -224,10 +232,21 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
       yields++;
       await hook?.(yields);
     },
-    later: (fn, ms) => void timers.push({ fn, ms }),
     owns: (key) => owner(key),
-    onDueNow: () => void dueNowCalls.push(clock.t),
+    scheduler,
+    clock: now,
+    onConfigChange: (l) => {
+      configListeners.add(l);
+      return () => void configListeners.delete(l);
+    },
   });
+  /** Every publish the keeper makes, by the clock it was made at. */
+  const publishes: number[] = [];
+  const publishOnce = svc.publishOnce.bind(svc);
+  svc.publishOnce = (t, force) => {
+    publishes.push(t);
+    return publishOnce(t, force);
+  };
   return {
     svc,
     table,
@@ -240,16 +259,32 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
     leased,
     errors,
     closed,
-    timers,
     failures,
-    dueNowCalls,
+    scheduler,
+    configListeners,
+    publishes,
     setOwner: (fn: (key: string) => boolean) => void (owner = fn),
     onClosed: (err?: unknown) => void closed.push(err ?? 'ended'),
     setHook: (h: Hook | null) => {
       hook = h;
       yields = 0;
     },
-    setConfig: (partial: unknown) => (cfg = withConfig(cfg, partial)),
+    /** Changes the config as RuntimeConfig would: the listeners and the scheduler hear the changed paths. */
+    setConfig: (partial: unknown) => {
+      const prev = cfg;
+      cfg = withConfig(cfg, partial);
+      const changed = changedPaths(prev, cfg);
+      for (const l of configListeners) l(cfg, prev, changed);
+      scheduler.configChanged(changed);
+      return cfg;
+    },
+    /** The whole lifecycle on the fake clock: withdraw, start, and the load duty run; resolves once live. */
+    async run(): Promise<void> {
+      svc.withdraw(now());
+      const live = svc.start();
+      await clock.advance(0);
+      await live;
+    },
     fill(n: number, due: (i: number) => number): void {
       for (let i = 0; i < n; i++) table.put(keyOf(i), stored(due(i)));
     },
@@ -522,32 +557,38 @@ test('writeState writes a live document whose unclaimed count is due minus in-fl
 test('a closed subscription is retried only after the backoff, and a failed retry waits the backoff again', async () => {
   const h = harness();
   h.fill(10, () => NOW - MINUTE);
-  const reopen = (err?: unknown) => h.svc.subscriptionClosed(h.now, err);
+  const reopen = (err?: unknown) => h.svc.subscriptionClosed(err);
   await h.svc.subscribe(h.now, reopen);
   await h.svc.load(h.now);
   assert.equal(h.svc.subscriptions, 1);
+  assert.equal(h.clock.armed.length, 0, 'no timer before the close (the load here ran by hand)');
 
   h.streams[0]!.finish();
   await settle(() => h.svc.resyncing, 'the close is noticed');
   // Nothing is retried at once: one timer, armed with the backoff, and no new subscription yet.
   assert.deepEqual(
-    h.timers.map((t) => t.ms),
+    h.clock.armed.map((t) => t.ms),
     [RESUBSCRIBE_BACKOFF_MS],
   );
   assert.equal(h.svc.subscriptions, 1);
 
   h.failures.subscribe = 1;
-  h.timers.shift()!.fn();
-  await settle(() => h.timers.length === 1, 'the failed retry arms the next one');
-  assert.equal(h.timers[0]!.ms, RESUBSCRIBE_BACKOFF_MS, 'a failed retry waits the backoff again');
+  await h.clock.advance(RESUBSCRIBE_BACKOFF_MS);
+  assert.deepEqual(
+    h.clock.armed.map((t) => t.ms),
+    [RESUBSCRIBE_BACKOFF_MS],
+    'a failed retry waits the backoff again',
+  );
   assert.equal(h.svc.subscriptions, 1);
   assert.equal(h.svc.resyncing, true);
   assert.match(String(h.svc.stats.lastError), /resubscribe failed/);
 
-  h.timers.shift()!.fn();
+  await h.clock.advance(RESUBSCRIBE_BACKOFF_MS - 1);
+  assert.equal(h.svc.subscriptions, 1, 'not a moment before the backoff');
+  await h.clock.advance(1);
   await settle(() => !h.svc.resyncing, 'the retry subscribes and verifies');
   assert.equal(h.svc.subscriptions, 2);
-  assert.equal(h.timers.length, 0);
+  assert.equal(h.clock.armed.length, 0);
   assert.notEqual(h.svc.stats.lastVerify, null, 'a verification walk followed the new subscription');
 });
 
@@ -571,18 +612,101 @@ test('a membership change drops rows no longer owned at once and picks up gained
   assert.equal(h.svc.exact(), true);
 });
 
-test('a live write that makes a row due now asks for an early publish; a later due time does not', async () => {
+test('a live write that makes a row due now is published at once, and early publishes keep 50 ms apart', async () => {
   const k = harness();
   k.fill(3, () => NOW + HOUR);
   await k.start();
+  k.publishes.length = 0;
   const stream = k.streams[0]!;
-  stream.push({ type: 'put', id: keyOf(10), value: stored(NOW + HOUR) });
+  // The table has each row too: the head check of an early publish reads it back.
+  const write = (i: number, due: number) => {
+    k.table.put(keyOf(i), stored(due));
+    stream.push({ type: 'put', id: keyOf(i), value: stored(due) });
+  };
+  write(10, NOW + HOUR);
   await settle(() => k.svc.core.has(keyOf(10)), 'the later row held');
-  assert.deepEqual(k.dueNowCalls, [], 'a row due later waits for its minute');
-  stream.push({ type: 'put', id: keyOf(11), value: stored(NOW - MINUTE) });
+  await k.clock.advance(1000);
+  assert.deepEqual(k.publishes, [], 'a row due later waits for its minute');
+  write(11, NOW - MINUTE);
   await settle(() => k.svc.core.has(keyOf(11)), 'the due row held');
-  assert.equal(k.dueNowCalls.length, 1, 'filed due now: publish early');
-  stream.push({ type: 'put', id: keyOf(11), value: stored(NOW - MINUTE) });
-  await settle(() => k.svc.eventsApplied >= 3, 'the repeat applied');
-  assert.equal(k.dueNowCalls.length, 1, 'an unchanged row asks for nothing');
+  await k.clock.advance(0);
+  assert.deepEqual(k.publishes, [NOW + 1000], 'filed due now: published in the same instant');
+  await k.clock.advance(10);
+  write(12, NOW - MINUTE);
+  await settle(() => k.svc.core.has(keyOf(12)), 'the second due row held');
+  await k.clock.advance(100);
+  assert.deepEqual(k.publishes, [NOW + 1000, NOW + 1050], 'the next early publish 50 ms after the last');
+  write(12, NOW - MINUTE);
+  await settle(() => k.svc.eventsApplied >= 4, 'the repeat applied');
+  await k.clock.advance(100);
+  assert.equal(k.publishes.length, 2, 'an unchanged row asks for nothing');
+});
+
+test('live, the keeper publishes every publish interval and just after each minute boundary', async () => {
+  const h = harness();
+  h.setConfig({ queue: { keeper: { publishInterval: 20_000 } } });
+  h.fill(3, () => NOW + HOUR);
+  await h.run();
+  assert.equal(h.svc.phase, 'live');
+  h.publishes.length = 0;
+  await h.clock.advance(MINUTE + 5);
+  assert.deepEqual(h.publishes, [NOW + 20_000, NOW + 40_000, NOW + MINUTE, NOW + MINUTE + 5]);
+});
+
+test('a change to the restart-only queue.ready.capacity does not reclassify; a route or score change does', async () => {
+  const h = harness();
+  h.fill(3, () => NOW + HOUR);
+  await h.run();
+  let reclassified = 0;
+  const reclassify = h.svc.core.reclassify.bind(h.svc.core);
+  h.svc.core.reclassify = (...a) => {
+    reclassified++;
+    return reclassify(...a);
+  };
+  h.setConfig({ queue: { ready: { capacity: 50 } } });
+  assert.equal(reclassified, 0, 'capacity applies only after a restart');
+  h.setConfig({ queue: { ready: { sitemapBoost: 7 } } });
+  assert.equal(reclassified, 1);
+  h.setConfig({ render: { routes: [{ name: 'blog', match: 'prefix', path: '/blog/' }] } });
+  assert.equal(reclassified, 2);
+});
+
+test('a lowered verifyInterval re-arms the waiting verification: it runs after the new interval, not the old', async () => {
+  const h = harness();
+  h.setConfig({ queue: { keeper: { verifyInterval: 3_600_000 } } });
+  h.fill(3, () => NOW + HOUR);
+  await h.run();
+  await h.clock.advance(10_000);
+  assert.equal(h.svc.stats.lastVerify === null, true, 'no verification yet');
+  h.setConfig({ queue: { keeper: { verifyInterval: 60_000 } } });
+  await h.clock.advance(60_000);
+  assert.equal(h.svc.stats.lastVerify?.at, NOW + 70_000);
+});
+
+test('after stop() nothing fires: no publish, no state, no heartbeat, no resubscribe, no config reaction', async () => {
+  const h = harness();
+  h.fill(10, () => NOW - MINUTE);
+  await h.run();
+  await h.clock.advance(5000);
+  assert.ok(h.publishes.length > 1, 'the publish duty ran while live');
+  assert.equal(h.configListeners.size, 1);
+  await h.svc.stop();
+  assert.equal(h.clock.armed.length, 0, 'every timer cleared');
+  assert.equal(h.configListeners.size, 0, 'unsubscribed from config');
+  assert.equal(h.streams[0]!.ended, true, 'the schedule subscription is closed');
+  const publishes = h.publishes.length;
+  const heartbeat = h.signal.read().heartbeatAt;
+  const state = JSON.stringify(h.state.read());
+  h.streams[0]!.push(put(keyOf(50), stored(NOW - MINUTE)));
+  h.streams[0]!.finish();
+  h.svc.publishSoon();
+  h.svc.subscriptionClosed(new Error('late close'));
+  h.setConfig({ queue: { keeper: { publishInterval: 100, verifyInterval: 10_000 } } });
+  await h.clock.advance(HOUR);
+  assert.equal(h.publishes.length, publishes);
+  assert.equal(h.signal.read().heartbeatAt, heartbeat);
+  assert.equal(JSON.stringify(h.state.read()), state);
+  assert.equal(h.svc.subscriptions, 1);
+  assert.equal(h.svc.core.has(keyOf(50)), false, 'no event applied after stop');
+  assert.equal(h.clock.armed.length, 0);
 });

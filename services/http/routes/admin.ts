@@ -3,15 +3,16 @@ import { ConfigError } from '../../../util/config/schema.js';
 import { HttpError, badRequest } from '../../../util/http/errors.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
-import { config, updateConfig } from '../../runtime/config.js';
+import { config, type RuntimeConfig } from '../../runtime/config.js';
 import { route, reply } from '../router.js';
 import { server } from '../../runtime/harper.js';
-import { describeHeld, nodeStatusNow } from '../../keeper/leadership.js';
+import type { KeeperLeadership } from '../../keeper/leadership.js';
+import { nodeStatusNow } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import type { ScheduleRow } from '../../../util/schedule/rules.js';
 import { leaseTable } from '../../runtime/sharedStructures.js';
 import { workersReady } from '../../runtime/sharedBuffers.js';
-import { checkPauseScope, publishStatus, setPause } from '../../status/control.js';
+import { checkPauseScope, type NodeControl } from '../../status/control.js';
 
 /** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
 const MAX_IGNORED_HEADER_BYTES = 1024;
@@ -36,19 +37,23 @@ export function ignoredKeysHeader(keys: readonly string[]): string {
 }
 
 /** What the keeper holds for a URL (asked of worker 0 from any worker), its score and its lease. */
-async function explainExtras(url: string, now: number) {
-  const held = await describeHeld(url, now);
+async function explainExtras(keeper: KeeperLeadership, url: string, now: number) {
+  const held = await keeper.describeHeld(url, now);
   const lease = leaseTable().lookup(url, now);
   return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
 }
 
-export interface AdminRouteDeps {
+/** What the admin routes act on (built in resources.ts). */
+export interface AdminDeps {
+  keeper: KeeperLeadership;
+  control: NodeControl;
+  settings: RuntimeConfig;
   /** The schedule owner's point read and revalidate (services/schedule/store.ts). */
   readRow: (url: string) => ScheduleRow | undefined;
   revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
 }
 
-export function registerAdmin({ readRow, revalidate }: AdminRouteDeps): void {
+export function registerAdmin({ keeper, control, settings, readRow, revalidate }: AdminDeps): void {
   route('GET', '/prerender_admin/health', 'admin', async () =>
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
   );
@@ -59,7 +64,7 @@ export function registerAdmin({ readRow, revalidate }: AdminRouteDeps): void {
     if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
       throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
     try {
-      const r = await updateConfig(req.body);
+      const r = await settings.update(req.body);
       // Built only from bounded ASCII, so nothing here can throw after the row was committed.
       const headers: Record<string, string> = {};
       if (r.ignoredCount > 0) {
@@ -77,9 +82,10 @@ export function registerAdmin({ readRow, revalidate }: AdminRouteDeps): void {
   const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
     const obj = requireObject(req.body ?? {}, ['scope']);
     const scope = await checkPauseScope(obj.scope);
-    await setPause(scope, paused);
+    await control.setPause(scope, paused);
     // Published at once, not at the next status sync, when it concerns this node.
-    if (scope === 'all' || scope === nodeName()) await publishStatus(nodeStatusNow(), true);
+    if (scope === 'all' || scope === nodeName())
+      await control.publishStatus(nodeStatusNow(control.isPaused()), true);
     return reply({ scope, paused });
   };
   route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
@@ -96,7 +102,7 @@ export function registerAdmin({ readRow, revalidate }: AdminRouteDeps): void {
     const url = checkSingleUrl(req.body);
     const now = Date.now();
     const row = readRow(url) ?? null;
-    const extras = await explainExtras(url, now);
+    const extras = await explainExtras(keeper, url, now);
     return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
   });
 }

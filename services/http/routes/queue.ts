@@ -8,10 +8,10 @@ import { config } from '../../runtime/config.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import type { HarperUser } from '../../runtime/harper.js';
 import { route, reply } from '../router.js';
-import { nodeStatusNow, servingView } from '../../keeper/leadership.js';
+import { nodeStatusNow, servingView } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../../runtime/sharedStructures.js';
-import { isPaused } from '../../status/control.js';
+import type { NodeControl } from '../../status/control.js';
 import { leaseFigures, liveFigures } from '../../metrics/healthFigures.js';
 import { timedRoute, type MetricValues } from '../../metrics/values.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../util/metrics/prometheus.js';
@@ -61,6 +61,7 @@ export interface QueueRouteDeps {
   results: ResultService;
   scope: FleetScope;
   metrics: Pick<MetricValues, 'text'>;
+  control: Pick<NodeControl, 'isPaused'>;
 }
 
 /**
@@ -91,7 +92,14 @@ async function reportBatch(results: ResultService, list: unknown[], user: Harper
   });
 }
 
-export function registerQueue({ claims, results, scope: fleetScope, metrics }: QueueRouteDeps): void {
+export function registerQueue({
+  claims,
+  results,
+  scope: fleetScope,
+  metrics,
+  control,
+}: QueueRouteDeps): void {
+  const isPaused = () => control.isPaused();
   timedRoute('claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = claims.parseLimit(req.body);
     const scope = await fleetScope.claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
@@ -169,7 +177,7 @@ export function registerQueue({ claims, results, scope: fleetScope, metrics }: Q
     const doc = stateDoc<{ trust?: { keeper?: unknown; exact?: boolean } }>().read();
     return reply({
       node: nodeName(),
-      status: nodeStatusNow(now),
+      status: nodeStatusNow(isPaused(), now),
       paused: isPaused(),
       leases: {
         occupancy: rec.occupancy,
@@ -210,7 +218,7 @@ export function registerQueue({ claims, results, scope: fleetScope, metrics }: Q
           now: {
             inFlight: leaseFigures(now).occupancy,
             paused: isPaused(),
-            status: nodeStatusNow(now),
+            status: nodeStatusNow(isPaused(), now),
           },
           trust: { live: false, exact: false, phase: state.phase },
         },

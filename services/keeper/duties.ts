@@ -1,0 +1,200 @@
+// The keeper's timers, every one a duty on the scheduler (util/duties/scheduler.ts), with the timings
+// of SPEC §2 and §7:
+// - load: subscribe, then walk; a failed load retries after 30 s, doubling to 10 min;
+// - publish tick every `queue.keeper.publishInterval` (leadership check, publish, requeued pass, status);
+// - the minute publish just after each minute boundary (rows come due on minute boundaries);
+// - the early publish, at most every 50 ms, when woken (a due-now write, the exhausted-set poke);
+// - state document every `queue.keeper.stateInterval`;
+// - verification every `queue.keeper.verifyInterval` (0 = off, re-checked each minute; a failed walk
+//   retries in 30 s);
+// - resubscribe, 30 s after the schedule subscription closed (a failed attempt waits again).
+// Interval changes re-arm through the scheduler (a `timers` key of the config schema).
+import {
+  every,
+  onWake,
+  type Cadence,
+  type Counts,
+  type Duty,
+  type DutyHandle,
+  type DutyScheduler,
+} from '../../util/duties/scheduler.js';
+import type { KeeperService } from './service.js';
+import type { KeeperDeps } from './types.js';
+
+export const RESUBSCRIBE_BACKOFF_MS = 30_000;
+export const VERIFY_RETRY_MS = 30_000;
+export const LOAD_BACKOFF_MS = 30_000;
+export const LOAD_BACKOFF_MAX_MS = 600_000;
+/** Verification off (interval 0) is re-checked this often. */
+const VERIFY_OFF_RECHECK_MS = 60_000;
+const POKE_MIN_MS = 50;
+const MINUTE_MS = 60_000;
+/** The minute publish runs this long after the boundary, so `now` is surely past it on every clock read. */
+const MINUTE_SLACK_MS = 5;
+
+export class KeeperDuties {
+  private readonly scheduler: DutyScheduler;
+  private readonly handles: DutyHandle[] = [];
+  private readonly early: DutyHandle;
+  private readonly resubscribe: DutyHandle;
+  private loadRetryMs = LOAD_BACKOFF_MS;
+  private loadWait: number | null = 0;
+  private verifyFailed = false;
+  private live: (() => void) | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly svc: KeeperService,
+    private readonly deps: KeeperDeps,
+  ) {
+    this.scheduler = deps.scheduler;
+    this.early = this.add(
+      { name: 'keeper early publish', runOnce: (now) => this.publishForced(now) },
+      onWake((now, last) => (last ? Math.max(0, last.at + POKE_MIN_MS - now) : 0)),
+    );
+    this.resubscribe = this.add(
+      { name: 'keeper resubscribe', runOnce: () => this.resubscribeOnce() },
+      onWake(() => RESUBSCRIBE_BACKOFF_MS),
+    );
+  }
+
+  add(duty: Duty, cadence: Cadence): DutyHandle {
+    const h = this.scheduler.add(duty, cadence);
+    if (this.stopped) void h.stop();
+    else this.handles.push(h);
+    return h;
+  }
+
+  publishSoon(): void {
+    this.early.wake();
+  }
+
+  resubscribeSoon(): void {
+    this.resubscribe.wake();
+  }
+
+  /**
+   * Arms the minute publish and the load (at once); resolves once the keeper is live and its publish,
+   * state and verify duties run.
+   */
+  start(): Promise<void> {
+    this.add(
+      { name: 'keeper minute publish', runOnce: (now) => (this.svc.serving ? this.publishForced(now) : {}) },
+      { next: (now) => MINUTE_MS - (now % MINUTE_MS) + MINUTE_SLACK_MS },
+    );
+    return new Promise((resolve) => {
+      this.live = resolve;
+      this.add({ name: 'keeper load', runOnce: () => this.loadOnce() }, { next: () => this.loadWait });
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all(this.handles.map((h) => h.stop()));
+  }
+
+  private publishForced(now: number): Counts {
+    this.svc.publishOnce(now, true);
+    return {};
+  }
+
+  private async loadOnce(): Promise<Counts> {
+    const svc = this.svc;
+    try {
+      await svc.subscribe(svc.clock, (err) => svc.subscriptionClosed(err));
+      await svc.load(svc.clock);
+    } catch (e) {
+      svc.phase = 'failed';
+      svc.stats.lastError = `load failed: ${(e as Error)?.message ?? String(e)}`;
+      svc.closeSubscription();
+      svc.withdraw(svc.clock());
+      this.deps.log.error(`keeper load failed; retrying in ${this.loadRetryMs / 1000} s`, e);
+      this.loadWait = this.loadRetryMs;
+      this.loadRetryMs = Math.min(this.loadRetryMs * 2, LOAD_BACKOFF_MAX_MS);
+      return {};
+    }
+    this.loadWait = null;
+    if (this.stopped) return {};
+    this.deps.log.info(`keeper live: ${svc.core.size} rows loaded in ${svc.stats.loadMs} ms`);
+    this.startLive();
+    this.live?.();
+    return {};
+  }
+
+  private startLive(): void {
+    const svc = this.svc;
+    const keeper = () => this.deps.config().queue.keeper;
+    this.add(
+      { name: 'keeper publish', runOnce: (now) => this.publishTick(now) },
+      every(() => keeper().publishInterval),
+    );
+    this.add(
+      {
+        name: 'keeper state',
+        runOnce: (now) => {
+          this.deps.beforeState?.(now);
+          svc.writeState(now);
+          return {};
+        },
+      },
+      every(() => keeper().stateInterval),
+    );
+    svc.writeState(svc.clock());
+    this.add(
+      { name: 'keeper verify', runOnce: () => this.verifyOnce() },
+      {
+        next: () => (this.verifyFailed ? VERIFY_RETRY_MS : keeper().verifyInterval || VERIFY_OFF_RECHECK_MS),
+      },
+    );
+  }
+
+  /** The periodic publish: only while this keeper holds the leader slot. */
+  private async publishTick(now: number): Promise<Counts> {
+    const svc = this.svc;
+    // A keeper that lost its leader slot (it stalled past the stale limit and a new worker 0 took over)
+    // must stop writing shared memory: two publishers would interleave sets.
+    if (this.deps.holdLeadership && !this.deps.holdLeadership(now)) {
+      const was = svc.serving;
+      if (was)
+        this.deps.log.error('keeper lost its leadership slot to another worker 0; no longer publishing');
+      svc.serving = false;
+      return { leadershipLost: was ? 1 : 0 };
+    }
+    if (!svc.serving && svc.phase === 'live') svc.serving = true;
+    svc.publishOnce(now, false);
+    return (await this.deps.afterPublish?.(now)) ?? {};
+  }
+
+  private async verifyOnce(): Promise<Counts> {
+    if (this.deps.config().queue.keeper.verifyInterval === 0) return {};
+    try {
+      const r = await this.svc.verify(this.svc.clock);
+      this.verifyFailed = false;
+      return r
+        ? { missing: r.missing, mismatched: r.mismatched, phantom: r.phantom, unowned: r.unowned }
+        : {};
+    } catch (e) {
+      this.verifyFailed = true;
+      this.deps.log.error(`keeper verification failed; retrying in ${VERIFY_RETRY_MS / 1000} s`, e);
+      this.svc.stats.lastError = `verify failed: ${(e as Error)?.message ?? String(e)}`;
+      return {};
+    }
+  }
+
+  private async resubscribeOnce(): Promise<Counts> {
+    const svc = this.svc;
+    try {
+      svc.closeSubscription();
+      await svc.subscribe(svc.clock, (err) => svc.subscriptionClosed(err));
+      await svc.verify(svc.clock);
+      svc.resyncing = false;
+      return { resubscribed: 1 };
+    } catch (e) {
+      this.deps.log.error('keeper resubscribe failed; retrying after backoff', e);
+      svc.stats.lastError = `resubscribe failed: ${(e as Error | undefined)?.message ?? String(e)}`;
+      // Woken while it runs: it runs again after the backoff.
+      this.resubscribe.wake();
+      return {};
+    }
+  }
+}

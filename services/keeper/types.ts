@@ -1,0 +1,119 @@
+// What the keeper service is given and what it reports (services/keeper/service.ts is the lifecycle).
+import type { QueueKeeperConfig } from '../../util/config/schema.js';
+import type { Counts, DutyScheduler } from '../../util/duties/scheduler.js';
+import type { DueSummary, KeeperCore } from '../../util/keeper/core.js';
+import type { KeeperSignal } from '../../util/handoff/keeperSignal.js';
+import type { ReadySet } from '../../util/handoff/readySet.js';
+import type { ScheduleRow } from '../../util/schedule/rules.js';
+import type { StateDoc } from '../../util/handoff/stateDoc.js';
+
+export interface ScheduleEvent {
+  id: unknown;
+  type: string;
+  value?: Record<string, unknown>;
+}
+
+export interface EventStream extends AsyncIterable<ScheduleEvent> {
+  end?: () => void;
+  return?: () => unknown;
+}
+
+export interface ScheduleSource {
+  subscribe(): Promise<EventStream>;
+  walk(opts: {
+    start?: string;
+    end?: string;
+    reverse?: boolean;
+    limit?: number;
+    exclusiveStart?: boolean;
+  }): Iterable<{
+    key: string;
+    row: ScheduleRow | undefined;
+  }>;
+  read(key: string): ScheduleRow | undefined;
+  /** Start a fresh read snapshot so point reads see the latest commits. */
+  refreshReads?(): void;
+}
+
+export interface KeeperLog {
+  info(...a: unknown[]): void;
+  warn(...a: unknown[]): void;
+  error(...a: unknown[]): void;
+}
+
+export interface KeeperDeps {
+  source: ScheduleSource;
+  ready: ReadySet;
+  signal: KeeperSignal;
+  state: StateDoc<unknown>;
+  config: () => QueueKeeperConfig;
+  isLeased: (key: string, now: number) => boolean;
+  /** isLeased by the row's stored keyHash (publish uses it: no re-hash of each candidate). */
+  isLeasedHash?: (hi: number, lo: number, now: number) => boolean;
+  /** Live leases right now (a reconciled scan). */
+  inFlight: (now: number) => number;
+  /** Pause and status as the node reports them, for the state document. */
+  nodeView: () => { paused: boolean; status: string };
+  owns?: (key: string) => boolean;
+  log: KeeperLog;
+  metric?: (
+    name: 'keeper_load_ms' | 'keeper_publish_ms' | 'keeper_verify_ms' | 'keeper_live',
+    value: number,
+  ) => void;
+  countRepaired?: (n: number) => void;
+  /** Called on every publish tick with the per-queue due summary (the notify `created` edge reads it). */
+  onDue?: (summary: DueSummary, now: number) => void;
+  /** Yield to the event loop between chunks (tests pass a no-op). */
+  yieldLoop?: () => Promise<void>;
+  /** Runs the keeper's duties (publish, minute and early publish, state, verify, resubscribe, load). */
+  scheduler: DutyScheduler;
+  /** The clock (Date.now by default). */
+  clock?: () => number;
+  /** Follows config changes (a `reclassify` key re-sorts the held rows); stop() unsubscribes. */
+  onConfigChange?: (
+    l: (next: QueueKeeperConfig, prev: QueueKeeperConfig, changed: string[]) => void,
+  ) => () => void;
+  /** Each publish tick first: false when this keeper no longer holds the leader slot. */
+  holdLeadership?: (now: number) => boolean;
+  /** Each publish tick after the publish (the requeued pass, the status sync). */
+  afterPublish?: (now: number) => Promise<Counts> | Counts;
+  /** Before each state document (the lease gauge is reconciled there). */
+  beforeState?: (now: number) => void;
+}
+
+/** Rows per chunk of a table walk (load and verification); the walk yields to the event loop between. */
+export const WALK_CHUNK = 1000;
+
+export interface KeeperStats {
+  loadMs: number | null;
+  loadRows: number;
+  lastPublish: { at: number; ms: number; published: number; skippedLeased: number; complete: boolean } | null;
+  headCheck: { at: number; checked: number; repaired: number } | null;
+  lastVerify: {
+    at: number;
+    ms: number;
+    missing: number;
+    mismatched: number;
+    phantom: number;
+    unowned: number;
+    /** Rows picked up because the cluster membership changed (not repairs). */
+    gained: number;
+    repaired: number;
+  } | null;
+  repairedTotal: number;
+  lastError: string | null;
+  /** Time spent applying subscription events (decode + classify + move), for the per-write cost. */
+  apply: { events: number; ms: number };
+}
+
+/** The held rows and what they are checked against: what the verification walk and head check need. */
+export interface RowCheckDeps {
+  core: KeeperCore;
+  source: ScheduleSource;
+  owns: (key: string) => boolean;
+  stats: KeeperStats;
+  log: KeeperLog;
+  yieldLoop: () => Promise<void>;
+  metric?: KeeperDeps['metric'];
+  countRepaired?: (n: number) => void;
+}

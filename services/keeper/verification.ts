@@ -1,0 +1,139 @@
+// The keeper's verification walk (SPEC §2): walks the table to add missing rows, fix mismatched ones
+// and drop rows no longer owned, then point-checks what it holds for rows deleted without an event. A
+// cluster membership change drops the rows lost at once and walks for the rows gained.
+import type { KeeperStats, RowCheckDeps } from './types.js';
+import { WALK_CHUNK } from './types.js';
+
+export type VerifyResult = NonNullable<KeeperStats['lastVerify']>;
+
+export class KeeperVerifier {
+  private verifying = false;
+  /** The next verification walk follows a membership change: rows it adds are gains, not repairs. */
+  private expectGains = false;
+  private verifyQueued = false;
+  private verifyTouched: Set<string> | null = null;
+
+  constructor(private readonly deps: RowCheckDeps) {}
+
+  /** An event touched `key`: a walk running now keeps the event's value for it. */
+  touched(key: string): void {
+    this.verifyTouched?.add(key);
+  }
+
+  /**
+   * The verification walk: add missing rows, fix mismatched ones, drop rows no longer owned, then
+   * point-check held keys for rows deleted without an event. A walk asked for while one runs is queued.
+   */
+  async verify(now: () => number): Promise<VerifyResult | null> {
+    if (this.verifying) {
+      this.verifyQueued = true;
+      return null;
+    }
+    this.verifying = true;
+    try {
+      let result: VerifyResult;
+      do {
+        this.verifyQueued = false;
+        result = await this.verifyWalk(now);
+      } while (this.verifyQueued);
+      return result;
+    } finally {
+      this.verifying = false;
+      this.verifyTouched = null;
+    }
+  }
+
+  private async verifyWalk(now: () => number): Promise<VerifyResult> {
+    const started = now();
+    const t0 = performance.now();
+    this.verifyTouched = new Set();
+    const touched = this.verifyTouched;
+    let missing = 0;
+    let mismatched = 0;
+    let phantom = 0;
+    let unowned = 0;
+    let gained = 0;
+    const gains = this.expectGains;
+    this.expectGains = false;
+    let lastKey: string | undefined;
+    for (;;) {
+      const chunk = [
+        ...this.deps.source.walk({
+          start: lastKey,
+          exclusiveStart: lastKey !== undefined,
+          limit: WALK_CHUNK,
+        }),
+      ];
+      if (chunk.length === 0) break;
+      for (const { key, row } of chunk) {
+        if (touched.has(key) || !row) continue;
+        if (!this.deps.owns(key)) {
+          if (this.deps.core.has(key)) {
+            this.deps.core.apply(key, null, now());
+            unowned++;
+          }
+          continue;
+        }
+        if (!this.deps.core.has(key)) {
+          if (gains) gained++;
+          else missing++;
+        } else if (!this.deps.core.matches(key, row)) mismatched++;
+        else continue;
+        this.deps.core.apply(key, row, now());
+      }
+      lastKey = chunk[chunk.length - 1]!.key;
+      await this.deps.yieldLoop();
+    }
+    // Deleted rows leave no trace in a walk: point-check what we hold.
+    this.deps.source.refreshReads?.();
+    const held = [...this.deps.core.keys()];
+    for (let i = 0; i < held.length; i++) {
+      const key = held[i]!;
+      if (!touched.has(key) && this.deps.source.read(key) === undefined) {
+        this.deps.core.apply(key, null, now());
+        phantom++;
+      }
+      if (i % WALK_CHUNK === WALK_CHUNK - 1) await this.deps.yieldLoop();
+    }
+    const repaired = missing + mismatched + phantom;
+    const result = {
+      at: started,
+      ms: performance.now() - t0,
+      missing,
+      mismatched,
+      phantom,
+      unowned,
+      gained,
+      repaired,
+    };
+    this.deps.stats.lastVerify = result;
+    this.deps.stats.repairedTotal += repaired;
+    this.deps.metric?.('keeper_verify_ms', result.ms);
+    if (gains) this.deps.log.info(`keeper: picked up ${gained} rows gained by the membership change`);
+    if (repaired > 0) {
+      this.deps.countRepaired?.(repaired);
+      this.deps.log.warn(
+        `keeper verification repaired ${repaired} rows (missing=${missing} mismatched=${mismatched} phantom=${phantom})`,
+      );
+    }
+    return result;
+  }
+
+  /**
+   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once, then walk
+   * the table for the rows it gained. `owns` must already answer with the new membership.
+   */
+  async membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
+    let dropped = 0;
+    for (const key of [...this.deps.core.keys()]) {
+      if (this.deps.owns(key)) continue;
+      this.deps.core.apply(key, null, now());
+      dropped++;
+    }
+    this.deps.log.info(`keeper: cluster membership changed; dropped ${dropped} rows no longer owned`);
+    this.expectGains = true;
+    // A walk already running queues one more; that one counts the gains (and logs them).
+    const walk = await this.verify(now);
+    return { dropped, gained: walk?.gained ?? 0 };
+  }
+}

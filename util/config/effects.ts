@@ -1,0 +1,15 @@
+// What a config change does, read from the schema's `effect` of each changed key (never from key
+// prefixes): the duty scheduler re-arms on `timers` keys, the keeper re-sorts on `reclassify` keys.
+import { CONFIG_KEYS, type ConfigEffect } from './schema.js';
+
+const EFFECT_OF = new Map<string, ConfigEffect>(CONFIG_KEYS.map((k) => [k.path, k.effect]));
+
+/** The schema's effect of a config path (undefined for a path the schema does not know). */
+export function effectOf(path: string): ConfigEffect | undefined {
+  return EFFECT_OF.get(path);
+}
+
+/** The paths among `paths` whose schema effect is `effect`. */
+export function pathsWithEffect(paths: readonly string[], effect: ConfigEffect): string[] {
+  return paths.filter((p) => EFFECT_OF.get(p) === effect);
+}
