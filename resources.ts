@@ -102,6 +102,7 @@ const claims = new ClaimService({
   readRow,
   writeClaimMarks,
   isPaused: () => control.isPaused(),
+  pauseKnown: () => control.pauseKnown(),
   servingView,
   nodeStatus: (at) => nodeStatusNow(control.isPaused(), at),
   pokeKeeper,

@@ -60,6 +60,8 @@ export interface ClaimDeps {
   /** Records the queues' last claim instant (never moves a mark back). Not awaited by the claim. */
   writeClaimMarks: (queues: readonly string[], now: number) => Promise<void>;
   isPaused: () => boolean;
+  /** False until this worker has read the pause intent (NodeControl.pauseKnown): claims answer unready. */
+  pauseKnown: () => boolean;
   servingView: (now: number) => ServingRead;
   nodeStatus: (now: number) => NodeStatus;
   /** Asks the keeper to publish now: the set ran dry while rows are due. */
@@ -107,6 +109,7 @@ export class ClaimService {
    */
   claim(limit: number, caller: Caller, scope: QueueScope = null, now = Date.now()): ClaimResult {
     const { deps } = this;
+    if (!deps.pauseKnown()) return { jobs: [], status: 'unready' };
     if (deps.isPaused()) return { jobs: [], status: 'paused' };
     const view = deps.servingView(now);
     if (!view.serving) return { jobs: [], status: 'unready' };

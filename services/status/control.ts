@@ -78,6 +78,7 @@ export class NodeControl {
   private lastWritten: NodeStatus | undefined;
   private readonly listeners: Array<() => void> = [];
   private started = false;
+  private loaded = false;
   private stopped = false;
   private stream: ControlStream | null = null;
   private resubscribe: DutyHandle | null = null;
@@ -86,6 +87,15 @@ export class NodeControl {
 
   isPaused(): boolean {
     return this.pauses.get('all') === true || this.pauses.get(nodeName()) === true;
+  }
+
+  /**
+   * True once this worker has read QueueControl. Until then a pause made before it started is unknown
+   * here: Harper routes requests to a worker whose start() is still running, and a worker 0 that
+   * overlaps its predecessor would otherwise hand out the draining set of a paused queue.
+   */
+  pauseKnown(): boolean {
+    return this.loaded;
   }
 
   /** Runs `fn` after each QueueControl change on this worker (worker 0 writes the status); answers the unsubscribe. */
@@ -138,6 +148,7 @@ export class NodeControl {
     for await (const row of controlTable().search({})) {
       if (typeof row.id === 'string') this.pauses.set(row.id, row.paused === true);
     }
+    this.loaded = true;
   }
 
   private async follow(): Promise<void> {

@@ -56,7 +56,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
   const counts = new Map<string, number>();
   const warnings: string[] = [];
   const pokes: number[] = [];
-  const state = { paused: false, serving: true, due: 10 };
+  const state = { paused: false, pauseKnown: true, serving: true, due: 10 };
   const claims = new ClaimService({
     readySet: () => ready,
     leases: () => ({
@@ -68,6 +68,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
       marks.push({ queues: [...queues], now });
     },
     isPaused: () => state.paused,
+    pauseKnown: () => state.pauseKnown,
     servingView: () => ({ serving: state.serving, due: state.due }),
     nodeStatus: () => 'empty',
     pokeKeeper: (now) => pokes.push(now),
@@ -156,6 +157,22 @@ test('a paused node grants nothing and says paused; a node whose keeper does not
   assert.deepEqual(w.claims.claim(5, FLEET, null, NOW), { jobs: [], status: 'unready' });
   w.state.serving = true;
   assert.equal(w.claims.claim(5, FLEET, null, NOW).jobs.length, 1, 'the entry was left for a serving node');
+});
+
+test('a worker that has not yet read the pause intent grants nothing and says unready, even from a live set', () => {
+  // The overlap of two worker 0s (issue 12.5): the old keeper's set is still published and serving,
+  // and a pause made earlier is not yet known to the new worker.
+  const w = world();
+  w.publish([0, 1].map((i) => url('product', i)));
+  w.state.pauseKnown = false;
+  const r = w.claims.claim(5, FLEET, null, NOW);
+  assert.deepEqual(r, { jobs: [], status: 'unready' });
+  assert.equal(w.counts.get('claim_granted'), undefined);
+  w.state.pauseKnown = true;
+  w.state.paused = true;
+  assert.deepEqual(w.claims.claim(5, FLEET, null, NOW), { jobs: [], status: 'paused' });
+  w.state.paused = false;
+  assert.equal(w.claims.claim(5, FLEET, null, NOW).jobs.length, 2, 'the set was left whole');
 });
 
 test('a claim that finds the set used up while rows are due pokes the keeper; with nothing due it does not', () => {
