@@ -3,21 +3,11 @@
 // points at another Chromium instead. The flags keep it off the network (this machine has none) and let
 // it run as root in a container; web security stays on, so the console's CSP is really enforced.
 import chromiumBinary from '@sparticuz/chromium';
+import { CHROMIUM_ARGS } from '@queue-keeper/fleet-client';
 import { chromium, type Browser } from 'playwright-core';
-
-const FLAGS = [
-  '--no-sandbox',
-  '--disable-gpu',
-  '--no-first-run',
-  '--disable-background-networking',
-  '--disable-component-update',
-  '--disable-sync',
-  '--disable-quic',
-  '--disable-domain-reliability',
-  '--no-pings',
-];
 
 export async function launchChromium(): Promise<Browser> {
   const executablePath = process.env.CHROMIUM_PATH || (await chromiumBinary.executablePath());
-  return chromium.launch({ executablePath, args: FLAGS, headless: true });
+  // The fleet client's Chromium renderer starts its browsers with the same flags.
+  return chromium.launch({ executablePath, args: [...CHROMIUM_ARGS], headless: true });
 }

@@ -23,6 +23,8 @@ const HELP = `queue-keeper-fleet: claim render jobs from queue-keeper, render th
   --queues a,b           claim only these queues (default: all the user may claim)
   --renderer NAME        fetch (default: the page's HTML as served) or chromium (runs its scripts;
                          needs playwright-core and @sparticuz/chromium installed)
+  --recycle-every N      chromium: replace the browser every N pages (default 50)
+  --json-pages           send pages inside JSON results instead of as raw bytes
   --mqtt URL             wake on queue_status/# from this broker, e.g. mqtt://127.0.0.1:1883
   --no-mqtt              do not use MQTT even when a default broker is known
   --webhook-port N       run a Standard Webhooks receiver on this port (wakes the loop)
@@ -51,6 +53,8 @@ export async function main(
         concurrency: { type: 'string' },
         queues: { type: 'string' },
         renderer: { type: 'string' },
+        'recycle-every': { type: 'string' },
+        'json-pages': { type: 'boolean' },
         mqtt: { type: 'string' },
         'no-mqtt': { type: 'boolean' },
         'webhook-port': { type: 'string' },
@@ -91,13 +95,18 @@ export async function main(
     .map((q) => q.trim())
     .filter(Boolean);
   const rendererName = values.renderer ?? 'fetch';
+  const recycleEvery = values['recycle-every'] === undefined ? undefined : Number(values['recycle-every']);
+  if (recycleEvery !== undefined && !(Number.isInteger(recycleEvery) && recycleEvery >= 1)) {
+    console.error('--recycle-every must be a positive integer');
+    return 2;
+  }
   let render: RenderFn;
   let closeRenderer = async () => {};
   if (rendererName === 'fetch') render = fetchRenderer();
   else if (rendererName === 'chromium') {
     try {
       const { chromiumRenderer } = await import('./renderers/chromium.js');
-      const c = await chromiumRenderer();
+      const c = await chromiumRenderer({ recycleEvery });
       render = c.render;
       closeRenderer = c.close;
     } catch (e) {
@@ -108,7 +117,15 @@ export async function main(
     console.error(`--renderer must be fetch or chromium, not ${rendererName}`);
     return 2;
   }
-  const opts: FleetClientOptions = { url, username, password, render, concurrency, handleSignals: true };
+  const opts: FleetClientOptions = {
+    url,
+    username,
+    password,
+    render,
+    concurrency,
+    handleSignals: true,
+    rawPages: !values['json-pages'],
+  };
   if (queues && queues.length > 0) opts.queues = queues;
   const mqttUrl = values['no-mqtt'] ? undefined : (values.mqtt ?? defaults.mqttUrl);
   if (mqttUrl) opts.mqtt = { url: mqttUrl };
@@ -132,6 +149,8 @@ export async function main(
         ? ` (credentials from ${defaults.source})`
         : '') +
       `, queues ${queues?.length ? queues.join(',') : 'all'}, concurrency ${concurrency}, renderer ${rendererName}` +
+      (rendererName === 'chromium' ? ` (new browser every ${recycleEvery ?? 50} pages)` : '') +
+      `, pages as ${opts.rawPages ? 'raw bytes' : 'JSON'}` +
       (mqttUrl ? `, mqtt ${mqttUrl}` : '') +
       (opts.webhook ? `, webhook receiver on ${opts.webhook.host ?? '127.0.0.1'}:${opts.webhook.port}` : ''),
   );

@@ -54,8 +54,14 @@ export interface FleetClientOptions {
   leaseMarginMs?: number;
   /** Per request (headers and body each); default 30 s. */
   requestTimeoutMs?: number;
-  /** Results per round trip are also capped by their JSON size; default 32 MiB. */
+  /** Results per round trip are also capped by their size on the wire; default 32 MiB. */
   maxBatchBytes?: number;
+  /**
+   * Send each result that carries a page as raw bytes (API.md job_result, `x-metadata-size`): the page
+   * is neither JSON-escaped here nor JSON-parsed by the server. Results without a page still ride the
+   * next claim as JSON. Default true; a server that answers 415 to the framing gets JSON from then on.
+   */
+  rawPages?: boolean;
   /** Run a Standard Webhooks receiver that wakes the loop. */
   webhook?: WebhookReceiverOptions;
   /** Subscribe to `queue_status/#` and wake when a node turns `queued`. */
@@ -89,6 +95,8 @@ export interface FleetCounters {
   superseded: number;
   /** Results refused as `unknown_job` (row deleted) or `invalid`: dropped. */
   dropped: number;
+  /** Pages sent in the raw-bytes framing (each one its own `job_result` request, retries included). */
+  rawPagesSent: number;
   /** Results given up because their lease ended before the server answered them. */
   unreported: number;
   /** Claims answered `empty` or `paused` (each one starts a backoff wait). */
@@ -159,6 +167,7 @@ function zeroCounters(): FleetCounters {
     duplicates: 0,
     superseded: 0,
     dropped: 0,
+    rawPagesSent: 0,
     unreported: 0,
     idleWaits: 0,
     unreadyWaits: 0,
@@ -188,6 +197,8 @@ export class FleetClient {
   private readonly unreadyWaitMs: number;
   private readonly leaseMarginMs: number;
   private readonly maxBatchBytes: number;
+  /** Pages go as raw bytes; false from the start by option, or after the server refused the framing. */
+  private rawPages: boolean;
 
   private readonly running = new Map<string, Running>();
   private pending: Pending[] = [];
@@ -230,6 +241,7 @@ export class FleetClient {
     this.unreadyWaitMs = Math.max(0, opts.unreadyWaitMs ?? 2_000);
     this.leaseMarginMs = Math.max(0, opts.leaseMarginMs ?? 10_000);
     this.maxBatchBytes = Math.max(1, opts.maxBatchBytes ?? 32 << 20);
+    this.rawPages = opts.rawPages ?? true;
     if (opts.queues !== undefined && (!Array.isArray(opts.queues) || opts.queues.length === 0))
       throw new TypeError('queues must be a non-empty array of queue names (omit it for all)');
     this.transport = new Transport({
@@ -400,11 +412,20 @@ export class FleetClient {
     this.settleFirst();
   }
 
-  /** One round trip: results (if any) and a claim for `limit` jobs (0 = results only). */
+  /**
+   * One round trip: results (if any) and a claim for `limit` jobs (0 = results only). Pages in the
+   * raw-bytes framing go first, each its own request and all at once; the rest (and the claim) follow
+   * only when every one of them was answered.
+   */
   private async exchange(limit: number): Promise<void> {
-    const batch = this.takeBatch();
-    const wire = batch.map((p) => p.wire);
+    const taken = this.takeBatch();
+    const framed = this.rawPages ? taken.filter((p) => p.wire.body !== null) : [];
+    const batch = framed.length > 0 ? taken.filter((p) => p.wire.body === null) : taken;
+    if (framed.length > 0 && !(await this.sendFramed(framed))) return;
     const claiming = limit > 0;
+    // Every result went framed and nothing is to be claimed: there is no JSON call to make.
+    if (!claiming && batch.length === 0) return;
+    const wire = batch.map((p) => p.wire);
     const path = claiming ? '/render_queue/next' : '/render_queue/job_results';
     const body = claiming
       ? { results: wire, limit, ...(this.opts.queues ? { queues: this.opts.queues } : {}) }
@@ -461,6 +482,64 @@ export class FleetClient {
       this.setState('idle', status === 'paused' ? 'the node is paused' : 'nothing due');
     }
     this.settleFirst();
+  }
+
+  /**
+   * Sends each page as raw bytes to `job_result` and settles what was answered. Answers false when
+   * the round trip must end here: a network error, 5xx or 429 (those results stay pending, the
+   * breaker and the error backoff apply as for any call), a refusal of the fleet, or a 415.
+   */
+  private async sendFramed(framed: Pending[]): Promise<boolean> {
+    this.count.requests += framed.length;
+    this.count.rawPagesSent += framed.length;
+    const outcomes = await Promise.all(
+      framed.map(async (p): Promise<Answer | { error: string }> => {
+        const { body, ...metadata } = p.wire;
+        try {
+          return await this.transport.postFramed('/render_queue/job_result', metadata, body ?? '');
+        } catch (e) {
+          return { error: describeError(e) };
+        }
+      }),
+    );
+    const now = this.clock.now();
+    const settled: Pending[] = [];
+    const answers: ResultAnswer[] = [];
+    let failure = '';
+    let failures = 0;
+    let refusal: Answer | null = null;
+    let unsupported = false;
+    for (const [i, a] of outcomes.entries()) {
+      if ('error' in a || a.status >= 500 || a.status === 429) {
+        failure = 'error' in a ? a.error : `HTTP ${a.status}`;
+        failures++;
+      } else if (a.status === 415) unsupported = true;
+      else if (a.status === 401 || a.status === 403) refusal = a;
+      else {
+        settled.push(framed[i]!);
+        answers.push(singleAnswer(framed[i]!.wire.id, a));
+      }
+    }
+    this.settle(settled, answers);
+    if (unsupported) {
+      this.rawPages = false;
+      this.log.warn('the server refused raw-bytes results (415): pages go as JSON from now on', {
+        where: this.where,
+      });
+      this.flushAt = now;
+    }
+    if (failures > 0) {
+      // One step of the breaker and the backoff for the round trip, however many of its requests failed.
+      this.count.requestErrors += failures - 1;
+      this.failed(now, failure);
+      return false;
+    }
+    if (this.breaker.success()) this.log.info('circuit closed', { where: this.where });
+    if (refusal) {
+      this.refused(now, refusal, []);
+      return false;
+    }
+    return !unsupported;
   }
 
   private takeBatch(): Pending[] {
@@ -599,7 +678,11 @@ export class FleetClient {
     const now = this.clock.now();
     const wire = toWire(run.job, r, now - run.startedAt);
     this.countOutcome(wire.outcome);
-    const bytes = Buffer.byteLength(JSON.stringify(wire));
+    // A framed page costs its bytes plus a small metadata part; JSON pays its escaping too.
+    const bytes =
+      this.rawPages && wire.body !== null
+        ? Buffer.byteLength(wire.body) + 512
+        : Buffer.byteLength(JSON.stringify(wire));
     if (this.pending.length === 0) this.flushAt = now + this.flushDelayMs;
     this.pending.push({ wire, localExpiry: run.localExpiry, bytes });
     this.waker.wake();
@@ -650,6 +733,16 @@ export class FleetClient {
     await this.mqtt?.stop();
     await this.transport.close();
   }
+}
+
+/** The `job_result` answer to one framed result, in the shape of one `results` entry. */
+function singleAnswer(id: string, a: Answer): ResultAnswer {
+  const j = (a.json ?? {}) as Record<string, unknown>;
+  const dup = j.duplicate === true ? { duplicate: true as const } : {};
+  if (a.status === 200 && j.accepted === true)
+    return { id, accepted: true, nextRenderTime: Number(j.nextRenderTime), ...dup };
+  const code = a.status === 409 ? 'superseded' : typeof j.code === 'string' ? j.code : `http_${a.status}`;
+  return { id, accepted: false, code, error: typeof j.error === 'string' ? j.error : undefined, ...dup };
 }
 
 function positiveInt(v: number, name: string): number {

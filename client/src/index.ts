@@ -23,5 +23,16 @@ export {
 } from './webhookReceiver.js';
 export type { MqttWakeOptions } from './mqttWake.js';
 export { fetchRenderer, type FetchRendererOptions } from './renderers/fetchRenderer.js';
-// Loads playwright-core and @sparticuz/chromium only when called: both stay optional.
-export { chromiumRenderer, type ChromiumRendererOptions } from './renderers/chromium.js';
+// Loads playwright-core and @sparticuz/chromium only when called: both stay optional peer dependencies.
+export {
+  CHROMIUM_ARGS,
+  chromiumRenderer,
+  type ChromiumRenderer,
+  type ChromiumRendererOptions,
+  type ChromiumRendererStats,
+  type RenderBrowser,
+  type RenderContext,
+  type RenderPage,
+  type RenderRequest,
+  type RenderResponse,
+} from './renderers/chromium.js';

@@ -1,6 +1,6 @@
-// The client's only way to the server: JSON POSTs with basic auth over one undici pool. It answers
-// status, headers and parsed JSON; a network error or timeout throws (the caller decides what that
-// means for the breaker).
+// The client's only way to the server: POSTs with basic auth over one undici pool, as JSON or as one
+// result in the raw-bytes framing (API.md job_result). It answers status, headers and parsed JSON; a
+// network error or timeout throws (the caller decides what that means for the breaker).
 import { Agent, type Dispatcher } from 'undici';
 
 export interface Answer {
@@ -41,17 +41,33 @@ export class Transport {
     return this.base.href.replace(/\/$/, '');
   }
 
-  async post(path: string, body: unknown): Promise<Answer> {
+  post(path: string, body: unknown): Promise<Answer> {
+    const payload = Buffer.from(JSON.stringify(body), 'utf8');
+    return this.send(path, payload, { 'content-type': 'application/json' });
+  }
+
+  /**
+   * One result as raw bytes: its JSON metadata (without `body`), then the page as UTF-8, with
+   * `x-metadata-size` giving the metadata's byte length. The page is never JSON-escaped.
+   */
+  postFramed(path: string, metadata: unknown, page: string): Promise<Answer> {
+    const meta = Buffer.from(JSON.stringify(metadata), 'utf8');
+    return this.send(path, Buffer.concat([meta, Buffer.from(page, 'utf8')]), {
+      'content-type': 'application/octet-stream',
+      'x-metadata-size': String(meta.length),
+    });
+  }
+
+  private async send(path: string, payload: Buffer, headers: Record<string, string>): Promise<Answer> {
     const target = new URL(path.replace(/^\//, ''), this.base);
-    const payload = JSON.stringify(body);
     const r = await this.dispatcher.request({
       origin: target.origin,
       path: target.pathname + target.search,
       method: 'POST',
       headers: {
         authorization: this.auth,
-        'content-type': 'application/json',
-        'content-length': String(Buffer.byteLength(payload)),
+        ...headers,
+        'content-length': String(payload.length),
       },
       body: payload,
       headersTimeout: this.opts.requestTimeoutMs,

@@ -8,6 +8,10 @@ import { deferred, until } from './fakeClock.js';
 import { acceptAll } from './fakeServer.js';
 import { never, rig } from './setup.js';
 
+// Pages in the JSON form (rawPages: false) where a test reads the results out of the JSON batch; the
+// raw-bytes default has tests of its own below.
+const JSON_PAGES = { rawPages: false };
+
 const ok = async (): Promise<RenderResult> => ({
   outcome: 'rendered',
   statusCode: 200,
@@ -98,7 +102,11 @@ test('results ride in one batch on the next call, and one result is flushed 50 m
     renders.set(job.id, d);
     return d.promise;
   };
-  const r = await rig(render, { concurrency: 3, idleBackoff: { baseMs: 30_000, capMs: 30_000 } });
+  const r = await rig(render, {
+    ...JSON_PAGES,
+    concurrency: 3,
+    idleBackoff: { baseMs: 30_000, capMs: 30_000 },
+  });
   t.after(r.close);
   r.server.handler = (req, i) =>
     i === 0
@@ -137,7 +145,7 @@ test('results ride in one batch on the next call, and one result is flushed 50 m
 
 test('a superseded result is dropped and never sent again', async (t) => {
   let renders = 0;
-  const r = await rig(async () => (renders++, ok()), { concurrency: 1 });
+  const r = await rig(async () => (renders++, ok()), { ...JSON_PAGES, concurrency: 1 });
   t.after(r.close);
   r.server.handler = (req, i) => {
     if (i === 0) return { queueStatus: 'queued', json: { results: [], jobs: [r.server.job('a')] } };
@@ -161,7 +169,7 @@ test('a superseded result is dropped and never sent again', async (t) => {
 });
 
 test('a result whose answer was lost is sent again under the same token, and the duplicate answer counts once', async (t) => {
-  const r = await rig(ok, { concurrency: 1, errorBackoff: { baseMs: 400, capMs: 400 } });
+  const r = await rig(ok, { ...JSON_PAGES, concurrency: 1, errorBackoff: { baseMs: 400, capMs: 400 } });
   t.after(r.close);
   r.server.handler = (req, i) => {
     if (i === 0) return { queueStatus: 'queued', json: { results: [], jobs: [r.server.job('a')] } };
@@ -272,7 +280,7 @@ test('the breaker opens after three failures in a row, sends nothing while open,
 
 test('stop claims nothing more, lets the render in flight finish, reports it and resolves', async (t) => {
   const d = deferred<RenderResult>();
-  const r = await rig(() => d.promise, { concurrency: 2 });
+  const r = await rig(() => d.promise, { ...JSON_PAGES, concurrency: 2 });
   t.after(r.close);
   r.server.handler = (req, i) =>
     i === 0

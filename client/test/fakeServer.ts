@@ -1,5 +1,6 @@
 // A fake queue-keeper on 127.0.0.1 that speaks just enough of API.md for the client: it records every
-// request (with the fake clock's time) and answers from a handler the test sets.
+// request (with the fake clock's time) and answers from a handler the test sets. JSON calls and
+// raw-bytes results (job_result with `x-metadata-size`) are recorded and answered apart.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { FakeClock } from './fakeClock.js';
@@ -22,6 +23,23 @@ export interface Reply {
 
 export type Handler = (req: Seen, index: number) => Reply | Promise<Reply>;
 
+/** One result in the raw-bytes framing, as it arrived. */
+export interface SeenFramed {
+  path: string;
+  at: number;
+  contentType: string | undefined;
+  /** The `x-metadata-size` header as sent. */
+  metadataSize: string | undefined;
+  /** The request body exactly as received. */
+  raw: Buffer;
+  /** The first `metadataSize` bytes, parsed. */
+  metadata: Partial<WireResult>;
+  /** The bytes after them. */
+  page: Buffer;
+}
+
+export type FramedHandler = (req: SeenFramed, index: number) => Reply | Promise<Reply>;
+
 /** Accepts every result; hands out no jobs. */
 export function acceptAll(req: Seen): { results: unknown[] } {
   return {
@@ -32,6 +50,8 @@ export function acceptAll(req: Seen): { results: unknown[] } {
 export class FakeFleetServer {
   readonly seen: Seen[] = [];
   handler: Handler = (req) => ({ queueStatus: 'empty', json: { ...acceptAll(req), jobs: [] } });
+  readonly framed: SeenFramed[] = [];
+  framedHandler: FramedHandler = () => ({ json: { accepted: true, nextRenderTime: 0 } });
   private server: http.Server | null = null;
   url = '';
   /** The server's clock minus the client's (its Date header and job expiries follow it). */
@@ -44,15 +64,31 @@ export class FakeFleetServer {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', async () => {
-        const text = Buffer.concat(chunks).toString('utf8');
-        const seen: Seen = {
-          path: req.url ?? '/',
-          at: this.clock.now(),
-          auth: req.headers.authorization,
-          body: text ? JSON.parse(text) : {},
-        };
-        const index = this.seen.push(seen) - 1;
-        const reply = await this.handler(seen, index);
+        const raw = Buffer.concat(chunks);
+        let reply: Reply;
+        if (req.headers['content-type'] === 'application/octet-stream') {
+          const metadataSize = req.headers['x-metadata-size'] as string | undefined;
+          const n = Number(metadataSize);
+          const seen: SeenFramed = {
+            path: req.url ?? '/',
+            at: this.clock.now(),
+            contentType: req.headers['content-type'],
+            metadataSize,
+            raw,
+            metadata: JSON.parse(raw.subarray(0, n).toString('utf8')),
+            page: raw.subarray(n),
+          };
+          reply = await this.framedHandler(seen, this.framed.push(seen) - 1);
+        } else {
+          const text = raw.toString('utf8');
+          const seen: Seen = {
+            path: req.url ?? '/',
+            at: this.clock.now(),
+            auth: req.headers.authorization,
+            body: text ? JSON.parse(text) : {},
+          };
+          reply = await this.handler(seen, this.seen.push(seen) - 1);
+        }
         if (reply.destroy) {
           req.socket.destroy();
           return;
