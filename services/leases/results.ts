@@ -40,6 +40,37 @@ function tooLarge(maxBodyBytes: number): HttpError {
   );
 }
 
+/** The offset where the first ill-formed UTF-8 sequence starts (Unicode 15 table 3-7), for the error. */
+function firstBadUtf8(b: Uint8Array): number {
+  let i = 0;
+  while (i < b.length) {
+    const c = b[i]!;
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    let n: number;
+    let lo = 0x80;
+    let hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) n = 1;
+    else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      if (c === 0xe0) lo = 0xa0;
+      if (c === 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      if (c === 0xf0) lo = 0x90;
+      if (c === 0xf4) hi = 0x8f;
+    } else return i;
+    for (let k = 1; k <= n; k++) {
+      const d = b[i + k];
+      if (d === undefined || d < (k === 1 ? lo : 0x80) || d > (k === 1 ? hi : 0xbf)) return i;
+    }
+    i += n + 1;
+  }
+  return -1;
+}
+
 /**
  * A result in the raw-bytes framing (API.md job_result): `x-metadata-size: n`, then n bytes of the
  * result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
@@ -74,10 +105,21 @@ export function checkFramedResult(
   const page = raw.subarray(n);
   if (page.length > maxBodyBytes) throw tooLarge(maxBodyBytes);
   const checked = checkResult(meta, maxBodyBytes);
-  return {
-    ...checked,
-    body: page.length > 0 || checked.outcome === 'rendered' ? page.toString('utf8') : null,
-  };
+  let body: string | null = null;
+  if (page.length > 0 || checked.outcome === 'rendered') {
+    // A page is stored as text: bytes that are not UTF-8 would silently become U+FFFD, so the page
+    // would not be what the fleet rendered. Refused instead, naming where it goes wrong.
+    try {
+      body = strictUtf8.decode(page);
+    } catch {
+      throw new HttpError(
+        400,
+        'invalid_body',
+        `the page is not valid UTF-8 (first bad byte at offset ${firstBadUtf8(page)}); send it re-encoded as UTF-8`,
+      );
+    }
+  }
+  return { ...checked, body };
 }
 
 /** Validates one result; throws HttpError (400, or 413 for a body over `maxBodyBytes`). */

@@ -12,6 +12,7 @@ import type { Caller } from '../../services/leases/claims.js';
 import {
   PENDING_WAIT_MS,
   ResultService,
+  checkFramedResult,
   checkResult,
   type CheckedResult,
 } from '../../services/leases/results.js';
@@ -212,6 +213,19 @@ test('a retry whose first copy never finishes answers 503 busy after the wait', 
   const start = w.clock.now;
   await assert.rejects(w.results.apply([w.result(token)], FLEET, NOW + 1000), { status: 503, code: 'busy' });
   assert.ok(w.clock.now - start >= PENDING_WAIT_MS);
+});
+
+test('a raw-bytes page that is not valid UTF-8 is a 400 naming the first bad byte, never stored with U+FFFD', () => {
+  const meta = Buffer.from(JSON.stringify({ id: KEY, leaseToken: 't', outcome: 'rendered' }));
+  const latin1 = Buffer.from('<p>caf\u00e9</p>', 'latin1'); // é as the single byte 0xE9
+  assert.throws(() => checkFramedResult(Buffer.concat([meta, latin1]), String(meta.length), 1000), {
+    status: 400,
+    code: 'invalid_body',
+    message: /not valid UTF-8 \(first bad byte at offset 6\)/,
+  });
+  const utf8 = Buffer.from('<p>caf\u00e9 \u{1F600}</p>', 'utf8');
+  const ok = checkFramedResult(Buffer.concat([meta, utf8]), String(meta.length), 1000);
+  assert.equal(ok.body, '<p>caf\u00e9 \u{1F600}</p>');
 });
 
 test('a result body over render.maxBodyBytes is a 413; an error field on a success is a 400', () => {
