@@ -16,10 +16,10 @@ import {
   mergePartials,
   type QueueKeeperConfig,
 } from '../../util/config/schema.js';
-import type { DutyHandle, DutyScheduler } from '../../util/duties/scheduler.js';
-import { onWake } from '../../util/duties/scheduler.js';
+import type { DutyScheduler } from '../../util/duties/scheduler.js';
 import { log, table, transaction, workerIndex } from './harper.js';
 import { withStoreLock } from './storeLock.js';
+import { TableFollower, type TableSubscription } from './tableFollower.js';
 
 export const COMPONENT_KEY = 'queue-keeper';
 const OVERRIDE_ID = 'overrides';
@@ -127,11 +127,6 @@ function testHoldMs(): number {
   return Number.isFinite(v) && v > 0 ? Math.min(v, 5000) : 0;
 }
 
-interface OverrideStream extends AsyncIterable<unknown> {
-  end?: () => void;
-  return?: () => unknown;
-}
-
 export interface RuntimeConfigDeps {
   /** Runs the resubscribe duty. */
   scheduler: DutyScheduler;
@@ -149,11 +144,29 @@ export class RuntimeConfig {
   private readonly warnedUnknown = new Set<string>();
   private warnedOverflow = false;
   private started = false;
-  private stopped = false;
-  private stream: OverrideStream | null = null;
-  private resubscribe: DutyHandle | null = null;
+  private readonly follower: TableFollower<unknown>;
 
-  constructor(private readonly deps: RuntimeConfigDeps) {}
+  constructor(deps: RuntimeConfigDeps) {
+    this.follower = new TableFollower<unknown>({
+      name: 'configuration override',
+      scheduler: deps.scheduler,
+      retryMs: CONFIG_RESUBSCRIBE_MS,
+      reload: () => this.reload(),
+      subscribe: async () =>
+        (await overrideTable().subscribe({
+          id: OVERRIDE_ID,
+          omitCurrent: true,
+        })) as TableSubscription<unknown>,
+      // Any event on the row: read it whole again (the event's value is the stored JSON string).
+      onEvent: () => this.reload(),
+      log,
+    });
+  }
+
+  private async reload(): Promise<void> {
+    this.overrides = await readOverrides();
+    this.setCurrent(this.compute());
+  }
 
   current(): QueueKeeperConfig {
     return this.currentConfig;
@@ -173,75 +186,12 @@ export class RuntimeConfig {
     if (this.started) return;
     this.started = true;
     this.fileOptions = loadFileOptions();
-    this.overrides = await readOverrides();
-    this.setCurrent(this.compute());
-    this.resubscribe = this.deps.scheduler.add(
-      {
-        name: 'config resubscribe',
-        runOnce: async () => {
-          this.overrides = await readOverrides();
-          this.setCurrent(this.compute());
-          await this.follow();
-          return {};
-        },
-      },
-      onWake(() => CONFIG_RESUBSCRIBE_MS),
-    );
-    void this.follow();
+    await this.follower.start();
   }
 
   /** Closes the subscription and stops the resubscribe duty. */
   async stop(): Promise<void> {
-    this.stopped = true;
-    this.closeStream();
-    await this.resubscribe?.stop();
-  }
-
-  /** Opens the override subscription and consumes it in the background; a failure or an end resubscribes. */
-  private async follow(): Promise<void> {
-    if (this.stopped) return;
-    let sub: OverrideStream;
-    try {
-      sub = (await overrideTable().subscribe({ id: OVERRIDE_ID, omitCurrent: true })) as OverrideStream;
-    } catch (e) {
-      this.closed(e);
-      return;
-    }
-    this.stream = sub;
-    void (async () => {
-      try {
-        for await (const _ev of sub) {
-          if (this.stream !== sub) return;
-          this.overrides = await readOverrides();
-          this.setCurrent(this.compute());
-        }
-        if (this.stream === sub) this.closed();
-      } catch (e) {
-        if (this.stream === sub) this.closed(e);
-      }
-    })();
-  }
-
-  private closed(err?: unknown): void {
-    this.stream = null;
-    if (this.stopped) return;
-    if (err !== undefined)
-      log.error(
-        `configuration override subscription failed; retrying in ${CONFIG_RESUBSCRIBE_MS / 1000} s`,
-        err,
-      );
-    this.resubscribe?.wake();
-  }
-
-  private closeStream(): void {
-    const s = this.stream;
-    this.stream = null;
-    try {
-      s?.end?.();
-      void Promise.resolve(s?.return?.()).catch(() => undefined);
-    } catch {
-      // already closed
-    }
+    await this.follower.stop();
   }
 
   private warnUnknown(paths: string[], source: string): void {

@@ -3,9 +3,10 @@
 // is written to the exported QueueStatus table only when it changes, so MQTT subscribers of
 // `queue_status/#` wake at once and are not woken for nothing. The state lives on a NodeControl built in
 // resources.ts (the composition root), which hands it to the keeper and the routes.
-import { onWake, type DutyHandle, type DutyScheduler } from '../../util/duties/scheduler.js';
+import type { DutyScheduler } from '../../util/duties/scheduler.js';
 import { HttpError, echo } from '../../util/http/errors.js';
 import { log, table, transaction } from '../runtime/harper.js';
+import { TableFollower, type TableSubscription } from '../runtime/tableFollower.js';
 import { peerNames } from '../cluster/membership.js';
 import { nodeName } from '../cluster/nodeName.js';
 
@@ -57,10 +58,7 @@ export async function checkPauseScope(scope: unknown): Promise<string> {
   );
 }
 
-interface ControlStream extends AsyncIterable<{ type: string; id: string; value?: { paused?: unknown } }> {
-  end?: () => void;
-  return?: () => unknown;
-}
+type ControlEvent = { type: string; id: string; value?: { paused?: unknown } };
 
 export interface NodeControlDeps {
   /** Runs the resubscribe duty. */
@@ -77,13 +75,25 @@ export class NodeControl {
   private readonly pauses = new Map<string, boolean>();
   private lastWritten: NodeStatus | undefined;
   private readonly listeners: Array<() => void> = [];
-  private started = false;
   private loaded = false;
-  private stopped = false;
-  private stream: ControlStream | null = null;
-  private resubscribe: DutyHandle | null = null;
+  private readonly follower: TableFollower<ControlEvent>;
 
-  constructor(private readonly deps: NodeControlDeps) {}
+  constructor(deps: NodeControlDeps) {
+    this.follower = new TableFollower<ControlEvent>({
+      name: 'QueueControl',
+      scheduler: deps.scheduler,
+      retryMs: CONTROL_RESUBSCRIBE_MS,
+      reload: () => this.load(),
+      subscribe: async () =>
+        (await controlTable().subscribe({ omitCurrent: true })) as TableSubscription<ControlEvent>,
+      onEvent: (ev) => {
+        if (ev.type === 'delete') this.pauses.delete(ev.id);
+        else if (ev.value) this.pauses.set(ev.id, ev.value.paused === true);
+        this.changed();
+      },
+      log,
+    });
+  }
 
   isPaused(): boolean {
     return this.pauses.get('all') === true || this.pauses.get(nodeName()) === true;
@@ -113,75 +123,25 @@ export class NodeControl {
    * predecessor never hands out the draining set of a paused queue.
    */
   async start(): Promise<void> {
-    if (this.started) return;
-    this.started = true;
-    await this.load();
-    this.resubscribe = this.deps.scheduler.add(
-      {
-        name: 'control resubscribe',
-        runOnce: async () => {
-          await this.load().catch(() => undefined);
-          await this.follow();
-          return {};
-        },
-      },
-      onWake(() => CONTROL_RESUBSCRIBE_MS),
-    );
-    void this.follow();
+    await this.follower.start();
   }
 
   /** Closes the subscription and stops the resubscribe duty. */
   async stop(): Promise<void> {
-    this.stopped = true;
-    const s = this.stream;
-    this.stream = null;
-    try {
-      s?.end?.();
-      void Promise.resolve(s?.return?.()).catch(() => undefined);
-    } catch {
-      // already closed
-    }
-    await this.resubscribe?.stop();
+    await this.follower.stop();
   }
 
+  /** Reads every scope afresh: after a gap in the subscription, a resume made meanwhile is seen too. */
   private async load(): Promise<void> {
+    const read = new Map<string, boolean>();
     for await (const row of controlTable().search({})) {
-      if (typeof row.id === 'string') this.pauses.set(row.id, row.paused === true);
+      if (typeof row.id === 'string') read.set(row.id, row.paused === true);
     }
+    this.pauses.clear();
+    for (const [scope, paused] of read) this.pauses.set(scope, paused);
+    const again = this.loaded;
     this.loaded = true;
-  }
-
-  private async follow(): Promise<void> {
-    if (this.stopped) return;
-    let sub: ControlStream;
-    try {
-      sub = (await controlTable().subscribe({ omitCurrent: true })) as ControlStream;
-    } catch (e) {
-      this.closed(e);
-      return;
-    }
-    this.stream = sub;
-    void (async () => {
-      try {
-        for await (const ev of sub) {
-          if (this.stream !== sub) return;
-          if (ev.type === 'delete') this.pauses.delete(ev.id);
-          else if (ev.value) this.pauses.set(ev.id, ev.value.paused === true);
-          this.changed();
-        }
-        if (this.stream === sub) this.closed();
-      } catch (e) {
-        if (this.stream === sub) this.closed(e);
-      }
-    })();
-  }
-
-  private closed(err?: unknown): void {
-    this.stream = null;
-    if (this.stopped) return;
-    if (err !== undefined)
-      log.error(`QueueControl subscription failed; retrying in ${CONTROL_RESUBSCRIBE_MS / 1000} s`, err);
-    this.resubscribe?.wake();
+    if (again) this.changed();
   }
 
   private changed(): void {
