@@ -3,11 +3,11 @@
 // (.harper-data/cluster/<node>/, ignored by git). Prints each node's URL and the shared admin
 // credentials; Ctrl-C stops all three (each by its pid). Data is kept between runs.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { localCredentials, localSecretKey } from './local-secrets.mjs';
 
 const require = createRequire(import.meta.url);
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -21,18 +21,8 @@ if (!existsSync(join(repo, 'dist', 'resources.js'))) {
 
 // One admin user and one sealing key for the whole cluster: hooks replicate, so every node must be able
 // to unseal their secrets, and each node logs in to the others as this user.
-const credFile = join(data, 'credentials.json');
-if (!existsSync(credFile))
-  writeFileSync(
-    credFile,
-    JSON.stringify({ username: 'admin', password: randomBytes(12).toString('base64url') }),
-    { mode: 0o600 },
-  );
-const creds = JSON.parse(readFileSync(credFile, 'utf8'));
-const keyFile = join(data, 'secret-key');
-if (!process.env.QUEUE_KEEPER_SECRET_KEY && !existsSync(keyFile))
-  writeFileSync(keyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
-const secretKey = process.env.QUEUE_KEEPER_SECRET_KEY ?? readFileSync(keyFile, 'utf8').trim();
+const creds = localCredentials(data);
+const secretKey = localSecretKey(data);
 const basic = 'Basic ' + Buffer.from(`${creds.username}:${creds.password}`).toString('base64');
 
 const host = '127.0.0.1';

@@ -1,11 +1,11 @@
 // `npm start`: boots a local Harper with queue-keeper loaded, on a data folder inside the repo
 // (.harper-data/, ignored by git), and prints the URL and admin credentials. Ctrl-C stops it.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { localCredentials, localSecretKey } from './local-secrets.mjs';
 
 const require = createRequire(import.meta.url);
 const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -18,20 +18,8 @@ if (!existsSync(join(repo, 'dist', 'resources.js'))) {
 }
 
 // Admin credentials and the hook-secret sealing key are made once and kept in the data folder.
-const credFile = join(data, 'credentials.json');
-if (!existsSync(credFile)) {
-  writeFileSync(
-    credFile,
-    JSON.stringify({ username: 'admin', password: randomBytes(12).toString('base64url') }),
-    { mode: 0o600 },
-  );
-}
-const creds = JSON.parse(readFileSync(credFile, 'utf8'));
-const keyFile = join(data, 'secret-key');
-if (!process.env.QUEUE_KEEPER_SECRET_KEY && !existsSync(keyFile)) {
-  writeFileSync(keyFile, randomBytes(32).toString('base64'), { mode: 0o600 });
-}
-const secretKey = process.env.QUEUE_KEEPER_SECRET_KEY ?? readFileSync(keyFile, 'utf8').trim();
+const creds = localCredentials(data);
+const secretKey = localSecretKey(data);
 
 const host = process.env.HOST ?? '127.0.0.1';
 const httpPort = Number(process.env.PORT ?? 9926);
