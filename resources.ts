@@ -72,12 +72,14 @@ const notify = new NotifyService({
     }),
   keeper: () => leadership.keeper(),
   leases: leaseTable,
+  ownership: () => leadership.clusterOwnership(),
   destroyExpiredSecrets,
   log,
 });
 
 // ------------------------------------------------------------------ the keeper (runs on worker 0)
-// Its events: a due summary may raise `created` edges, an expired lease a `requeued` one.
+// Its events: a due summary may raise `created` edges, an expired lease a `requeued` one (alone; clustered
+// the stall sweep's look decides them once for the cluster, NotifyService.judgeCluster).
 const leadership = new KeeperLeadership({
   scheduler: duties,
   config,
@@ -131,6 +133,8 @@ const stallSweep = new StallSweep({
   hooks: hookViews,
   notifyAvailable: () => notify.available(),
   fireStalled: (fleetId, queue, job, at) => notify.fireStalled(fleetId, queue, job, at),
+  requeueMarks: (since) => notify.requeueMarks(since),
+  judgeEdges: (look) => notify.judgeCluster(look),
   config,
   count,
   log,

@@ -1,7 +1,17 @@
 // Notify on this node (SPEC §6): the dispatcher runs on worker 0 only, so rate limits, edge pacing and
-// health writes have one owner. `created` edges come from the keeper's per-queue due summary on worker 0;
-// `requeued` signals come from leases the keeper finds expired on its publish tick; `stalled` wakes come
-// from the stall ledger's sweep on worker 0. The edge logic itself is util/notify/edges.ts.
+// health writes have one owner. Alone, `created` edges come from the keeper's per-queue due summary on
+// worker 0 and `requeued` signals from leases the keeper finds expired on its publish tick (the edge logic
+// is util/notify/edges.ts). Clustered (more than one node present), both are cluster-wide events (SPEC
+// §9): the due summary and an expiry no longer fire here by themselves; an expiry leaves a mark that the
+// stall sweep publishes with this node's due view, and the sweep hands the merged views to `judgeCluster`,
+// which fires the edges of the queues this node judges (util/cluster/clusterEdges.ts). `stalled` wakes
+// come from the stall ledger's sweep on worker 0 in both cases.
+import {
+  ClusterEdges,
+  queueJudgeKey,
+  type ClusterLook,
+  type Judges,
+} from '../../util/cluster/clusterEdges.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type { LeaseTable } from '../../util/leases/table.js';
 import { EdgeDetector, type EdgeRow, type QueueDueCounts } from '../../util/notify/edges.js';
@@ -33,6 +43,8 @@ export interface NotifyDeps {
       }
     | undefined;
   leases: () => Pick<LeaseTable, 'isLeased'>;
+  /** The membership the keeper holds rows by (undefined before it starts); clustered when it has 2+ nodes. */
+  ownership: () => Judges | undefined;
   destroyExpiredSecrets: (now: number) => Promise<number>;
   log: { info: (...args: unknown[]) => void; warn: (...args: unknown[]) => void };
 }
@@ -44,6 +56,9 @@ function wakeJob(row: EdgeRow): WakeJob {
 export class NotifyService {
   private dispatcher: WakeSink | undefined;
   private readonly edges: EdgeDetector;
+  private readonly cluster = new ClusterEdges();
+  /** Clustered: the last unreported expiry per queue on this node, published with its due view. */
+  private readonly marks = new Map<string, number>();
 
   constructor(private readonly deps: NotifyDeps) {
     this.edges = new EdgeDetector(() => deps.config().notify.edgeCooldown);
@@ -82,24 +97,93 @@ export class NotifyService {
     void this.dispatcher.fire({ reason, queue, job: wakeJob(row), createdAt: now });
   }
 
-  /** Called by the keeper on every publish tick: a queue going from no due verified rows to some is `created`. */
+  /** The membership when clustered (two or more nodes present), else undefined. */
+  private clustered(): Judges | undefined {
+    const owners = this.deps.ownership();
+    return owners && owners.nodes.length > 1 ? owners : undefined;
+  }
+
+  /**
+   * Called by the keeper on every publish tick: a queue going from no due verified rows to some is
+   * `created`. Clustered, this node's rows are only its share: the baseline still moves (so a node left
+   * alone again judges from a current one), but the cluster's judge decides (`judgeCluster`).
+   */
   onDueSummary(summary: { byQueue: ReadonlyMap<string, QueueDueCounts> }, now: number): void {
-    for (const edge of this.edges.created(summary.byQueue))
-      this.fireEdge('created', edge.queue, edge.row, now);
+    const created = this.edges.created(summary.byQueue);
+    if (this.clustered()) return;
+    for (const edge of created) this.fireEdge('created', edge.queue, edge.row, now);
+  }
+
+  /** The queue's oldest due verified row on this node that nobody holds. */
+  private oldestUnleased(queue: string, now: number): EdgeRow | null {
+    const leases = this.deps.leases();
+    return (
+      this.deps.keeper()?.core.oldestDue(queue, now, {
+        verifiedOnly: true,
+        skip: (k) => leases.isLeased(k, now),
+      }) ?? null
+    );
   }
 
   /**
    * Leases of `queue` expired unreported (the keeper finds them on its publish tick, worker 0): wake the
    * queue's fleets, naming its oldest verified row nobody holds; with none there is nothing to wake anyone
-   * for (and a queue of unverified rows never names one).
+   * for (and a queue of unverified rows never names one). Clustered, the expiry is marked for the queue's
+   * judge; when that is this node, it answers at once.
    */
   onRequeued(queue: string, now: number): void {
-    const leases = this.deps.leases();
-    const oldest = this.deps.keeper()?.core.oldestDue(queue, now, {
-      verifiedOnly: true,
-      skip: (k) => leases.isLeased(k, now),
+    const owners = this.clustered();
+    if (!owners) {
+      const oldest = this.oldestUnleased(queue, now);
+      if (oldest) this.fireEdge('requeued', queue, oldest, now);
+      return;
+    }
+    this.marks.set(queue, Math.max(now, this.marks.get(queue) ?? -Infinity));
+    if (owners.ownerOf(queueJudgeKey(queue)) !== owners.self) return;
+    const edge = this.cluster.localRequeue({
+      now,
+      owners,
+      queue,
+      job: this.oldestUnleased(queue, now),
+      cooldownMs: this.deps.config().notify.edgeCooldown,
+      send: this.available(),
     });
-    if (oldest) this.fireEdge('requeued', queue, oldest, now);
+    if (edge) this.fireClusterEdge(edge, now);
+  }
+
+  /**
+   * Clustered: this node's requeue marks to publish, those at or after `since`; older ones are
+   * forgotten (every judge has had ticks enough to read them).
+   */
+  requeueMarks(since: number): ReadonlyMap<string, number> {
+    for (const [queue, at] of this.marks) if (at < since) this.marks.delete(queue);
+    return new Map(this.marks);
+  }
+
+  /**
+   * The stall sweep's look at the merged due views (maintenance tick, clustered): fires the `created`
+   * and `requeued` edges of the queues this node judges. Returns how many fired.
+   */
+  judgeCluster(look: ClusterLook): number {
+    const edges = this.cluster.decide({
+      ...look,
+      cooldownMs: this.deps.config().notify.edgeCooldown,
+      send: this.available(),
+    });
+    for (const edge of edges) this.fireClusterEdge(edge, look.now);
+    return edges.length;
+  }
+
+  private fireClusterEdge(
+    edge: { reason: 'created' | 'requeued'; queue: string; job: EdgeRow },
+    now: number,
+  ) {
+    void this.dispatcher?.fire({
+      reason: edge.reason,
+      queue: edge.queue,
+      job: wakeJob(edge.job),
+      createdAt: now,
+    });
   }
 
   /** Maintenance duty: destroys previous hook secrets whose 24 h rotation grace has ended. */

@@ -1,8 +1,9 @@
 // The only module that names QueueDueSummary: each clustered node's worker 0 publishes its per-queue due
-// view (only the rows it owns), so the stall sweep on a pair's owner node can see a queue whole. Rows are
-// rewritten when they change and refreshed before they would look stale; a node whose rows are stale or
-// missing makes the cluster view incomplete (charges still happen, drains do not).
-import type { QueueDueView } from '../../util/stall/rules.js';
+// view (only the rows it owns) and its last requeue per queue, so the stall sweep on a pair's owner node
+// and the queue's judge of `created`/`requeued` (util/cluster/clusterEdges.ts) can see a queue whole.
+// Rows are rewritten when they change and refreshed before they would look stale; a node whose rows are
+// stale or missing makes the cluster view incomplete (charges still happen, drains and `created` do not).
+import type { NodeQueueView } from '../../util/cluster/clusterEdges.js';
 import type { HarperTable } from '../runtime/harper.js';
 
 /** The table this module owns, as [database, table] for the runtime's `table()`. */
@@ -19,9 +20,15 @@ const idOf = (node: string, queue: string) => JSON.stringify([node, queue]);
 /** The heartbeat row (queue ''): a node with nothing due still shows it is alive and looked. */
 const HEARTBEAT = '';
 
-function signature(v: QueueDueView): string {
+function signature(v: NodeQueueView): string {
   const o = v.oldestGateDue;
-  return JSON.stringify([v.hasGateDue, o?.key ?? null, o?.dueMs ?? null, o?.fromSitemap ?? null]);
+  return JSON.stringify([
+    v.hasGateDue,
+    o?.key ?? null,
+    o?.dueMs ?? null,
+    o?.fromSitemap ?? null,
+    v.requeuedAt,
+  ]);
 }
 
 /** This node's side of the board: what it last wrote, so it writes only changes and refreshes. */
@@ -32,13 +39,13 @@ export class DueSummaryBoard {
   constructor(private readonly deps: DueSummaryDeps) {}
 
   /**
-   * Writes this node's views that changed (or are due a refresh) and the heartbeat; queues it no longer
-   * has due work in are deleted. Nothing to write, no transaction. `written` is updated only after the
+   * Writes this node's views that changed (a new requeue mark is a change) or are due a refresh, and the
+   * heartbeat; queues it has neither due work nor a mark in any more are deleted. Nothing to write, no transaction. `written` is updated only after the
    * commit, so a failed write is tried again on the next tick. Returns rows written.
    */
   async publish(
     node: string,
-    views: readonly QueueDueView[],
+    views: readonly NodeQueueView[],
     now: number,
     refreshMs: number,
   ): Promise<number> {
@@ -61,6 +68,7 @@ export class DueSummaryBoard {
           oldestKey: o?.key ?? null,
           oldestDueMs: o?.dueMs ?? null,
           oldestFromSitemap: o?.fromSitemap ?? null,
+          requeuedAt: v.requeuedAt,
           updatedAt: now,
         },
       });
@@ -94,8 +102,8 @@ export class DueSummaryBoard {
     nodes: readonly string[],
     now: number,
     maxAgeMs: number,
-  ): Promise<{ views: QueueDueView[][]; missing: string[] }> {
-    const byNode = new Map<string, QueueDueView[]>();
+  ): Promise<{ views: NodeQueueView[][]; missing: string[] }> {
+    const byNode = new Map<string, NodeQueueView[]>();
     const fresh = new Set<string>();
     for await (const r of this.deps.table().search({})) {
       const node = String(r.node);
@@ -111,6 +119,7 @@ export class DueSummaryBoard {
           typeof r.oldestKey === 'string'
             ? { key: r.oldestKey, dueMs: Number(r.oldestDueMs), fromSitemap: r.oldestFromSitemap === true }
             : null,
+        requeuedAt: typeof r.requeuedAt === 'number' ? r.requeuedAt : null,
       });
       byNode.set(node, list);
     }

@@ -1,7 +1,9 @@
 // Two replicating nodes (HARPER.md §8 recipe, insecure ws on 127.0.0.1): each keeper holds only the rows
 // it owns by rendezvous hashing over the node names, the two together hold every row once, and a claim
-// on a node grants only that node's rows.
-import { after, before, test } from 'node:test';
+// on a node grants only that node's rows. Cluster-wide events happen once (SPEC §9): a queue's created
+// and requeued wakes, a pair's stall wake; a pause of `all` reaches both nodes, a hostname only its node;
+// a claim on either node counts as progress for the pair's owner.
+import { after, before, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -13,7 +15,11 @@ let a: HarperInstance;
 let b: HarperInstance;
 let receiver: http.Server;
 let receiverUrl = '';
-const wakes: Array<{ id: string; body: { reason: string; queue: string; job: { url: string } } }> = [];
+const wakes: Array<{
+  id: string;
+  at: number;
+  body: { reason: string; queue: string; job: { url: string } };
+}> = [];
 const MIN = 60_000;
 
 async function node(name: string): Promise<{ inst: HarperInstance; url: string }> {
@@ -39,6 +45,7 @@ before(async () => {
     req.on('end', () => {
       wakes.push({
         id: String(req.headers['webhook-id']),
+        at: Date.now(),
         body: JSON.parse(raw) as (typeof wakes)[number]['body'],
       });
       res.writeHead(204).end();
@@ -61,7 +68,13 @@ before(async () => {
       body: {
         queue: { keeper: { publishInterval: 200, stateInterval: 1000 } },
         maintenance: { tickInterval: 500 },
-        render: { routes: [{ name: 'stallq', match: 'prefix', path: '/stall/' }] },
+        render: {
+          routes: ['stallq', 'edgeq', 'progq', 'pauseq'].map((name) => ({
+            name,
+            match: 'prefix',
+            path: `/${name.slice(0, -1)}/`,
+          })),
+        },
         notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
         stall: { after: 1000, backoff: [5000], maxNudges: 2 },
       },
@@ -166,4 +179,146 @@ test('a queue stalled across both nodes is woken once per backoff step, by one n
   );
   assert.deepEqual(ledgers[0], ledgers[1]);
   assert.equal(ledgers[0][0].nudges, 2);
+});
+
+const NODES = ['node-a', 'node-b'] as const;
+const both = new Ownership([...NODES], 'node-a');
+const inst = (name: string) => (name === 'node-a' ? a : b);
+
+async function fleetWithHook(name: string, queue: string): Promise<string> {
+  const fleet = await a.fetch('/prerender_admin/fleets', { body: { name, queues: [queue] } });
+  assert.equal(fleet.status, 200, fleet.text);
+  const hook = await a.fetch('/prerender_admin/hooks', {
+    body: { fleetId: fleet.json.id, url: receiverUrl },
+  });
+  assert.equal(hook.status, 200, hook.text);
+  return fleet.json.id as string;
+}
+
+/** Applies a config change on both nodes for one test, and puts the replaced values back after it. */
+async function configBoth(t: TestContext, partial: Record<string, Record<string, unknown>>): Promise<void> {
+  for (const n of [a, b]) {
+    const current = (await n.fetch('/prerender_admin/config')).json as Record<
+      string,
+      Record<string, unknown>
+    >;
+    const back = Object.fromEntries(
+      Object.entries(partial).map(([k, v]) => [
+        k,
+        Object.fromEntries(Object.keys(v).map((f) => [f, current[k]![f]])),
+      ]),
+    );
+    t.after(async () => void (await n.fetch('/prerender_admin/config', { body: back })));
+    const r = await n.fetch('/prerender_admin/config', { body: partial });
+    assert.equal(r.status, 200, r.text);
+  }
+}
+
+async function claimOn(n: HarperInstance, queue: string, limit = 1) {
+  const r = await n.fetch('/render_queue/claim', { body: { limit, queues: [queue] } });
+  assert.equal(r.status, 200, r.text);
+  return {
+    jobs: r.json as Array<{ id: string; expiresAt: number }>,
+    status: String(r.headers['x-queue-status']),
+  };
+}
+
+test("a queue's created wake rings once for the cluster, and leases expiring on both nodes ring requeued once", async (t) => {
+  // Cooldown 4 s: shorter than the lease (5 s, the minimum), so the requeue may ring after the created
+  // edge; longer than the gap between the two nodes' expiries reaching the queue's judge.
+  await configBoth(t, { notify: { edgeCooldown: 4000 }, queue: { jobLeaseTime: 5000 } });
+  await fleetWithHook('edge-fleet', 'edgeq');
+  const urls = Array.from({ length: 20 }, (_, i) => `https://cluster.example.com/edge/${i}`);
+  for (const n of NODES)
+    assert.ok(
+      urls.some((u) => both.ownerOf(u) === n),
+      `${n} holds some edgeq rows`,
+    );
+  const filed = await a.fetch('/render_queue/targets', {
+    body: { targets: urls.map((url) => ({ url, dueAt: Date.now() - MIN })) },
+  });
+  assert.equal(filed.status, 200, filed.text);
+  const of = (reason: string) => wakes.filter((w) => w.body.queue === 'edgeq' && w.body.reason === reason);
+  await until('the created wake', () => of('created').length >= 1, 20_000);
+  // Each node saw the queue go from nothing due to something due; judged per node, both would ring
+  // within a publish tick or two.
+  await sleep(2500);
+  assert.equal(of('created').length, 1, 'one created wake for the cluster, not one per node');
+  assert.ok(urls.includes(of('created')[0]!.body.job.url));
+
+  // One lease on each node, both left to expire unreported.
+  const leases = [await claimOn(a, 'edgeq'), await claimOn(b, 'edgeq')].map((c) => c.jobs[0]);
+  assert.ok(leases.every(Boolean), 'each node granted one of its edgeq rows');
+  const expiresAt = Math.max(...leases.map((j) => j!.expiresAt));
+  const first = await until('the requeued wake', () => of('requeued')[0], 20_000);
+  t.diagnostic(`requeued wake ${first.at - expiresAt} ms after the later expiry`);
+  await sleep(2500); // both expiries have reached the judge by now (ticks of 500 ms)
+  assert.equal(of('requeued').length, 1, 'two expiries on two nodes inside one cooldown: one wake');
+  assert.ok(urls.includes(first.body.job.url));
+});
+
+test('pause `all` on one node stops claims on both; pause of a hostname stops only that node', async () => {
+  const statusOf = async (n: HarperInstance) => (await claimOn(n, 'pauseq')).status;
+  const pause = async (path: 'pause' | 'resume', scope: string) => {
+    const r = await a.fetch(`/prerender_admin/${path}`, { body: { scope } });
+    assert.equal(r.status, 200, r.text);
+  };
+  await pause('pause', 'all');
+  await until(
+    'both nodes to answer claims paused',
+    async () => (await statusOf(a)) === 'paused' && (await statusOf(b)) === 'paused',
+    10_000,
+  );
+  await pause('resume', 'all');
+  await until(
+    'both nodes to serve again',
+    async () => (await statusOf(a)) !== 'paused' && (await statusOf(b)) !== 'paused',
+    10_000,
+  );
+  await pause('pause', 'node-b'); // sent to node-a: the intent replicates to node-b
+  try {
+    await until('node-b to answer claims paused', async () => (await statusOf(b)) === 'paused', 10_000);
+    assert.notEqual(await statusOf(a), 'paused', 'node-a still serves');
+    const overview = (await a.fetch('/prerender_admin/overview')).json as { paused: boolean };
+    assert.equal(overview.paused, false);
+  } finally {
+    await pause('resume', 'node-b');
+  }
+  await until('node-b to serve again', async () => (await statusOf(b)) !== 'paused', 10_000);
+});
+
+test("a claim on the node that does not own a stalled pair resets the pair's ledger on its owner within a tick or two", async (t) => {
+  const fleetId = await fleetWithHook('progress-fleet', 'progq');
+  const pairOwner = both.ownerOf(JSON.stringify([fleetId, 'progq']));
+  const other = NODES.find((n) => n !== pairOwner)!;
+  const urls = Array.from({ length: 20 }, (_, i) => `https://cluster.example.com/prog/${i}`);
+  assert.ok(
+    urls.some((u) => both.ownerOf(u) === other),
+    `${other} holds some progq rows`,
+  );
+  const filed = await a.fetch('/render_queue/targets', {
+    body: { targets: urls.map((url, i) => ({ url, dueAt: Date.now() - 50 * MIN + i * MIN })) },
+  });
+  assert.equal(filed.status, 200, filed.text);
+  const stalled = () => wakes.filter((w) => w.body.queue === 'progq' && w.body.reason === 'stalled');
+  const wake1 = await until('the first stalled wake', () => stalled()[0], 30_000);
+  // Without progress the next wake is due one backoff step (5 s) after the first, as the second nudge.
+  const claim = await claimOn(inst(other), 'progq');
+  assert.equal(claim.jobs.length, 1, `${other} granted one of its progq rows`);
+  const claimedAt = Date.now();
+  const wake2 = await until('the wake after the progress', () => stalled()[1], 4000, 50);
+  t.diagnostic(
+    `claim on ${other} ${claimedAt - wake1.at} ms after the first wake; next wake from ${pairOwner} ${wake2.at - claimedAt} ms after the claim`,
+  );
+  assert.ok(wake2.at - wake1.at < 5000, 'woken before the backoff step: the claim counted as progress');
+  const ledger = (await inst(pairOwner).fetch('/prerender_admin/stall-ledger')).json as Array<{
+    fleetId: string;
+    queue: string;
+    nudges: number;
+  }>;
+  assert.equal(
+    ledger.find((r) => r.fleetId === fleetId && r.queue === 'progq')?.nudges,
+    1,
+    'back to its first nudge',
+  );
 });

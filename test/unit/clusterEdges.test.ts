@@ -79,8 +79,72 @@ test('a requeue seen on one node rings requeued once, from the judge; the same m
     [['requeued', judge('q')]],
   );
   assert.deepEqual(look(nodes, 2000, withMark(900)), []);
-  assert.deepEqual(look(nodes, 3000, withMark(2500)), [], 'a newer mark inside the cooldown waits');
-  assert.equal(look(nodes, 1000 + COOLDOWN, withMark(2500)).length, 1, 'and rings once the cooldown passed');
+  assert.deepEqual(look(nodes, 3000, withMark(2500)), [], 'a newer mark inside the cooldown is spent');
+  assert.deepEqual(look(nodes, 1000 + COOLDOWN, withMark(2500)), [], 'as a lone node drops it: never late');
+  assert.equal(look(nodes, 2000 + COOLDOWN, withMark(1500 + COOLDOWN)).length, 1, 'a new one after it rings');
+});
+
+test('a requeue with no unleased due row anywhere to name is spent, so it never rings later as a stale wake', () => {
+  const nodes = cluster();
+  look(nodes, 0, [[due('q', 'https://x/a', 0)], [], []]);
+  const busy: NodeQueueView = { queue: 'q', hasGateDue: true, oldestGateDue: null, requeuedAt: 500 };
+  assert.deepEqual(look(nodes, 1000, [[busy], [], []]), []);
+  assert.deepEqual(look(nodes, 2000, [[due('q', 'https://x/a', 0, 500)], [], []]), []);
+});
+
+test('a queue the judge had no view of at its last look still rings its first requeue (it was judged, not new)', () => {
+  // Rows filed, claimed and expired between two looks: q appears for the first time with a mark.
+  const nodes = cluster();
+  look(nodes, 0, [[], [], []]);
+  const edges = look(nodes, 1000, [[due('q', 'https://x/a', 0, 900)], [], []]);
+  assert.deepEqual(
+    edges.map((e) => [e.reason, e.by]),
+    [['requeued', judge('q')]],
+  );
+});
+
+test("the judge answers its own node's expiry at once; the mark it publishes later never rings again", () => {
+  const nodes = cluster();
+  look(nodes, 0, [[], [], []]);
+  const job = row('https://x/a', 0);
+  const answers = nodes.map((n) =>
+    n.edges.localRequeue({ now: 500, owners: n.owners, queue: 'q', job, cooldownMs: COOLDOWN }),
+  );
+  assert.deepEqual(
+    answers.map((a, i) => (a ? [a.reason, NAMES[i]] : null)).filter(Boolean),
+    [['requeued', judge('q')]],
+    'only the judge answers; the others leave it to the board',
+  );
+  const selfIndex = NAMES.indexOf(judge('q'));
+  const views = NAMES.map((_, i) => (i === selfIndex ? [due('q', 'https://x/a', 0, 500)] : []));
+  assert.deepEqual(look(nodes, 1000, views), []);
+  assert.equal(
+    nodes[selfIndex]!.edges.localRequeue({
+      now: 600,
+      owners: nodes[selfIndex]!.owners,
+      queue: 'q',
+      job: null,
+      cooldownMs: COOLDOWN,
+    }),
+    null,
+    'no row to name, no wake',
+  );
+});
+
+test('a look that cannot send moves the baselines and spends the marks but fires nothing and starts no cooldown', () => {
+  const edges = new ClusterEdges();
+  const owners = new Ownership(['node-a', 'node-b'], judge('q'));
+  const at = (now: number, views: NodeQueueView[][], send: boolean) =>
+    edges.decide({ now, owners, views, complete: true, cooldownMs: COOLDOWN, send });
+  at(0, [[], []], true);
+  assert.deepEqual(at(1000, [[due('q', 'https://x/a', 0, 900)], []], false), []);
+  assert.deepEqual(at(2000, [[due('q', 'https://x/a', 0, 900)], []], true), [], 'already due, mark spent');
+  at(3000, [[], []], true);
+  assert.deepEqual(
+    at(4000, [[due('q', 'https://x/a', 0)], []], true).map((e) => e.reason),
+    ['created'],
+    'no cooldown was started by the look that could not send',
+  );
 });
 
 test("a node that becomes a queue's judge takes the requeue marks it finds as a baseline", () => {
@@ -90,5 +154,30 @@ test("a node that becomes a queue's judge takes the requeue marks it finds as a 
   assert.deepEqual(
     edges.decide({ now: 6000, owners: solo, views, complete: true, cooldownMs: COOLDOWN }),
     [],
+  );
+});
+
+test('a judge that moved to this node takes the marks it finds as a baseline, and rings the next one', () => {
+  const edges = new ClusterEdges();
+  const q = 'q';
+  // q's judge leaves; the node that judges it over the two left is this one.
+  const left = NAMES.filter((n) => n !== judge(q));
+  const mover = new Ownership(left, left[0]!).ownerOf(queueJudgeKey(q));
+  const before = new Ownership(NAMES, mover);
+  const after = new Ownership(left, mover);
+  assert.notEqual(before.ownerOf(queueJudgeKey(q)), mover);
+  const at = (now: number, owners: Ownership, mark: number) =>
+    edges.decide({
+      now,
+      owners,
+      views: [[due(q, 'https://x/a', 0, mark)]],
+      complete: true,
+      cooldownMs: COOLDOWN,
+    });
+  assert.deepEqual(at(0, before, 100), []);
+  assert.deepEqual(at(1000, after, 900), [], 'the mark predates this node judging q');
+  assert.deepEqual(
+    at(2000, after, 1900).map((e) => e.reason),
+    ['requeued'],
   );
 });

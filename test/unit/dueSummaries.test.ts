@@ -3,7 +3,7 @@
 // is written again on the next tick.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { QueueDueView } from '../../util/stall/rules.js';
+import type { NodeQueueView } from '../../util/cluster/clusterEdges.js';
 import { DueSummaryBoard } from '../../services/stall/dueSummaries.js';
 
 const T0 = Date.UTC(2026, 2, 1, 12, 0, 0);
@@ -41,10 +41,11 @@ function world() {
   return { board, rows, state };
 }
 
-const view = (queue: string, dueMs = T0 - 600_000): QueueDueView => ({
+const view = (queue: string, dueMs = T0 - 600_000, requeuedAt: number | null = null): NodeQueueView => ({
   queue,
   hasGateDue: true,
   oldestGateDue: { key: `https://shop.test/${queue}/1`, dueMs, fromSitemap: false },
+  requeuedAt,
 });
 
 test('a view is written once, and again only when it changes or is due a refresh', async () => {
@@ -86,4 +87,23 @@ test("the other nodes' fresh views are read back; a node with only stale rows is
   const peers = await w.board.peers('a', ['a', 'b', 'c'], T0 + 1000, 3 * REFRESH);
   assert.deepEqual(peers.views, [[view('product')]]);
   assert.deepEqual(peers.missing, ['c']);
+});
+
+test("a new requeue mark rewrites the queue's row at once, and the other nodes read it back", async () => {
+  const w = world();
+  await w.board.publish('b', [view('product')], T0, REFRESH);
+  assert.equal(await w.board.publish('b', [view('product', undefined, T0 + 500)], T0 + 1000, REFRESH), 1);
+  // A mark with no due work left on that node (the requeued row was unverified) is still published.
+  const markOnly: NodeQueueView = {
+    queue: 'blog',
+    hasGateDue: false,
+    oldestGateDue: null,
+    requeuedAt: T0 + 900,
+  };
+  assert.equal(
+    await w.board.publish('b', [view('product', undefined, T0 + 500), markOnly], T0 + 1500, REFRESH),
+    1,
+  );
+  const peers = await w.board.peers('a', ['a', 'b'], T0 + 2000, 3 * REFRESH);
+  assert.deepEqual(peers.views, [[view('product', undefined, T0 + 500), markOnly]]);
 });

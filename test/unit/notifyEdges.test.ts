@@ -6,6 +6,8 @@ import { defaultConfig } from '../../util/config/schema.js';
 import { EdgeDetector, type EdgeRow, type QueueDueCounts } from '../../util/notify/edges.js';
 import { NotifyService } from '../../services/notify/wakes.js';
 import type { Wake } from '../../services/notify/dispatcher.js';
+import { Ownership } from '../../util/cluster/ownership.js';
+import { queueJudgeKey, type NodeQueueView } from '../../util/cluster/clusterEdges.js';
 
 const T0 = Date.UTC(2026, 2, 1, 12, 0, 0);
 const COOLDOWN = 30_000;
@@ -58,7 +60,13 @@ test('edges of one queue are paced by the cooldown; other queues have their own'
   assert.equal(edges.admit('product', T0 + COOLDOWN + 5_000), true);
 });
 
-function service(opts: { key?: { value: Buffer | null }; leased?: Set<string> } = {}) {
+function service(
+  opts: {
+    key?: { value: Buffer | null };
+    leased?: Set<string>;
+    owners?: { value: Ownership | undefined };
+  } = {},
+) {
   const cfg = defaultConfig();
   cfg.notify.edgeCooldown = COOLDOWN;
   const fired: Wake[] = [];
@@ -83,6 +91,7 @@ function service(opts: { key?: { value: Buffer | null }; leased?: Set<string> } 
       },
     }),
     leases: () => ({ isLeased: (key) => leased.has(key) }),
+    ownership: () => opts.owners?.value,
     destroyExpiredSecrets: async () => 0,
     log: { info: () => {}, warn: (m: unknown) => warnings.push(String(m)) },
   });
@@ -148,4 +157,99 @@ test('with hooks switched off (notify.maxHooksPerFleet 0) the service is unavail
   s.notify.onDueSummary({ byQueue: summary({}) }, T0);
   s.notify.onDueSummary({ byQueue: summary({ product: 1 }) }, T0 + 1);
   assert.equal(s.fired.length, 0);
+});
+
+// Clustered (two or more nodes present): the queue's rendezvous judge decides, from the merged views.
+const NODES = ['node-a', 'node-b'];
+const judgeOf = (queue: string) => new Ownership(NODES, 'node-a').ownerOf(queueJudgeKey(queue));
+const JUDGE = judgeOf('product');
+const OTHER = NODES.find((n) => n !== JUDGE)!;
+const viewOf = (queue: string, requeuedAt: number | null = null): NodeQueueView => ({
+  queue,
+  hasGateDue: true,
+  oldestGateDue: oldest(queue),
+  requeuedAt,
+});
+
+test('clustered, the keeper due summary fires no created edge on any node; alone again it fires as before', () => {
+  const owners = { value: new Ownership(NODES, OTHER) as Ownership | undefined };
+  const s = service({ owners });
+  s.notify.start();
+  s.notify.onDueSummary({ byQueue: summary({}) }, T0);
+  s.notify.onDueSummary({ byQueue: summary({ product: 1 }) }, T0 + 1000);
+  owners.value = new Ownership(NODES, JUDGE);
+  s.notify.onDueSummary({ byQueue: summary({}) }, T0 + 2000);
+  s.notify.onDueSummary({ byQueue: summary({ product: 1 }) }, T0 + 3000);
+  assert.equal(s.fired.length, 0, 'clustered, nothing fires from the summary');
+  owners.value = new Ownership([], JUDGE); // the peer left
+  s.notify.onDueSummary({ byQueue: summary({ product: 1 }) }, T0 + 4000);
+  assert.equal(s.fired.length, 0, 'the baseline moved while clustered: still due is no edge');
+  s.notify.onDueSummary({ byQueue: summary({}) }, T0 + 5000);
+  s.notify.onDueSummary({ byQueue: summary({ product: 1 }) }, T0 + 6000);
+  assert.deepEqual(
+    s.fired.map((w) => [w.reason, w.createdAt]),
+    [['created', T0 + 6000]],
+  );
+});
+
+test("clustered, the queue's judge fires created once from the merged views; the other node fires nothing", () => {
+  const nodes = NODES.map((self) => {
+    const s = service({ owners: { value: new Ownership(NODES, self) } });
+    s.notify.start();
+    return s;
+  });
+  // Each node looks at the same views with its own membership (its own `self`).
+  const lookAs = (now: number, views: NodeQueueView[][]) =>
+    nodes.map((s, i) =>
+      s.notify.judgeCluster({ now, owners: new Ownership(NODES, NODES[i]!), views, complete: true }),
+    );
+  lookAs(T0, [[], []]);
+  assert.deepEqual(
+    lookAs(T0 + 1000, [[viewOf('product')], [viewOf('product')]]),
+    NODES.map((n) => (n === JUDGE ? 1 : 0)),
+  );
+  lookAs(T0 + 2000, [[viewOf('product')], []]);
+  const fired = nodes.flatMap((s) => s.fired);
+  assert.deepEqual(
+    fired.map((w) => [w.reason, w.queue, w.job.id, w.createdAt]),
+    [['created', 'product', oldest('product').key, T0 + 1000]],
+  );
+});
+
+test("clustered, an expiry on the queue's judge wakes at once; on another node it only leaves a mark for the judge", () => {
+  const judge = service({ owners: { value: new Ownership(NODES, JUDGE) } });
+  const other = service({ owners: { value: new Ownership(NODES, OTHER) } });
+  judge.notify.start();
+  other.notify.start();
+  other.notify.onRequeued('product', T0);
+  assert.deepEqual(other.fired, []);
+  assert.deepEqual([...other.notify.requeueMarks(T0 - 1)], [['product', T0]]);
+  judge.notify.onRequeued('product', T0 + 100);
+  assert.deepEqual(
+    judge.fired.map((w) => [w.reason, w.job.id, w.createdAt]),
+    [['requeued', oldest('product').key, T0 + 100]],
+  );
+  // The judge's next look sees both marks (its own, already answered; the other's, inside the cooldown).
+  judge.notify.judgeCluster({
+    now: T0 + 500,
+    owners: new Ownership(NODES, JUDGE),
+    views: [[viewOf('product', T0 + 100)], [viewOf('product', T0)]],
+    complete: true,
+  });
+  assert.equal(judge.fired.length, 1, 'one requeued wake for the cluster');
+  assert.deepEqual([...judge.notify.requeueMarks(T0 + 101)], [], 'marks older than `since` are forgotten');
+});
+
+test('clustered, a judge that cannot send spends no cooldown: the next requeue after the key is back rings', () => {
+  const key: { value: Buffer | null } = { value: null };
+  const s = service({ key, owners: { value: new Ownership(NODES, JUDGE) } });
+  s.notify.start();
+  s.notify.onRequeued('product', T0);
+  assert.equal(s.fired.length, 0);
+  key.value = Buffer.alloc(32, 1);
+  s.notify.onRequeued('product', T0 + 1);
+  assert.deepEqual(
+    s.fired.map((w) => [w.reason, w.createdAt]),
+    [['requeued', T0 + 1]],
+  );
 });

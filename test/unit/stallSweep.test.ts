@@ -9,9 +9,9 @@ import {
   type FleetView,
   type HookView,
   type LedgerRow,
-  type QueueDueView,
   type RepresentativeRow,
 } from '../../util/stall/rules.js';
+import type { ClusterLook, NodeQueueView } from '../../util/cluster/clusterEdges.js';
 import { StallSweep, type SweepKeeper, type SweepOwnership } from '../../services/stall/sweep.js';
 
 const MINUTE = 60_000;
@@ -51,14 +51,17 @@ function world() {
   const fleets: FleetView[] = [{ id: 'f1', name: 'fleet one', state: 'active', queues: [] }];
   const hooks: HookView[] = [{ id: 'h1', fleetId: 'f1', enabled: true, queues: [] }];
   const wakes: Array<{ fleetId: string; queue: string; job: RepresentativeRow; now: number }> = [];
-  const published: QueueDueView[][] = [];
+  const published: NodeQueueView[][] = [];
+  const looks: ClusterLook[] = [];
+  const requeues = new Map<string, number>();
+  const marksAsked: number[] = [];
   /** Set: another worker 0 charges the pair between this sweep's plan and its charge. */
   const race = { before: null as LedgerRow | null };
   const state = {
     available: true,
     keeper: keeper as SweepKeeper | undefined,
     ownership: undefined as SweepOwnership | undefined,
-    peers: { views: [] as QueueDueView[][], missing: [] as string[] },
+    peers: { views: [] as NodeQueueView[][], missing: [] as string[] },
   };
   const sweep = new StallSweep({
     keeper: () => state.keeper,
@@ -98,11 +101,35 @@ function world() {
     hooks: async () => hooks,
     notifyAvailable: () => state.available,
     fireStalled: (fleetId, queue, job, now) => wakes.push({ fleetId, queue, job, now }),
+    requeueMarks: (since) => {
+      marksAsked.push(since);
+      return new Map([...requeues].filter(([, at]) => at >= since));
+    },
+    judgeEdges: (look) => {
+      looks.push(look);
+      return 0;
+    },
     config: () => cfg,
     count: () => {},
     log: { debug: () => {}, info: () => {}, error: () => {} },
   });
-  return { sweep, due, leased, ledger, marks, fleets, hooks, wakes, published, state, cfg, race };
+  return {
+    sweep,
+    due,
+    leased,
+    ledger,
+    marks,
+    fleets,
+    hooks,
+    wakes,
+    published,
+    looks,
+    requeues,
+    marksAsked,
+    state,
+    cfg,
+    race,
+  };
 }
 
 test('a pair another sweep charged since this plan is not charged or woken again', async () => {
@@ -202,4 +229,51 @@ test("clustered, only the pair's owner node charges it, and a node with no fresh
   assert.equal(w.ledger.size, 1);
   w.state.peers = { views: [], missing: [] };
   assert.deepEqual(await w.sweep.runOnce(T0 + 2 * MINUTE), { drained: 1, nudged: 0 });
+});
+
+test('alone, the sweep hands no look to the edge judges and publishes nothing (the keeper decides edges)', async () => {
+  const w = world();
+  await w.sweep.runOnce(T0);
+  assert.deepEqual([w.looks, w.published, w.marksAsked], [[], [], []]);
+});
+
+test("clustered, this node's requeue marks ride on its published view, and the judges get every fresh view", async () => {
+  const w = world();
+  const tick = w.cfg.maintenance.tickInterval;
+  w.state.ownership = { nodes: ['a', 'b'], self: 'a', ownerOf: () => 'b' };
+  w.requeues.set('product', T0 - 1000);
+  w.requeues.set('blog', T0 - 2000); // no due work of blog here: published as a mark alone
+  w.requeues.set('old', T0 - 6 * tick - 5001); // older than any judge reads: dropped
+  const peer: NodeQueueView = { queue: 'product', hasGateDue: true, oldestGateDue: ROW, requeuedAt: null };
+  w.state.peers = { views: [[peer]], missing: [] };
+  await w.sweep.runOnce(T0);
+  const mine: NodeQueueView[] = [
+    { queue: 'product', hasGateDue: true, oldestGateDue: ROW, requeuedAt: T0 - 1000 },
+    { queue: 'blog', hasGateDue: false, oldestGateDue: null, requeuedAt: T0 - 2000 },
+  ];
+  assert.deepEqual(w.published, [mine]);
+  assert.deepEqual(w.marksAsked, [T0 - 6 * tick - 5000]);
+  assert.equal(w.looks.length, 1);
+  assert.deepEqual(w.looks[0]!.views, [mine, [peer]]);
+  assert.equal(w.looks[0]!.complete, true);
+  assert.equal(w.looks[0]!.now, T0);
+  assert.equal(w.looks[0]!.owners.self, 'a');
+});
+
+test('a look is incomplete while a node has no fresh view or this keeper cannot vouch for its own', async () => {
+  const w = world();
+  w.state.ownership = { nodes: ['a', 'b'], self: 'a', ownerOf: () => 'a' };
+  w.state.peers = { views: [], missing: ['b'] };
+  await w.sweep.runOnce(T0);
+  w.state.peers = { views: [], missing: [] };
+  w.state.keeper = { ...w.state.keeper!, resyncing: true };
+  await w.sweep.runOnce(T0 + 1);
+  w.state.keeper = { ...w.state.keeper, resyncing: false, partial: true };
+  await w.sweep.runOnce(T0 + 2);
+  w.state.keeper = { ...w.state.keeper, partial: false };
+  await w.sweep.runOnce(T0 + 3);
+  assert.deepEqual(
+    w.looks.map((l) => l.complete),
+    [false, false, false, true],
+  );
 });
