@@ -10,10 +10,10 @@ import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue, vouchedState } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
-import { log, table, transaction, workerIndex } from './services/runtime/harper.js';
+import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { healthRecordDuty } from './services/metrics/healthFigures.js';
 import { processWideMetrics } from './services/metrics/values.js';
-import { installHttp } from './services/http/router.js';
+import { Router } from './services/http/router.js';
 import { KeeperLeadership } from './services/keeper/leadership.js';
 import { nodeStatusNow, servingView } from './services/keeper/servingView.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
@@ -137,17 +137,19 @@ const stallSweep = new StallSweep({
 });
 
 // ------------------------------------------------------------------ the HTTP front
-registerFeeding({ fileTargets, deleteTargets, discoverUrls, deletePages });
-registerAdmin({ keeper: leadership, control, settings, readRow, revalidate });
-registerQueue({ claims, results, scope: fleetScope, metrics, control });
-registerNotify({
+// This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
+const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
+registerFeeding(router, { fileTargets, deleteTargets, discoverUrls, deletePages });
+registerAdmin(router, { keeper: leadership, control, settings, readRow, revalidate });
+registerQueue(router, { claims, results, scope: fleetScope, metrics, control });
+registerNotify(router, {
   sealKey,
   fleetsChanged: () => fleetScope.fleetsChanged(),
   hookPolicy: () => hookPolicy(config()),
 });
-registerStall({ readLedger });
-registerConsole();
-installHttp();
+registerStall(router, { readLedger });
+registerConsole(router);
+router.install();
 
 async function start(): Promise<void> {
   await settings.start();
