@@ -37,7 +37,7 @@ import {
   revalidate,
 } from './services/schedule/store.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
-import { leaseTable, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
+import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
@@ -87,6 +87,8 @@ const leadership = new KeeperLeadership({
     onDue: (summary, at) => notify.onDueSummary(summary, at),
     onRequeued: (queue, at) => notify.onRequeued(queue, at),
   },
+  // A claim on any worker that finds the set used up pokes worker 0 through the keeper signal.
+  onPoke: onKeeperPoke,
 });
 
 // ------------------------------------------------------------------ leases: claims and results

@@ -16,7 +16,7 @@ import { nodeStatusNow } from './servingView.js';
 import { currentOwnership } from '../cluster/membership.js';
 import { count, record } from '../metrics/values.js';
 import { readRow, subscribeSchedule, walkSchedule } from '../schedule/store.js';
-import { keeperSignal, leaseTable, onReadySetPoke, readySet, stateDoc } from '../runtime/sharedStructures.js';
+import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
 import type { NodeControl } from '../status/control.js';
 
 const HELD_ASK = 'queue-keeper:held-ask';
@@ -45,6 +45,8 @@ export interface KeeperLeadershipDeps {
   onConfigChange: (l: ConfigListener) => () => void;
   control: NodeControl;
   events: KeeperEvents;
+  /** Listens for the claim path's "the set ran dry" poke from any worker; answers the undo. */
+  onPoke: (fn: () => void) => () => void;
 }
 
 export class KeeperLeadership {
@@ -165,7 +167,7 @@ export class KeeperLeadership {
     );
     await syncStatus().catch((e) => log.error('status write failed', e));
     // The exhausted-set poke: a claim on any worker found the set used up while due rows remain.
-    onReadySetPoke(() => svc.publishSoon());
+    this.undo.push(this.deps.onPoke(() => svc.publishSoon()));
     if (this.stopped) return;
 
     await svc.start();

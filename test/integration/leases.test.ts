@@ -280,6 +280,44 @@ test('an unreported lease comes back after expiry with a new token, and after fa
   assert.equal(done?.misses, 0);
 });
 
+test('a claim that finds the set used up while rows are due has them republished at once, not at the next publish tick', async (t) => {
+  await settleEmpty();
+  // The next publish tick is a minute away: only the claim's poke to worker 0 can republish before it.
+  await configure({ queue: { jobLeaseTime: LEASE_MS, keeper: { publishInterval: 60_000 } } });
+  t.after(() => configure({ queue: { keeper: { publishInterval: PUBLISH_MS } } }));
+  // The minute publish (just after each minute boundary) republishes too: keep the ~10 s this test
+  // needs inside one minute of the clock, so only the poke can explain a prompt second grant.
+  if (Date.now() % MIN > MIN - 15_000)
+    await until('the next minute to begin', () => Date.now() % MIN < 1000, 20_000, 50);
+  const urls = ['https://poke.example.com/a', 'https://poke.example.com/b'];
+  // A row that becomes due is published on its own; its lease then runs out unreported, which no row
+  // change announces, so the set that held it stays used up until someone asks for a publish.
+  await file(urls.map((url) => ({ url, dueAt: Date.now() - MIN })));
+  const first: Job[] = [];
+  await until(
+    'both rows granted',
+    async () => {
+      first.push(...(await claim(25)).jobs);
+      return urls.every((u) => first.some((j) => j.id === u));
+    },
+    10_000,
+  );
+  // Without the poke (checked by removing the keeper's listener) the rows come back only with the
+  // minute publish, after the 3 s this allows.
+  const expiresAt = Math.max(...first.map((j) => j.expiresAt));
+  const again: Job[] = [];
+  await until(
+    'the expired rows granted again within 3 s of their expiry',
+    async () => {
+      again.push(...(await claim(25)).jobs);
+      return urls.every((u) => again.some((j) => j.id === u));
+    },
+    expiresAt + 3000 - Date.now(),
+  );
+  t.diagnostic(`granted again ${Date.now() - expiresAt} ms after the leases ran out (publishInterval 60 s)`);
+  await report(again);
+});
+
 test('a key published in two ready-set generations is granted once while its lease is live', async () => {
   // Leases long enough that none expires during the test: any second grant is then a duplicate.
   await configure({ queue: { jobLeaseTime: 120_000, keeper: { publishInterval: 100 } } });
