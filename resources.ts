@@ -53,6 +53,13 @@ installProcessWideConfig(settings);
 settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
 const control = new NodeControl({ scheduler: duties });
 
+// A one-shot wait (unref'd, like every duty's timer): a delivery's retry backoff, a held ask's timeout, a
+// result racing its first copy. What repeats is a duty on `duties` instead.
+const sleep = (ms: number) =>
+  new Promise<void>((r) => {
+    realTimer.set(r, ms);
+  });
+
 const metrics = processWideMetrics;
 const count = metrics.count.bind(metrics);
 const now = () => Date.now();
@@ -69,6 +76,7 @@ const notify = new NotifyService({
       count: (name, n) => count(name, n),
       log,
       componentDir,
+      sleep,
     }),
   keeper: () => leadership.keeper(),
   leases: leaseTable,
@@ -89,6 +97,7 @@ const leadership = new KeeperLeadership({
   },
   // A claim on any worker that finds the set used up pokes worker 0 through the keeper signal.
   onPoke: onKeeperPoke,
+  sleep,
 });
 
 // ------------------------------------------------------------------ leases: claims and results
@@ -118,7 +127,7 @@ const results = new ResultService({
   storePages,
   config,
   now,
-  sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+  sleep,
 });
 
 // ------------------------------------------------------------------ the stall sweep

@@ -8,7 +8,7 @@ import type { DueSummary, HeldDescription } from '../../util/keeper/core.js';
 import { nameHash, randomWord } from '../../util/leases/token.js';
 import { threadId } from 'node:worker_threads';
 import type { Ownership } from '../../util/cluster/ownership.js';
-import { leaderIdFor } from '../../util/handoff/keeperSignal.js';
+import { leaderIdFor, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import type { ConfigListener } from '../runtime/config.js';
 import { log, threads, workerIndex } from '../runtime/harper.js';
 import { KeeperService, type ScheduleSource } from './service.js';
@@ -47,6 +47,8 @@ export interface KeeperLeadershipDeps {
   events: KeeperEvents;
   /** Listens for the claim path's "the set ran dry" poke from any worker; answers the undo. */
   onPoke: (fn: () => void) => () => void;
+  /** A one-shot wait (the held ask's timeout). */
+  sleep: (ms: number) => Promise<void>;
 }
 
 export class KeeperLeadership {
@@ -99,15 +101,43 @@ export class KeeperLeadership {
     this.listenForHeldAsks();
     const id = ++this.heldAskSeq;
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.heldAsks.delete(id);
-        resolve(null);
-      }, HELD_ASK_TIMEOUT_MS);
-      this.heldAsks.set(id, (held) => {
-        clearTimeout(timer);
-        resolve(held);
+      this.heldAsks.set(id, resolve);
+      // A one-shot timeout, not a duty: whichever comes first, the reply or the second, answers.
+      void this.deps.sleep(HELD_ASK_TIMEOUT_MS).then(() => {
+        if (this.heldAsks.delete(id)) resolve(null);
       });
       for (const port of threads()) port.postMessage({ type: HELD_ASK, id, url, now });
+    });
+  }
+
+  /**
+   * Resolves true once this worker holds the leader slot, false when stopped first. Another worker 0 (a
+   * restart overlap) may still heartbeat: then a duty looks again every LEADERSHIP_WAIT_MS until the slot
+   * is free, and stop() ends the wait at once.
+   */
+  private holdLeaderSlot(signal: KeeperSignal, ownerId: number): Promise<boolean> {
+    const { config, scheduler } = this.deps;
+    const claim = (now: number) =>
+      signal.claimLeadership(ownerId, now, config().queue.keeper.publishInterval);
+    if (this.stopped) return Promise.resolve(false);
+    if (claim(Date.now())) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const wait = scheduler.add(
+        {
+          name: 'keeper leader wait',
+          runOnce: (now): Counts => {
+            if (!claim(now)) return {};
+            void wait.stop();
+            resolve(true);
+            return { claimed: 1 };
+          },
+        },
+        every(() => LEADERSHIP_WAIT_MS),
+      );
+      this.undo.push(() => {
+        void wait.stop();
+        resolve(false);
+      });
     });
   }
 
@@ -117,12 +147,7 @@ export class KeeperLeadership {
     const ownerId = leaderIdFor(threadId, randomWord());
     const signal = keeperSignal();
     const leases = leaseTable();
-    for (;;) {
-      if (this.stopped) return;
-      if (signal.claimLeadership(ownerId, Date.now(), config().queue.keeper.publishInterval)) break;
-      // Another worker 0 (a restart overlap) still heartbeats; wait for it to stop.
-      await new Promise((r) => setTimeout(r, LEADERSHIP_WAIT_MS));
-    }
+    if (!(await this.holdLeaderSlot(signal, ownerId))) return;
     const release = () => signal.releaseLeadership(ownerId);
     process.on('exit', release);
     this.undo.push(() => process.off('exit', release));
