@@ -290,25 +290,25 @@ test('a claim that finds the set used up while rows are due has them republished
     h,
     urls.map((url) => ({ url, dueAt: Date.now() - MIN })),
   );
-  const first: Job[] = [];
-  await until(
-    'both rows granted',
-    async () => {
-      first.push(...(await claim(25)).jobs);
-      return urls.every((u) => first.some((j) => j.id === u));
-    },
-    10_000,
-  );
+  /** Claims until every one of `urls` was granted (within `ms`); answers the grants. */
+  const grantsOf = async (what: string, ms: number): Promise<Job[]> => {
+    const got: Job[] = [];
+    await until(
+      what,
+      async () => {
+        got.push(...(await claim(25)).jobs);
+        return urls.every((u) => got.some((j) => j.id === u));
+      },
+      ms,
+    );
+    return got;
+  };
+  const first = await grantsOf('both rows granted', 10_000);
   // Without the poke (checked by removing the keeper's listener) the rows come back only with the
   // minute publish, after the 3 s this allows.
   const expiresAt = Math.max(...first.map((j) => j.expiresAt));
-  const again: Job[] = [];
-  await until(
+  const again = await grantsOf(
     'the expired rows granted again within 3 s of their expiry',
-    async () => {
-      again.push(...(await claim(25)).jobs);
-      return urls.every((u) => again.some((j) => j.id === u));
-    },
     expiresAt + 3000 - Date.now(),
   );
   t.diagnostic(`granted again ${Date.now() - expiresAt} ms after the leases ran out (publishInterval 60 s)`);
