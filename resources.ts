@@ -10,10 +10,10 @@ import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue, vouchedState } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
-import { log, table, transaction, workerIndex } from './services/runtime/harper.js';
+import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { healthRecordDuty } from './services/metrics/healthFigures.js';
 import { processWideMetrics } from './services/metrics/values.js';
-import { installHttp } from './services/http/router.js';
+import { Router } from './services/http/router.js';
 import { KeeperLeadership } from './services/keeper/leadership.js';
 import { nodeStatusNow, servingView } from './services/keeper/servingView.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
@@ -37,7 +37,7 @@ import {
   revalidate,
 } from './services/schedule/store.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
-import { leaseTable, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
+import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
@@ -52,6 +52,13 @@ const settings = new RuntimeConfig({ scheduler: duties });
 installProcessWideConfig(settings);
 settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
 const control = new NodeControl({ scheduler: duties });
+
+// A one-shot wait (unref'd, like every duty's timer): a delivery's retry backoff, a held ask's timeout, a
+// result racing its first copy. What repeats is a duty on `duties` instead.
+const sleep = (ms: number) =>
+  new Promise<void>((r) => {
+    realTimer.set(r, ms);
+  });
 
 const metrics = processWideMetrics;
 const count = metrics.count.bind(metrics);
@@ -69,6 +76,7 @@ const notify = new NotifyService({
       count: (name, n) => count(name, n),
       log,
       componentDir,
+      sleep,
     }),
   keeper: () => leadership.keeper(),
   leases: leaseTable,
@@ -89,6 +97,9 @@ const leadership = new KeeperLeadership({
     onDue: (summary, at) => notify.onDueSummary(summary, at),
     onRequeued: (queue, at) => notify.onRequeued(queue, at),
   },
+  // A claim on any worker that finds the set used up pokes worker 0 through the keeper signal.
+  onPoke: onKeeperPoke,
+  sleep,
 });
 
 // ------------------------------------------------------------------ leases: claims and results
@@ -118,7 +129,7 @@ const results = new ResultService({
   storePages,
   config,
   now,
-  sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+  sleep,
 });
 
 // ------------------------------------------------------------------ the stall sweep
@@ -141,17 +152,19 @@ const stallSweep = new StallSweep({
 });
 
 // ------------------------------------------------------------------ the HTTP front
-registerFeeding({ fileTargets, deleteTargets, discoverUrls, deletePages });
-registerAdmin({ keeper: leadership, control, settings, readRow, revalidate });
-registerQueue({ claims, results, scope: fleetScope, metrics, control });
-registerNotify({
+// This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
+const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
+registerFeeding(router, { fileTargets, deleteTargets, discoverUrls, deletePages });
+registerAdmin(router, { keeper: leadership, control, settings, readRow, revalidate });
+registerQueue(router, { claims, results, scope: fleetScope, metrics, control });
+registerNotify(router, {
   sealKey,
   fleetsChanged: () => fleetScope.fleetsChanged(),
   hookPolicy: () => hookPolicy(config()),
 });
-registerStall({ readLedger });
-registerConsole();
-installHttp();
+registerStall(router, { readLedger });
+registerConsole(router);
+router.install();
 
 async function start(): Promise<void> {
   await settings.start();

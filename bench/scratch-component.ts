@@ -53,13 +53,14 @@ import { threadId as qkThreadId } from 'node:worker_threads';
 }
 
 // Times, on the worker that serves the request, the point read a claim does per candidate (readRow) and
-// the two layers under it: the store's decoded get and its raw bytes.
+// the two layers under it: the store's decoded get and its raw bytes. Appended to resources.js, it
+// registers on that module's `router` (routes are looked up per request, so after install() is fine).
 const READ_PATH_ROUTE = `
-import { route as qkRoute, reply as qkReply } from './services/http/router.js';
+import { reply as qkReply } from './services/http/router.js';
 import { readRow as qkReadRow } from './services/schedule/store.js';
 import { table as qkTable } from './services/runtime/harper.js';
 import { threadId as qkReadThread } from 'node:worker_threads';
-qkRoute('POST', '/prerender_admin/bench-read-path', 'admin', async (req) => {
+router.route('POST', '/prerender_admin/bench-read-path', 'admin', async (req) => {
   const { keys, reps, turnKeys } = req.body;
   const fresh = turnKeys ?? keys;
   const store = qkTable('render_schedule', 'RenderSchedule').primaryStore;

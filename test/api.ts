@@ -30,7 +30,10 @@ export async function configForTest(t: TestContext, h: HarperInstance, partial: 
   await postConfig(h, partial);
 }
 
-/** Files targets through POST /render_queue/targets (as the admin unless `auth` is given). */
+/**
+ * Files targets through POST /render_queue/targets (as the admin unless `auth` is given); every one must
+ * be accepted (a test of rejections calls the endpoint itself).
+ */
 export async function fileTargets(
   h: HarperInstance,
   targets: unknown[],
@@ -38,5 +41,7 @@ export async function fileTargets(
 ): Promise<{ upserted: number; rejected: unknown[] }> {
   const r = await h.fetch('/render_queue/targets', { body: { targets }, ...(auth ? { auth } : {}) });
   assert.equal(r.status, 200, r.text);
-  return r.json as { upserted: number; rejected: unknown[] };
+  const answer = r.json as { upserted: number; rejected: unknown[] };
+  assert.deepEqual(answer.rejected, [], 'every target filed is accepted');
+  return answer;
 }

@@ -3,7 +3,7 @@
 // HARPER_SET_CONFIG, never the AUTHENTICATION_AUTHORIZELOCAL env var, whose string "false" is truthy),
 // readiness that waits for every worker, and a stop by pid.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, existsSync, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, existsSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -15,6 +15,27 @@ const require = createRequire(import.meta.url);
 const here = dirname(fileURLToPath(import.meta.url));
 /** The repo root: this file compiles to dist/test/harness.js. */
 export const repoRoot = resolve(here, '..', '..');
+
+/**
+ * A temp copy of queue-keeper as built plus the example host-app resource (examples/bot-page.js), for
+ * `startHarper({ componentDir })`: one Harper loads both the way a host app does. The example is copied
+ * beside dist/resources.js and both are matched by one glob, because on 4.7.29 a `files` list naming two
+ * folders did not load dist/resources.js at all. The caller removes the folder.
+ */
+export function componentWithBotPage(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'qk-bot-page-app-'));
+  for (const f of ['schema.graphql', 'roles.yaml', 'package.json']) cpSync(join(repoRoot, f), join(dir, f));
+  for (const d of ['dist', 'web']) cpSync(join(repoRoot, d), join(dir, d), { recursive: true });
+  cpSync(join(repoRoot, 'examples', 'bot-page.js'), join(dir, 'dist', 'bot-page.js'));
+  symlinkSync(join(repoRoot, 'node_modules'), join(dir, 'node_modules'), 'dir');
+  const config = readFileSync(join(repoRoot, 'config.yaml'), 'utf8');
+  // The component's own entry is index.js (it loads dist/resources.js); the copy names the build directly.
+  const withExample = config.replace('files: index.js', "files: 'dist/{resources,bot-page}.js'");
+  if (withExample === config)
+    throw new Error('config.yaml no longer names index.js the way componentWithBotPage expects');
+  writeFileSync(join(dir, 'config.yaml'), withExample);
+  return dir;
+}
 
 export const ADMIN_USER = 'admin';
 export const ADMIN_PASS = 'admin-pass-for-tests';

@@ -1,7 +1,8 @@
 // The fleet as a command: `queue-keeper-fleet --url … --username … --password … --concurrency 4`.
 // The repo's `npm run fleet` calls main() with the local `npm start` credentials as defaults.
 import { parseArgs } from 'node:util';
-import { FleetClient, FleetRefusedError, type FleetClientOptions } from './fleetClient.js';
+import { FleetClient } from './fleetClient.js';
+import { FleetRefusedError, type FleetClientOptions } from './fleetOptions.js';
 import { fetchRenderer } from './renderers/fetchRenderer.js';
 import { consoleLogger, type RenderFn } from './types.js';
 

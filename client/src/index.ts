@@ -1,6 +1,8 @@
 // @queue-keeper/fleet-client: a reference render fleet for queue-keeper (see the README, "Run a fleet").
-export { FleetClient, FleetRefusedError, serverSkew, toWire } from './fleetClient.js';
-export type { FleetClientOptions, FleetCounters, FleetSnapshot, FleetState } from './fleetClient.js';
+export { FleetClient, serverSkew } from './fleetClient.js';
+export { FleetRefusedError } from './fleetOptions.js';
+export type { FleetClientOptions, FleetCounters, FleetSnapshot, FleetState } from './fleetOptions.js';
+export { toWire } from './wireResults.js';
 export type {
   Job,
   Outcome,

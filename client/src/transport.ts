@@ -87,3 +87,9 @@ export class Transport {
     if (this.ownsDispatcher) await this.dispatcher.close();
   }
 }
+
+/** What a thrown request says, for a log line: the network error code when there is one. */
+export function describeError(e: unknown): string {
+  const code = (e as { code?: unknown })?.code;
+  return typeof code === 'string' ? code : e instanceof Error ? e.message : String(e);
+}

@@ -2,7 +2,7 @@
 // prompt flushing, superseded and lost answers, lease aborts, the breaker, and draining on stop.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { FleetRefusedError } from '../src/fleetClient.js';
+import { FleetRefusedError } from '../src/fleetOptions.js';
 import type { Job, RenderResult } from '../src/types.js';
 import { deferred, until } from './fakeClock.js';
 import { acceptAll } from './fakeServer.js';

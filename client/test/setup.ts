@@ -1,5 +1,6 @@
 // Shared wiring for the client's tests: a fake clock, a fake server and a client between them.
-import { FleetClient, type FleetClientOptions } from '../src/fleetClient.js';
+import { FleetClient } from '../src/fleetClient.js';
+import type { FleetClientOptions } from '../src/fleetOptions.js';
 import type { Logger, RenderFn } from '../src/types.js';
 import { FakeClock } from './fakeClock.js';
 import { FakeFleetServer } from './fakeServer.js';

@@ -8,7 +8,7 @@ import type { DueSummary, HeldDescription } from '../../util/keeper/core.js';
 import { nameHash, randomWord } from '../../util/leases/token.js';
 import { threadId } from 'node:worker_threads';
 import type { Ownership } from '../../util/cluster/ownership.js';
-import { leaderIdFor } from '../../util/handoff/keeperSignal.js';
+import { leaderIdFor, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import type { ConfigListener } from '../runtime/config.js';
 import { log, threads, workerIndex } from '../runtime/harper.js';
 import { KeeperService, type ScheduleSource } from './service.js';
@@ -16,7 +16,7 @@ import { nodeStatusNow } from './servingView.js';
 import { currentOwnership } from '../cluster/membership.js';
 import { count, record } from '../metrics/values.js';
 import { readRow, subscribeSchedule, walkSchedule } from '../schedule/store.js';
-import { keeperSignal, leaseTable, onReadySetPoke, readySet, stateDoc } from '../runtime/sharedStructures.js';
+import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
 import type { NodeControl } from '../status/control.js';
 
 const HELD_ASK = 'queue-keeper:held-ask';
@@ -45,6 +45,10 @@ export interface KeeperLeadershipDeps {
   onConfigChange: (l: ConfigListener) => () => void;
   control: NodeControl;
   events: KeeperEvents;
+  /** Listens for the claim path's "the set ran dry" poke from any worker; answers the undo. */
+  onPoke: (fn: () => void) => () => void;
+  /** A one-shot wait (the held ask's timeout). */
+  sleep: (ms: number) => Promise<void>;
 }
 
 export class KeeperLeadership {
@@ -97,15 +101,43 @@ export class KeeperLeadership {
     this.listenForHeldAsks();
     const id = ++this.heldAskSeq;
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        this.heldAsks.delete(id);
-        resolve(null);
-      }, HELD_ASK_TIMEOUT_MS);
-      this.heldAsks.set(id, (held) => {
-        clearTimeout(timer);
-        resolve(held);
+      this.heldAsks.set(id, resolve);
+      // A one-shot timeout, not a duty: whichever comes first, the reply or the second, answers.
+      void this.deps.sleep(HELD_ASK_TIMEOUT_MS).then(() => {
+        if (this.heldAsks.delete(id)) resolve(null);
       });
       for (const port of threads()) port.postMessage({ type: HELD_ASK, id, url, now });
+    });
+  }
+
+  /**
+   * Resolves true once this worker holds the leader slot, false when stopped first. Another worker 0 (a
+   * restart overlap) may still heartbeat: then a duty looks again every LEADERSHIP_WAIT_MS until the slot
+   * is free, and stop() ends the wait at once.
+   */
+  private holdLeaderSlot(signal: KeeperSignal, ownerId: number): Promise<boolean> {
+    const { config, scheduler } = this.deps;
+    const claim = (now: number) =>
+      signal.claimLeadership(ownerId, now, config().queue.keeper.publishInterval);
+    if (this.stopped) return Promise.resolve(false);
+    if (claim(Date.now())) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const wait = scheduler.add(
+        {
+          name: 'keeper leader wait',
+          runOnce: (now): Counts => {
+            if (!claim(now)) return {};
+            void wait.stop();
+            resolve(true);
+            return { claimed: 1 };
+          },
+        },
+        every(() => LEADERSHIP_WAIT_MS),
+      );
+      this.undo.push(() => {
+        void wait.stop();
+        resolve(false);
+      });
     });
   }
 
@@ -115,12 +147,7 @@ export class KeeperLeadership {
     const ownerId = leaderIdFor(threadId, randomWord());
     const signal = keeperSignal();
     const leases = leaseTable();
-    for (;;) {
-      if (this.stopped) return;
-      if (signal.claimLeadership(ownerId, Date.now(), config().queue.keeper.publishInterval)) break;
-      // Another worker 0 (a restart overlap) still heartbeats; wait for it to stop.
-      await new Promise((r) => setTimeout(r, LEADERSHIP_WAIT_MS));
-    }
+    if (!(await this.holdLeaderSlot(signal, ownerId))) return;
     const release = () => signal.releaseLeadership(ownerId);
     process.on('exit', release);
     this.undo.push(() => process.off('exit', release));
@@ -165,7 +192,7 @@ export class KeeperLeadership {
     );
     await syncStatus().catch((e) => log.error('status write failed', e));
     // The exhausted-set poke: a claim on any worker found the set used up while due rows remain.
-    onReadySetPoke(() => svc.publishSoon());
+    this.undo.push(this.deps.onPoke(() => svc.publishSoon()));
     if (this.stopped) return;
 
     await svc.start();

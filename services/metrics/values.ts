@@ -6,7 +6,7 @@ import { LabelledCounters } from '../../util/metrics/labelledCounters.js';
 import { MetricStore } from '../../util/metrics/store.js';
 import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/metrics/exposition.js';
 import { log, server } from '../runtime/harper.js';
-import { route } from '../http/router.js';
+import type { Router } from '../http/router.js';
 import { sharedBuffer } from '../runtime/sharedBuffers.js';
 import {
   METRICS,
@@ -148,10 +148,11 @@ export function timed<A extends unknown[], R>(
   };
 }
 
-/** `route` with the handler's duration observed under `endpoint` (one histogram series per endpoint). */
+/** `router.route` with the handler's duration observed under `endpoint` (one histogram series per endpoint). */
 export function timedRoute(
+  router: Router,
   endpoint: RequestEndpoint,
-  ...[method, path, caller, handler, opts]: Parameters<typeof route>
+  ...[method, path, caller, handler, opts]: Parameters<Router['route']>
 ): void {
-  route(method, path, caller, timed(endpoint, handler), opts);
+  router.route(method, path, caller, timed(endpoint, handler), opts);
 }

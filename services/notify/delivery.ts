@@ -35,6 +35,8 @@ export interface DeliveryDeps {
   count: DispatcherDeps['count'];
   log: DispatcherDeps['log'];
   componentDir: string;
+  /** The wait between attempts of a delivery (a one-shot backoff, not a periodic duty). */
+  sleep: DispatcherDeps['sleep'];
 }
 
 export function createDispatcher(deps: DeliveryDeps): Dispatcher {
@@ -48,10 +50,7 @@ export function createDispatcher(deps: DeliveryDeps): Dispatcher {
   return new Dispatcher({
     now: () => Date.now(),
     random: Math.random,
-    sleep: (ms) =>
-      new Promise<void>((r) => {
-        setTimeout(r, ms).unref?.();
-      }),
+    sleep: deps.sleep,
     config: deps.config,
     key: deps.sealKey,
     fleets: listFleets,

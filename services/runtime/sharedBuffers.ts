@@ -11,29 +11,48 @@ function localStore(): RawStore {
 
 export interface SharedBuffer {
   buffer: ArrayBuffer;
+  /** Runs the listeners of this key on every thread (this one included). */
   notify: () => void;
+  /** Runs `fn` on this thread whenever any thread notifies this key; answers the undo. */
+  listen: (fn: () => void) => () => void;
 }
 
+/** Process-wide: this thread's handle on each shared buffer it has obtained, by key. */
 const obtained = new Map<string, SharedBuffer>();
 
 /**
- * The shared buffer for `key`, at least `bytes` long if this process is the first to ask. A callback
- * registers once per thread (each registration adds another callback) and runs on every thread when any
- * thread calls notify().
+ * The shared buffer for `key`, at least `bytes` long if this process is the first to ask. Harper runs a
+ * buffer's callback on every thread when any thread calls notify(); each registration adds another
+ * callback, so a thread registers one (on its first listen) that runs this thread's listeners.
  */
-export function sharedBuffer(key: string, bytes: number, onNotify?: () => void): SharedBuffer {
+export function sharedBuffer(key: string, bytes: number): SharedBuffer {
   const have = obtained.get(key);
   if (have) return have;
-  const buf = localStore().getUserSharedBuffer(
-    `queue-keeper:${key}`,
-    new ArrayBuffer(bytes),
-    onNotify ? { callback: onNotify } : undefined,
-  );
+  const name = `queue-keeper:${key}`;
+  const buf = localStore().getUserSharedBuffer(name, new ArrayBuffer(bytes));
   if (buf.byteLength !== bytes)
     log.warn(
       `shared buffer ${key} keeps its first size ${buf.byteLength} bytes; ${bytes} were asked for (a restart-only setting changed?)`,
     );
-  const sb: SharedBuffer = { buffer: buf, notify: () => buf.notify?.() };
+  const listeners = new Set<() => void>();
+  let registered = false;
+  const sb: SharedBuffer = {
+    buffer: buf,
+    notify: () => buf.notify?.(),
+    listen: (fn) => {
+      if (!registered) {
+        registered = true;
+        localStore().getUserSharedBuffer(name, new ArrayBuffer(bytes), {
+          callback: () => {
+            for (const l of listeners) l();
+          },
+        });
+      }
+      const own = () => fn();
+      listeners.add(own);
+      return () => listeners.delete(own);
+    },
+  };
   obtained.set(key, sb);
   return sb;
 }

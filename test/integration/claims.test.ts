@@ -2,6 +2,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { fileTargets, postConfig } from '../api.js';
 import { parseScrape, total } from '../promText.js';
 import { sleep, until } from '../wait.js';
 
@@ -13,27 +14,18 @@ before(async () => {
   h = await startHarper();
   await h.addUser(fleet.username, fleet.password, 'render_fleet');
   await h.addUser('feeder', 'feeder-pass', 'render_feeder');
-  const r = await h.fetch('/prerender_admin/config', {
-    body: {
-      queue: {
-        keeper: { publishInterval: 200, stateInterval: 1000 },
-        jobLeaseTime: 5000,
-        statusSyncInterval: 500,
-      },
+  await postConfig(h, {
+    queue: {
+      keeper: { publishInterval: 200, stateInterval: 1000 },
+      jobLeaseTime: 5000,
+      statusSyncInterval: 500,
     },
   });
-  assert.equal(r.status, 200, r.text);
 });
 
 after(async () => {
   await h?.destroy();
 });
-
-async function file(targets: unknown[]) {
-  const r = await h.fetch('/render_queue/targets', { body: { targets } });
-  assert.equal(r.status, 200, r.text);
-  return r.json;
-}
 
 async function claim(limit = 25, fresh = false) {
   const r = await h.fetch('/render_queue/claim', { body: { limit }, auth: fleet, fresh });
@@ -70,7 +62,7 @@ async function drain(prefix: string) {
 
 test('rows filed through the API show up in queue-state with exact counts', async () => {
   const now = Date.now();
-  await file([
+  await fileTargets(h, [
     ...Array.from({ length: 7 }, (_, i) => ({
       url: `https://qs.example.com/due-sitemap-${i}`,
       fromSitemap: true,
@@ -118,7 +110,8 @@ test('rows filed through the API show up in queue-state with exact counts', asyn
 test('24 concurrent clients on separate connections drain 3,000 due rows, each granted exactly once', async () => {
   const now = Date.now();
   for (let b = 0; b < 3; b++)
-    await file(
+    await fileTargets(
+      h,
       Array.from({ length: 1000 }, (_, i) => ({
         url: `https://drain.example.com/p/${b * 1000 + i}`,
         dueAt: now - MIN,
@@ -161,7 +154,7 @@ test('24 concurrent clients on separate connections drain 3,000 due rows, each g
 
 test('a stale result gets 409 and changes nothing; a rendered result reschedules at the cadence and stores the page', async () => {
   const url = 'https://result.example.com/page';
-  await file([{ url, dueAt: Date.now() - MIN, cadenceMs: 2 * 60 * MIN }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN, cadenceMs: 2 * 60 * MIN }]);
   const job = await until('the job to be claimable', async () =>
     (await claim(25)).jobs.find((j) => j.id === url),
   );
@@ -208,7 +201,7 @@ test('a stale result gets 409 and changes nothing; a rendered result reschedules
 
 test('a failed result follows the fast lane (lease kept) and then the backoff', async () => {
   const url = 'https://fail.example.com/page';
-  await file([{ url, dueAt: Date.now() - MIN, cadenceMs: 60 * MIN, fromSitemap: true }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN, cadenceMs: 60 * MIN, fromSitemap: true }]);
   for (let strike = 1; strike <= 3; strike++) {
     const job = await until(
       `claim for strike ${strike}`,
@@ -265,7 +258,7 @@ test('malformed claim and result bodies are 400 with a code', async () => {
 });
 
 test('pause answers [] with x-queue-status paused and a QueueStatus row; resume lifts it', async () => {
-  await file([{ url: 'https://pause.example.com/a', dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url: 'https://pause.example.com/a', dueAt: Date.now() - MIN }]);
   const p = await h.fetch('/prerender_admin/pause', { body: { scope: 'all' } });
   assert.deepEqual(p.json, { scope: 'all', paused: true });
   const c = await claim(5);
@@ -311,7 +304,10 @@ test('a row rewritten through worker 1 reaches the keeper on worker 0 and become
   // Which worker takes a new connection is Harper's choice, so file several rows not yet due and make
   // them due one per fresh connection until worker 1 answers; that row is the subject.
   const urls = Array.from({ length: 20 }, (_, i) => `https://moved.example.com/${i}`);
-  await file(urls.map((url) => ({ url, dueAt: Date.now() + 60 * MIN })));
+  await fileTargets(
+    h,
+    urls.map((url) => ({ url, dueAt: Date.now() + 60 * MIN })),
+  );
   let subject: string | undefined;
   for (const url of urls) {
     const r = await h.fetch('/render_queue/targets', {
@@ -346,7 +342,7 @@ test('a row rewritten through worker 1 reaches the keeper on worker 0 and become
 
 test('explain shows the held entry whichever worker answers', async () => {
   const url = 'https://explain.example.com/held';
-  await file([{ url, dueAt: Date.now() + 30 * MIN, fromSitemap: true }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() + 30 * MIN, fromSitemap: true }]);
   const answeredBy = new Set<string>();
   for (let i = 0; i < 30 && answeredBy.size < 2; i++) {
     const r = await h.fetch('/prerender_admin/explain', { body: { url }, fresh: true });
@@ -371,7 +367,8 @@ test('the Prometheus scrape parses, and claim counters from both workers show in
   assert.equal(before.families.get('queue_keeper_claim_granted_total')?.type, 'COUNTER');
   assert.equal(before.families.get('queue_keeper_leases_held')?.type, 'GAUGE');
   const now = Date.now();
-  await file(
+  await fileTargets(
+    h,
     Array.from({ length: 60 }, (_, i) => ({ url: `https://scrape.example.com/${i}`, dueAt: now - MIN })),
   );
   await until(

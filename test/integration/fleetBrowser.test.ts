@@ -7,11 +7,9 @@
 // for byte through the example host-app resource (examples/bot-page.js).
 import { after, before, test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import {
   FleetClient,
   chromiumRenderer,
@@ -20,8 +18,15 @@ import {
   type FleetClientOptions,
   type RenderResult,
 } from '@queue-keeper/fleet-client';
-import { freePort, repoRoot, startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import {
+  componentWithBotPage,
+  freePort,
+  startHarper,
+  type Credentials,
+  type HarperInstance,
+} from '../harness.js';
 import { startTogether } from '../startTogether.js';
+import { fileTargets, postConfig } from '../api.js';
 import { until } from '../wait.js';
 
 const MIN = 60_000;
@@ -79,23 +84,6 @@ function serveSite(req: http.IncomingMessage, res: http.ServerResponse): void {
   res.writeHead(404, { 'content-type': 'text/plain' }).end('not here');
 }
 
-/**
- * queue-keeper as built plus the example resource, the way a host app loads both (the same recipe as
- * pages.test.ts: one glob naming both files, since a `files` list of two did not load on 4.7.29).
- */
-function componentWithBotPage(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'qk-browser-app-'));
-  for (const f of ['schema.graphql', 'roles.yaml', 'package.json']) cpSync(join(repoRoot, f), join(dir, f));
-  for (const d of ['dist', 'web']) cpSync(join(repoRoot, d), join(dir, d), { recursive: true });
-  cpSync(join(repoRoot, 'examples', 'bot-page.js'), join(dir, 'dist', 'bot-page.js'));
-  symlinkSync(join(repoRoot, 'node_modules'), join(dir, 'node_modules'), 'dir');
-  const config = readFileSync(join(repoRoot, 'config.yaml'), 'utf8');
-  const withExample = config.replace('files: index.js', "files: 'dist/{resources,bot-page}.js'");
-  assert.notEqual(withExample, config, 'config.yaml no longer names index.js the way this test expects');
-  writeFileSync(join(dir, 'config.yaml'), withExample);
-  return dir;
-}
-
 before(
   async () => {
     site = http.createServer(serveSite);
@@ -109,21 +97,18 @@ before(
       { start: chromiumRenderer({ recycleEvery: 2 }), stop: (x) => x.close() },
     );
     await h.addUser(fleetUser.username, fleetUser.password, 'render_fleet');
-    const cfg = await h.fetch('/prerender_admin/config', {
-      body: {
-        queue: { keeper: { publishInterval: 200, stateInterval: 1000 }, statusSyncInterval: 250 },
-        render: {
-          routes: [
-            { name: 'js', match: 'prefix', path: '/js/' },
-            { name: 'raw', match: 'prefix', path: '/raw/' },
-          ],
-        },
-        notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
-        stall: { after: 1000 },
-        maintenance: { tickInterval: 250 },
+    await postConfig(h, {
+      queue: { keeper: { publishInterval: 200, stateInterval: 1000 }, statusSyncInterval: 250 },
+      render: {
+        routes: [
+          { name: 'js', match: 'prefix', path: '/js/' },
+          { name: 'raw', match: 'prefix', path: '/raw/' },
+        ],
       },
+      notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
+      stall: { after: 1000 },
+      maintenance: { tickInterval: 250 },
     });
-    assert.equal(cfg.status, 200, cfg.text);
     const f = await h.fetch('/prerender_admin/fleets', {
       body: { name: 'browser-fleet', queues: ['js', 'raw'], username: fleetUser.username },
     });
@@ -160,11 +145,11 @@ function client(
 }
 
 async function file(urls: string[], cadenceMs: number) {
-  const r = await h!.fetch('/render_queue/targets', {
-    body: { targets: urls.map((url) => ({ url, cadenceMs, dueAt: Date.now() - MIN })) },
-  });
-  assert.equal(r.status, 200, r.text);
-  assert.equal(r.json.upserted, urls.length, r.text);
+  const r = await fileTargets(
+    h!,
+    urls.map((url) => ({ url, cadenceMs, dueAt: Date.now() - MIN })),
+  );
+  assert.equal(r.upserted, urls.length);
 }
 
 /** What a bot gets from the example resource (no credentials): the stored page as served. */

@@ -22,6 +22,7 @@ import {
   type FetchResult,
   type HarperInstance,
 } from '../harness.js';
+import { fileTargets, postConfig } from '../api.js';
 import { sleep, until } from '../wait.js';
 import { parseToken } from '../../util/leases/token.js';
 
@@ -99,8 +100,7 @@ function containsPartial(actual: unknown, want: unknown): boolean {
 
 /** Applies a runtime config change and waits until fresh connections (both workers) answer with it. */
 async function configure(partial: Record<string, unknown>) {
-  const r = await h.fetch('/prerender_admin/config', { body: partial });
-  assert.equal(r.status, 200, r.text);
+  await postConfig(h, partial);
   await until('the config on every worker', async () => {
     for (let i = 0; i < 6; i++) {
       const g = await h.fetch('/prerender_admin/config', { fresh: true });
@@ -108,12 +108,6 @@ async function configure(partial: Record<string, unknown>) {
     }
     return true;
   });
-}
-
-async function file(targets: unknown[]) {
-  const r = await h.fetch('/render_queue/targets', { body: { targets } });
-  assert.equal(r.status, 200, r.text);
-  assert.deepEqual(r.json.rejected, []);
 }
 
 async function claim(limit = 25, fresh = false) {
@@ -192,7 +186,7 @@ test('an unreported lease comes back after expiry with a new token, and after fa
     render: { failureRetry: { fastRetries: 0 } },
   });
   const url = 'https://lease.example.com/never-reported';
-  await file([{ url, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN }]);
 
   // Lease tokens start with the server's grant instant in ms, so every gap below is measured on the server's
   // clock, independent of how often this test polls.
@@ -280,6 +274,47 @@ test('an unreported lease comes back after expiry with a new token, and after fa
   assert.equal(done?.misses, 0);
 });
 
+test('a claim that finds the set used up while rows are due has them republished at once, not at the next publish tick', async (t) => {
+  await settleEmpty();
+  // The next publish tick is a minute away: only the claim's poke to worker 0 can republish before it.
+  await configure({ queue: { jobLeaseTime: LEASE_MS, keeper: { publishInterval: 60_000 } } });
+  t.after(() => configure({ queue: { keeper: { publishInterval: PUBLISH_MS } } }));
+  // The minute publish (just after each minute boundary) republishes too: keep the ~10 s this test
+  // needs inside one minute of the clock, so only the poke can explain a prompt second grant.
+  if (Date.now() % MIN > MIN - 15_000)
+    await until('the next minute to begin', () => Date.now() % MIN < 1000, 20_000, 50);
+  const urls = ['https://poke.example.com/a', 'https://poke.example.com/b'];
+  // A row that becomes due is published on its own; its lease then runs out unreported, which no row
+  // change announces, so the set that held it stays used up until someone asks for a publish.
+  await fileTargets(
+    h,
+    urls.map((url) => ({ url, dueAt: Date.now() - MIN })),
+  );
+  /** Claims until every one of `urls` was granted (within `ms`); answers the grants. */
+  const grantsOf = async (what: string, ms: number): Promise<Job[]> => {
+    const got: Job[] = [];
+    await until(
+      what,
+      async () => {
+        got.push(...(await claim(25)).jobs);
+        return urls.every((u) => got.some((j) => j.id === u));
+      },
+      ms,
+    );
+    return got;
+  };
+  const first = await grantsOf('both rows granted', 10_000);
+  // Without the poke (checked by removing the keeper's listener) the rows come back only with the
+  // minute publish, after the 3 s this allows.
+  const expiresAt = Math.max(...first.map((j) => j.expiresAt));
+  const again = await grantsOf(
+    'the expired rows granted again within 3 s of their expiry',
+    expiresAt + 3000 - Date.now(),
+  );
+  t.diagnostic(`granted again ${Date.now() - expiresAt} ms after the leases ran out (publishInterval 60 s)`);
+  await report(again);
+});
+
 test('a key published in two ready-set generations is granted once while its lease is live', async () => {
   // Leases long enough that none expires during the test: any second grant is then a duplicate.
   await configure({ queue: { jobLeaseTime: 120_000, keeper: { publishInterval: 100 } } });
@@ -301,7 +336,8 @@ test('a key published in two ready-set generations is granted once while its lea
   const filing = (async () => {
     const now = Date.now();
     for (let w = 0; w < waves; w++) {
-      await file(
+      await fileTargets(
+        h,
         Array.from({ length: perWave }, (_, i) => ({
           url: `${prefix}p/${w * perWave + i}`,
           dueAt: now - MIN,
@@ -469,7 +505,10 @@ test("a stalled keeper's last ready set is drained, each entry re-checked agains
   await configure({ queue: { jobLeaseTime: 120_000, keeper: { publishInterval: PUBLISH_MS } } });
   const prefix = 'https://stalled.example.com/';
   const urls = Array.from({ length: 60 }, (_, i) => `${prefix}p/${i}`);
-  await file(urls.map((url) => ({ url, dueAt: Date.now() - MIN })));
+  await fileTargets(
+    h,
+    urls.map((url) => ({ url, dueAt: Date.now() - MIN })),
+  );
   // Nothing claims before the stall, so the keeper's last set holds every row, unconsumed.
   await until('the rows in the published set', async () => {
     const o = (await h.fetch('/prerender_admin/overview')).json;
@@ -575,7 +614,7 @@ test('an MQTT subscriber of queue_status/# sees empty → queued, and pause and 
     assert.equal(typeof first.updatedTime, 'number');
 
     let mark = seen.length;
-    await file([
+    await fileTargets(h, [
       { url: 'https://mqtt.example.com/a', dueAt: Date.now() - MIN },
       { url: 'https://mqtt.example.com/b', dueAt: Date.now() - MIN },
     ]);

@@ -4,10 +4,10 @@
 // re-rendered page does not pile up in the database's transaction log.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { repoRoot, startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { componentWithBotPage, startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { configForTest, fileTargets, postConfig } from '../api.js';
 import { until } from '../wait.js';
 
 let h: HarperInstance;
@@ -16,33 +16,11 @@ const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
 const MIN = 60_000;
 const KIB = 1024;
 
-/**
- * queue-keeper as built plus the example resource, loaded by one Harper the way a host app loads both.
- * The example is copied beside dist/resources.js and matched by one glob: on 4.7.29 a `files` list
- * naming two folders did not load dist/resources.js at all.
- */
-function componentWithExample(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'qk-pages-app-'));
-  for (const f of ['schema.graphql', 'roles.yaml', 'package.json']) cpSync(join(repoRoot, f), join(dir, f));
-  for (const d of ['dist', 'web']) cpSync(join(repoRoot, d), join(dir, d), { recursive: true });
-  cpSync(join(repoRoot, 'examples', 'bot-page.js'), join(dir, 'dist', 'bot-page.js'));
-  symlinkSync(join(repoRoot, 'node_modules'), join(dir, 'node_modules'), 'dir');
-  const config = readFileSync(join(repoRoot, 'config.yaml'), 'utf8');
-  // The component's own entry is index.js (it loads dist/resources.js); the copy names the build directly.
-  const withExample = config.replace('files: index.js', "files: 'dist/{resources,bot-page}.js'");
-  assert.notEqual(withExample, config, 'config.yaml no longer names index.js the way this test expects');
-  writeFileSync(join(dir, 'config.yaml'), withExample);
-  return dir;
-}
-
 before(async () => {
-  appDir = componentWithExample();
+  appDir = componentWithBotPage();
   h = await startHarper({ componentDir: appDir });
   await h.addUser(fleet.username, fleet.password, 'render_fleet');
-  const r = await h.fetch('/prerender_admin/config', {
-    body: { queue: { keeper: { publishInterval: 200, stateInterval: 1000 } } },
-  });
-  assert.equal(r.status, 200, r.text);
+  await postConfig(h, { queue: { keeper: { publishInterval: 200, stateInterval: 1000 } } });
 });
 
 after(async () => {
@@ -51,10 +29,7 @@ after(async () => {
 });
 
 async function file(url: string) {
-  const r = await h.fetch('/render_queue/targets', {
-    body: { targets: [{ url, dueAt: Date.now() - MIN, cadenceMs: 60 * MIN, fromSitemap: true }] },
-  });
-  assert.equal(r.status, 200, r.text);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN, cadenceMs: 60 * MIN, fromSitemap: true }]);
 }
 
 /** Claims until this URL is handed out; answers its lease token. */
@@ -151,10 +126,6 @@ test('deleting a target removes its page', async () => {
 });
 
 test('the page sweep removes a page whose schedule row disappeared', async (t) => {
-  const before = (await h.fetch('/prerender_admin/config')).json.maintenance.tickInterval as number;
-  t.after(async () => {
-    await h.fetch('/prerender_admin/config', { body: { maintenance: { tickInterval: before } } });
-  });
   const orphan = 'https://pages.example.com/orphan';
   const kept = 'https://pages.example.com/kept';
   await render(orphan, pageBody(12, 4));
@@ -168,8 +139,7 @@ test('the page sweep removes a page whose schedule row disappeared', async (t) =
     ids: [orphan],
   });
   assert.equal((await botGet(orphan)).status, 200, 'the page outlives its row until the sweep runs');
-  const r = await h.fetch('/prerender_admin/config', { body: { maintenance: { tickInterval: 300 } } });
-  assert.equal(r.status, 200, r.text);
+  await configForTest(t, h, { maintenance: { tickInterval: 300 } });
   await until(
     'the sweep removes the orphaned page',
     async () => (await botGet(orphan)).status === 404,

@@ -4,6 +4,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { fileTargets, postConfig } from '../api.js';
 import { until } from '../wait.js';
 
 let h: HarperInstance;
@@ -21,21 +22,12 @@ before(async () => {
   h = await startHarper();
   await h.addUser(fleetA.username, fleetA.password, 'render_fleet');
   await h.addUser(fleetB.username, fleetB.password, 'render_fleet');
-  const r = await h.fetch('/prerender_admin/config', {
-    body: { queue: { keeper: { publishInterval: 200, stateInterval: 1000 } } },
-  });
-  assert.equal(r.status, 200, r.text);
+  await postConfig(h, { queue: { keeper: { publishInterval: 200, stateInterval: 1000 } } });
 });
 
 after(async () => {
   await h?.destroy();
 });
-
-async function file(targets: unknown[]) {
-  const r = await h.fetch('/render_queue/targets', { body: { targets } });
-  assert.equal(r.status, 200, r.text);
-  assert.deepEqual(r.json.rejected, []);
-}
 
 async function claimAll(
   auth: Credentials,
@@ -75,7 +67,7 @@ const result = (j: Job, over: Record<string, unknown> = {}) => ({
 
 test('a retried result gets the first answer with duplicate: true and counts one strike', async () => {
   const url = 'https://retry.example.com/fast-lane';
-  await file([{ url, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN }]);
   const [job] = await claimAll(fleetA, (j) => j.id === url, 1);
   const first = await h.fetch('/render_queue/job_result', { auth: fleetA, body: result(job!) });
   assert.equal(first.status, 200, first.text);
@@ -89,7 +81,7 @@ test('a retried result gets the first answer with duplicate: true and counts one
 
 test('the same result twice in one batch is applied once; the copy is answered as a duplicate', async () => {
   const url = 'https://retry.example.com/batch';
-  await file([{ url, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN }]);
   const [job] = await claimAll(fleetA, (j) => j.id === url, 1);
   const r = await h.fetch('/render_queue/job_results', {
     auth: fleetA,
@@ -105,7 +97,7 @@ test('the same result twice in one batch is applied once; the copy is answered a
 
 test('a rendered result retried after it was released gets its answer again and writes nothing', async () => {
   const url = 'https://retry.example.com/rendered';
-  await file([{ url, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN }]);
   const [job] = await claimAll(fleetA, (j) => j.id === url, 1);
   const body = result(job!, { outcome: 'rendered', statusCode: 200, body: '<p>once</p>' });
   const first = await h.fetch('/render_queue/job_result', { auth: fleetA, body });
@@ -118,7 +110,7 @@ test('a rendered result retried after it was released gets its answer again and 
 
 test('a result from a user the lease was not granted to is 409 superseded and changes nothing', async () => {
   const url = 'https://grantee.example.com/a';
-  await file([{ url, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN }]);
   const [job] = await claimAll(fleetA, (j) => j.id === url, 1);
   const before1 = await row(url);
   const stolen = await h.fetch('/render_queue/job_result', {
@@ -140,7 +132,10 @@ test('a result from a user the lease was not granted to is 409 superseded and ch
 
 test('tokens are 28 hex digits and differ between grants made in the same millisecond', async () => {
   const urls = Array.from({ length: 40 }, (_, i) => `https://token.example.com/${i}`);
-  await file(urls.map((url) => ({ url, dueAt: Date.now() - MIN })));
+  await fileTargets(
+    h,
+    urls.map((url) => ({ url, dueAt: Date.now() - MIN })),
+  );
   const jobs = await claimAll(fleetA, (j) => j.id.startsWith('https://token.example.com/'), urls.length);
   for (const j of jobs) assert.match(j.leaseToken, /^[0-9a-f]{28}$/);
   const randomHalves = new Set(jobs.map((j) => j.leaseToken.slice(12)));
@@ -173,7 +168,10 @@ test('property: random well-formed Unicode URLs up to 1,900 bytes are each claim
     list.some((u) => Buffer.byteLength(u) >= 1890),
     'some URLs are near the 1,900-byte limit',
   );
-  await file(list.map((url) => ({ url, dueAt: Date.now() - MIN })));
+  await fileTargets(
+    h,
+    list.map((url) => ({ url, dueAt: Date.now() - MIN })),
+  );
   const granted = await claimAll(
     fleetB,
     (j) => j.id.startsWith('https://unicode.example.com/'),
@@ -203,7 +201,7 @@ test('rows whose keys cannot round-trip (lone surrogates) never starve the claim
   });
   assert.ok(!ins.error, JSON.stringify(ins).slice(0, 300));
   const good = 'https://good.example.com/after-the-bad-ones';
-  await file([{ url: good, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url: good, dueAt: Date.now() - MIN }]);
   const [job] = await claimAll(fleetA, (j) => j.id === good, 1, 20_000);
   assert.equal(job?.id, good);
   // After a restart the rows come back through the load walk instead of the subscription.
@@ -211,14 +209,14 @@ test('rows whose keys cannot round-trip (lone surrogates) never starve the claim
   h = await startHarper({ root: h.root });
   await h.fetch('/prerender_admin/config', { body: { queue: { keeper: { publishInterval: 200 } } } });
   const again = 'https://good.example.com/after-a-restart';
-  await file([{ url: again, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url: again, dueAt: Date.now() - MIN }]);
   const [next] = await claimAll(fleetA, (j) => j.id === again, 1, 30_000);
   assert.equal(next?.id, again);
 });
 
 test('a result in the raw-bytes framing (x-metadata-size) is checked and answered like the JSON form', async () => {
   const url = 'https://raw.example.com/page';
-  await file([{ url, dueAt: Date.now() - MIN }]);
+  await fileTargets(h, [{ url, dueAt: Date.now() - MIN }]);
   const [job] = await claimAll(fleetA, (j) => j.id === url, 1);
   const page = Buffer.from('<html><body>raw bytes: ✓ ünïcode</body></html>', 'utf8');
   const framed = (meta: unknown, body = page, size?: number) => {

@@ -4,7 +4,7 @@ import { HttpError, badRequest } from '../../../util/http/errors.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
-import { route, reply } from '../router.js';
+import { reply, type Router } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
 import { nodeStatusNow } from '../../keeper/servingView.js';
@@ -53,14 +53,17 @@ export interface AdminDeps {
   revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
 }
 
-export function registerAdmin({ keeper, control, settings, readRow, revalidate }: AdminDeps): void {
-  route('GET', '/prerender_admin/health', 'admin', async () =>
+export function registerAdmin(
+  router: Router,
+  { keeper, control, settings, readRow, revalidate }: AdminDeps,
+): void {
+  router.route('GET', '/prerender_admin/health', 'admin', async () =>
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
   );
 
-  route('GET', '/prerender_admin/config', 'admin', async () => reply(config()));
+  router.route('GET', '/prerender_admin/config', 'admin', async () => reply(config()));
 
-  route('POST', '/prerender_admin/config', 'admin', async (req) => {
+  router.route('POST', '/prerender_admin/config', 'admin', async (req) => {
     if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
       throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
     try {
@@ -88,17 +91,17 @@ export function registerAdmin({ keeper, control, settings, readRow, revalidate }
       await control.publishStatus(nodeStatusNow(control.isPaused()), true);
     return reply({ scope, paused });
   };
-  route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
-  route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
+  router.route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
+  router.route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
 
-  route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
+  router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
     const url = checkSingleUrl(req.body);
     const row = await revalidate(url, Date.now());
     if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
     return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
   });
 
-  route('POST', '/prerender_admin/explain', 'admin', async (req) => {
+  router.route('POST', '/prerender_admin/explain', 'admin', async (req) => {
     const url = checkSingleUrl(req.body);
     const now = Date.now();
     const row = readRow(url) ?? null;

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { HttpError } from '../../../util/http/errors.js';
 import { componentDir } from '../../runtime/config.js';
-import { route, type ApiResponse } from '../router.js';
+import { type ApiResponse, type Router } from '../router.js';
 
 export const CONSOLE_PATH = '/prerender_admin/console';
 
@@ -53,7 +53,7 @@ function load(cache: Map<string, Buffer>, asset: Asset): Buffer {
   return data;
 }
 
-export function registerConsole(): void {
+export function registerConsole(router: Router): void {
   const cache = new Map<string, Buffer>();
   const serve = (asset: Asset, headers: Record<string, string>): ApiResponse => ({
     status: 200,
@@ -61,9 +61,9 @@ export function registerConsole(): void {
     raw: { contentType: asset.contentType, data: load(cache, asset) },
   });
 
-  route('GET', CONSOLE_PATH, 'admin', async () => serve(PAGE, PAGE_HEADERS));
+  router.route('GET', CONSOLE_PATH, 'admin', async () => serve(PAGE, PAGE_HEADERS));
 
-  route('GET', `${CONSOLE_PATH}/*`, 'admin', async (req) => {
+  router.route('GET', `${CONSOLE_PATH}/*`, 'admin', async (req) => {
     const asset = req.params.length === 1 ? ASSETS.get(req.params[0]!) : undefined;
     if (!asset) throw new HttpError(404, 'not_found', `no console asset at ${req.path}`);
     return serve(asset, ASSET_HEADERS);

@@ -1,6 +1,6 @@
 // Feeding endpoints (API.md "Feeding"): targets, delete, discover.
 import { checkTargetsBody, checkUrlList } from '../../../util/http/input.js';
-import { route, reply } from '../router.js';
+import { reply, type Router } from '../router.js';
 import type { TargetInput } from '../../../util/schedule/rules.js';
 
 // API.md: targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
@@ -16,13 +16,11 @@ export interface FeedingRouteDeps {
   deletePages: (urls: string[]) => Promise<number>;
 }
 
-export function registerFeeding({
-  fileTargets,
-  deleteTargets,
-  discoverUrls,
-  deletePages,
-}: FeedingRouteDeps): void {
-  route(
+export function registerFeeding(
+  router: Router,
+  { fileTargets, deleteTargets, discoverUrls, deletePages }: FeedingRouteDeps,
+): void {
+  router.route(
     'POST',
     '/render_queue/targets',
     'feeder',
@@ -38,7 +36,7 @@ export function registerFeeding({
     { maxBodyBytes: () => FEED_BODY_LIMIT },
   );
 
-  route(
+  router.route(
     'DELETE',
     '/render_queue/targets',
     'feeder',
@@ -52,7 +50,7 @@ export function registerFeeding({
     { maxBodyBytes: () => FEED_BODY_LIMIT },
   );
 
-  route(
+  router.route(
     'POST',
     '/render_queue/discover',
     'discover',

@@ -22,7 +22,7 @@ import {
   type HookRecord,
 } from '../../notify/fleets.js';
 import type { SealKey } from '../../notify/sealKey.js';
-import { reply, route, type ApiRequest } from '../router.js';
+import { type ApiRequest, reply, type Router } from '../router.js';
 
 const MAX_NAME_CHARS = 200;
 /** Ids are UUIDs; anything much longer cannot name a row (and would exceed the store's key limit). */
@@ -130,9 +130,12 @@ export interface NotifyRouteDeps {
   hookPolicy: () => HookUrlPolicy;
 }
 
-export function registerNotify({ sealKey, fleetsChanged, hookPolicy }: NotifyRouteDeps): void {
+export function registerNotify(
+  router: Router,
+  { sealKey, fleetsChanged, hookPolicy }: NotifyRouteDeps,
+): void {
   const requireKey = () => requireKeyOf(sealKey);
-  route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
+  router.route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
     const body = requireObject(req.body, ['name', 'queues', 'username']);
     const name = checkFleetName(body.name);
     const queues = checkQueues(body.queues);
@@ -143,9 +146,11 @@ export function registerNotify({ sealKey, fleetsChanged, hookPolicy }: NotifyRou
     return reply(fleetView(created));
   });
 
-  route('GET', '/prerender_admin/fleets', 'admin', async () => reply((await listFleets()).map(fleetView)));
+  router.route('GET', '/prerender_admin/fleets', 'admin', async () =>
+    reply((await listFleets()).map(fleetView)),
+  );
 
-  route('DELETE', '/prerender_admin/fleets/*', 'admin', async (req) => {
+  router.route('DELETE', '/prerender_admin/fleets/*', 'admin', async (req) => {
     const id = oneParam(req, 'fleet');
     const fleet = await revokeFleet(id, Date.now());
     fleetsChanged();
@@ -153,7 +158,7 @@ export function registerNotify({ sealKey, fleetsChanged, hookPolicy }: NotifyRou
     return reply(fleetView(fleet));
   });
 
-  route('POST', '/prerender_admin/hooks', 'admin', async (req) => {
+  router.route('POST', '/prerender_admin/hooks', 'admin', async (req) => {
     const key = requireKey();
     const body = requireObject(req.body, ['fleetId', 'url', 'queues']);
     if (typeof body.fleetId !== 'string' || body.fleetId === '')
@@ -207,13 +212,13 @@ export function registerNotify({ sealKey, fleetsChanged, hookPolicy }: NotifyRou
     }
   });
 
-  route('GET', '/prerender_admin/hooks', 'admin', async (req) => {
+  router.route('GET', '/prerender_admin/hooks', 'admin', async (req) => {
     requireKey();
     const fleetId = req.query.get('fleetId');
     return reply((await listHooks(fleetId === null || fleetId === '' ? undefined : fleetId)).map(hookView));
   });
 
-  route('POST', '/prerender_admin/hooks/*', 'admin', async (req) => {
+  router.route('POST', '/prerender_admin/hooks/*', 'admin', async (req) => {
     const key = requireKey();
     const action = req.params[1];
     if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
@@ -234,7 +239,7 @@ export function registerNotify({ sealKey, fleetsChanged, hookPolicy }: NotifyRou
     return reply(hookView(next));
   });
 
-  route('DELETE', '/prerender_admin/hooks/*', 'admin', async (req) => {
+  router.route('DELETE', '/prerender_admin/hooks/*', 'admin', async (req) => {
     requireKey();
     const id = oneParam(req, 'hook');
     if (!(await deleteHook(id))) throw new HttpError(404, 'not_found', `no hook with id ${echo(id)}`);

@@ -7,7 +7,7 @@ import type { CheckedResult, ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import type { HarperUser } from '../../runtime/harper.js';
-import { route, reply } from '../router.js';
+import { reply, type Router } from '../router.js';
 import { nodeStatusNow, servingView } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../../runtime/sharedStructures.js';
@@ -92,15 +92,12 @@ async function reportBatch(results: ResultService, list: unknown[], user: Harper
   });
 }
 
-export function registerQueue({
-  claims,
-  results,
-  scope: fleetScope,
-  metrics,
-  control,
-}: QueueRouteDeps): void {
+export function registerQueue(
+  router: Router,
+  { claims, results, scope: fleetScope, metrics, control }: QueueRouteDeps,
+): void {
   const isPaused = () => control.isPaused();
-  timedRoute('claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
+  timedRoute(router, 'claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = claims.parseLimit(req.body);
     const scope = await fleetScope.claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
     const r = claims.claim(limit, callerOf(req.user), scope);
@@ -108,6 +105,7 @@ export function registerQueue({
   });
 
   timedRoute(
+    router,
     'job_result',
     'POST',
     '/render_queue/job_result',
@@ -132,6 +130,7 @@ export function registerQueue({
   );
 
   timedRoute(
+    router,
     'job_results',
     'POST',
     '/render_queue/job_results',
@@ -148,6 +147,7 @@ export function registerQueue({
 
   // Report and claim in one round trip (API.md): exactly job_results, then claim, sharing their code.
   timedRoute(
+    router,
     'next',
     'POST',
     '/render_queue/next',
@@ -166,7 +166,7 @@ export function registerQueue({
     { maxBodyBytes: () => config().render.maxBatchBytes },
   );
 
-  route('GET', '/prerender_admin/overview', 'admin', async () => {
+  router.route('GET', '/prerender_admin/overview', 'admin', async () => {
     const now = Date.now();
     const leases = leaseTable();
     // Reads never write: the lease figures are worker 0's last reconcile (every stateInterval).
@@ -207,7 +207,7 @@ export function registerQueue({
     });
   });
 
-  route('GET', '/prerender_admin/queue-state', 'admin', async () => {
+  router.route('GET', '/prerender_admin/queue-state', 'admin', async () => {
     const now = Date.now();
     const state = vouchedState(now);
     if (!state.ok) {
@@ -230,7 +230,7 @@ export function registerQueue({
     return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
   });
 
-  route('GET', '/prerender_admin/metrics', 'admin', async () => {
+  router.route('GET', '/prerender_admin/metrics', 'admin', async () => {
     const now = Date.now();
     const text = metrics.text(liveFigures(now, vouchedState(now)));
     return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };

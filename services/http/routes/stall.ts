@@ -1,14 +1,14 @@
 // Operator view of the stall ledger (API.md): which (fleet, queue) pairs have been woken for a stall,
 // how often since the stall began or last progressed, and when last.
-import { route, reply } from '../router.js';
+import { reply, type Router } from '../router.js';
 import type { LedgerRow } from '../../../util/stall/rules.js';
 
 function compareText(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-export function registerStall(deps: { readLedger: () => Promise<LedgerRow[]> }): void {
-  route('GET', '/prerender_admin/stall-ledger', 'admin', async () => {
+export function registerStall(router: Router, deps: { readLedger: () => Promise<LedgerRow[]> }): void {
+  router.route('GET', '/prerender_admin/stall-ledger', 'admin', async () => {
     const rows = await deps.readLedger();
     rows.sort((a, b) => compareText(a.fleetId, b.fleetId) || compareText(a.queue, b.queue));
     return reply(

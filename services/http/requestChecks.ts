@@ -1,0 +1,184 @@
+// The checks a state-changing request passes before its handler runs (API.md "Requests that change
+// state"): a same-origin browser context, a JSON (or raw-bytes) media type, the endpoint's size limit, and
+// a UTF-8 JSON body of bounded depth. Each is a plain function of the request; services/http/router.ts
+// applies them in that order.
+import type { IncomingMessage } from 'node:http';
+import { HttpError } from '../../util/http/errors.js';
+
+/**
+ * Deeper JSON is refused before any handler sees it. Our deepest legitimate body is a route list in a
+ * config update (4 levels); `JSON.stringify` of a value nested ~10,000 deep overflows the stack, so a
+ * deep value echoed in an answer or a log line would be a 500 at will.
+ */
+export const MAX_JSON_DEPTH = 32;
+
+export type HeaderGet = (name: string) => string | undefined | null;
+
+/**
+ * Why a state-changing request must be refused as cross-site, or null. A browser marks where a request
+ * comes from (`Sec-Fetch-Site`, `Origin`) and a page cannot forge either, while it can make an operator's
+ * browser send stored Basic credentials with a form or fetch to us. Callers that are not browsers
+ * (curl, fleets, feeders) send neither header and pass. The own origin is judged by host and port
+ * against the `Host` header (which a page cannot set), not by scheme, so the console keeps working
+ * behind a proxy that terminates TLS.
+ */
+export function crossSiteProblem(get: HeaderGet): string | null {
+  const site = get('sec-fetch-site')?.trim().toLowerCase();
+  if (site === 'cross-site' || site === 'same-site')
+    return `the browser marks this request ${site}; it is refused`;
+  const origin = get('origin');
+  if (origin === undefined || origin === null) return null;
+  const foreign = 'the Origin of this request is not this server; it is refused';
+  const host = get('host');
+  let o: URL;
+  let own: URL;
+  try {
+    o = new URL(origin);
+    if (o.protocol !== 'http:' && o.protocol !== 'https:') return foreign;
+    // Parsed under the origin's scheme, so `host:443` and `host` compare equal for https.
+    own = new URL(`${o.protocol}//${host ?? ''}`);
+  } catch {
+    return foreign; // `Origin: null` (sandboxed frames, file:) lands here too
+  }
+  return host && o.host === own.host && o.origin === origin.trim().toLowerCase() ? null : foreign;
+}
+
+/**
+ * The body's media type rule (API.md): a body is `application/json` (a UTF-8 charset allowed), or
+ * `application/octet-stream` where the route takes raw bytes. A request with no body and no content type
+ * (hook rotate, enable, disable; an empty claim) has no media type to refuse and passes. A content type
+ * with an empty body does not: HTML forms always send one, so refusing them closes the empty-body form
+ * post too.
+ */
+export function mediaTypeProblem(
+  get: HeaderGet,
+  octetStream: boolean,
+): { problem: string | null; octet: boolean } {
+  const ct = get('content-type');
+  if (ct === undefined || ct === null) {
+    const len = get('content-length');
+    const chunked = get('transfer-encoding') !== undefined && get('transfer-encoding') !== null;
+    if (!chunked && (len === undefined || len === null || len.trim() === '0'))
+      return { problem: null, octet: false };
+    return { problem: 'a request body needs content-type: application/json', octet: false };
+  }
+  const [type, ...params] = ct.split(';').map((p) => p.trim().toLowerCase());
+  const charsetOk = params.every((p) => !p.startsWith('charset=') || /^charset="?utf-?8"?$/.test(p));
+  if (type === 'application/json' && charsetOk) return { problem: null, octet: false };
+  if (octetStream && type === 'application/octet-stream') return { problem: null, octet: true };
+  return {
+    problem: `content-type must be application/json${octetStream ? ' or application/octet-stream' : ''} (UTF-8), not ${JSON.stringify(ct.slice(0, 100))}`,
+    octet: false,
+  };
+}
+
+function tooLarge(limit: number): HttpError {
+  return new HttpError(413, 'payload_too_large', `the request body is larger than ${limit} bytes`);
+}
+
+/**
+ * A refused body up to this size is read to its end (and dropped) before the 413 goes out, so the
+ * client finishes sending and reads the answer instead of meeting a closed socket (EPIPE) mid-upload.
+ * Past it the answer goes out at once and the connection is closed under the rest.
+ */
+const DRAIN_REFUSED_BYTES = 64 << 20;
+
+/**
+ * Reads the body up to `limit` bytes. Over the limit (declared, or counted while a chunked body arrives)
+ * nothing more is buffered: the rest is read and discarded (up to DRAIN_REFUSED_BYTES) so the socket is
+ * never left half-read, and the 413 is answered with `connection: close`, so a client streaming without
+ * end is cut off after the answer. Never iterates the stream with `for await`: leaving that loop early
+ * destroys the socket under the answer.
+ */
+export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffer> {
+  const declared = Number(nodeReq.headers?.['content-length']);
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let over = false;
+    let settled = false;
+    const refuse = (): void => {
+      if (settled) return;
+      settled = true;
+      reject(tooLarge(limit));
+    };
+    if (Number.isFinite(declared) && declared > limit) {
+      over = true;
+      if (declared > DRAIN_REFUSED_BYTES) refuse();
+    }
+    const onData = (c: Buffer) => {
+      size += c.length;
+      if (over) {
+        if (size > DRAIN_REFUSED_BYTES) refuse();
+        return;
+      }
+      if (size > limit) {
+        over = true;
+        chunks.length = 0;
+        if (size > DRAIN_REFUSED_BYTES) refuse();
+        return;
+      }
+      chunks.push(c);
+    };
+    nodeReq.on('data', onData);
+    nodeReq.once('end', () => {
+      if (over) refuse();
+      else if (!settled) {
+        settled = true;
+        resolve(Buffer.concat(chunks, size));
+      }
+    });
+    nodeReq.once('error', (e: Error) => {
+      if (settled) return;
+      if (over) return refuse();
+      settled = true;
+      reject(new HttpError(400, 'invalid_body', `the request body could not be read: ${e.message}`));
+    });
+    nodeReq.once('close', () => {
+      if (over) refuse();
+    });
+    nodeReq.resume?.();
+  });
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Parses a UTF-8 JSON body; refuses invalid UTF-8 (never silently turned into U+FFFD) and deep nesting. */
+export function parseJsonBody(raw: Buffer): unknown {
+  let text: string;
+  try {
+    text = utf8.decode(raw);
+  } catch {
+    throw new HttpError(400, 'invalid_json', 'the request body is not valid UTF-8');
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (e) {
+    throw new HttpError(
+      400,
+      'invalid_json',
+      `the request body is not valid JSON: ${(e as Error).message.slice(0, 200)}`,
+    );
+  }
+  if (depthOver(body, MAX_JSON_DEPTH))
+    throw new HttpError(
+      400,
+      'invalid_json',
+      `the request body is nested deeper than ${MAX_JSON_DEPTH} levels`,
+    );
+  return body;
+}
+
+/** Iterative (a recursive walk would overflow on exactly the input it guards against). */
+function depthOver(v: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[v, 1]];
+  while (stack.length > 0) {
+    const [x, d] = stack.pop()!;
+    if (typeof x !== 'object' || x === null) continue;
+    if (d > max) return true;
+    for (const c of Array.isArray(x) ? x : Object.values(x))
+      if (typeof c === 'object' && c !== null) stack.push([c, d + 1]);
+  }
+  return false;
+}
