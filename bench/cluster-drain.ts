@@ -102,11 +102,14 @@ async function main(): Promise<void> {
       urls.map((url) => ({ url, dueAt: Date.now() - 60_000 })),
     );
     const shares = NAMES.map((n) => urls.filter((u) => owners.ownerOf(u) === n).length);
+    let lastHeld: Array<number | null> = [];
     await waitFor(
-      'each node to hold its share',
-      async () => (await Promise.all(nodes.map(held))).every((h, i) => h === shares[i]),
+      `each node to hold its share (${shares.join('/')}; last seen ${lastHeld.join('/')})`,
+      async () => (lastHeld = await Promise.all(nodes.map(held))).every((h, i) => h === shares[i]),
       120_000,
-    );
+    ).catch((e: unknown) => {
+      throw new Error(`${String(e)}: expected ${shares.join('/')}, held ${lastHeld.join('/')}`);
+    });
     const grants = new Map<string, number>();
     const t0 = performance.now();
     await drain(nodes, new Set(urls), grants);

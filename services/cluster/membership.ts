@@ -12,7 +12,7 @@ import { nodeName } from './nodeName.js';
 
 const nodeTable = () => table('render_queue', 'QueueNode');
 
-/** Beats at most once a second: a replicated write per beat per node, for a 5 s departure window. */
+/** Beats at most once a second: a replicated write per beat per node, for a 15 s departure window. */
 const MIN_BEAT_MS = 1000;
 /** A failing beat write is logged at most this often (a down store fails every beat). */
 const BEAT_WARN_EVERY_MS = 60_000;

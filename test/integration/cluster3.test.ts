@@ -259,7 +259,7 @@ test('a stopped node loses nothing: its rows are claimable on the other two, and
       const held = await Promise.all(two.map(heldRows));
       return held.every((h) => h !== null) && held.reduce<number>((s, h) => s + (h ?? 0), 0) === total;
     },
-    30_000,
+    45_000,
     100,
   );
   const pickedUp = Date.now() - stoppedAt;

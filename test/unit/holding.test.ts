@@ -161,3 +161,15 @@ test('present peers are the configured ones with a fresh beat', () => {
     ['node-b'],
   );
 });
+
+test('a peer whose beat lags 10 s behind (replication under load) still counts as present', () => {
+  // bench/cluster-drain.ts at load 8–11 with a 5 s window: live peers counted gone, 3,032 double grants.
+  const now = 100_000;
+  const lagging: NodeBeat[] = [{ node: 'node-b', beatAt: now - 10_000, view: null }];
+  const present = presentPeers('node-a', ['node-a', 'node-b'], lagging, now, beatStaleAfterMs(1000));
+  assert.deepEqual(
+    present.map((b) => b.node),
+    ['node-b'],
+  );
+  assert.equal(beatStaleAfterMs(5000), 25_000, 'five beats when beats are slower than 3 s');
+});
