@@ -339,12 +339,19 @@ export class KeeperService {
     }
     const t0 = performance.now();
     const leasedHash = this.deps.isLeasedHash;
-    const top = this.core.topK(
-      cfg.queue.ready.capacity,
+    // The global top, then extra rows for the queues it under-represents (their ready-set sections).
+    // (At most the set's own capacity: it is fixed at first allocation, and a row left past it would cut
+    // its queue's section short.)
+    const top = this.core.publishSelection(
+      Math.min(cfg.queue.ready.capacity, this.deps.ready.capacity),
+      this.deps.ready.extraCapacity,
       now,
       leasedHash ? (_k, hi, lo) => leasedHash(hi, lo, now) : (k) => this.deps.isLeased(k, now),
     );
-    const r = this.deps.ready.publish(top.entries, now);
+    const r = this.deps.ready.publish(top.entries, now, {
+      entries: top.extras,
+      complete: top.completeQueues,
+    });
     const ms = performance.now() - t0;
     // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
     this.lastPublishKey = this.changeKey(now);

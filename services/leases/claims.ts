@@ -53,7 +53,7 @@ export interface ServingRead {
 
 export interface ClaimDeps {
   /** The node's ready set and lease table (shared memory; a getter, as they are sized at first use). */
-  readySet: () => Pick<ReadySet, 'take' | 'scan'>;
+  readySet: () => Pick<ReadySet, 'take' | 'takeSection' | 'section'>;
   leases: () => Pick<LeaseTable, 'isLeased' | 'grant'>;
   /** A local point read of the schedule row. */
   readRow: (key: string) => ScheduleRow | undefined;
@@ -69,6 +69,12 @@ export interface ClaimDeps {
   config: () => QueueKeeperConfig;
   count: (name: MetricName, n: number) => void;
   log: { warn: (...args: unknown[]) => void };
+}
+
+/** How a claim's take went: entries taken off the set, and whether it found the set used up. */
+interface Took {
+  taken: number;
+  wantsPublish: boolean;
 }
 
 /** What one claim did with the entries it looked at (counted into the metrics at the end). */
@@ -104,8 +110,10 @@ export class ClaimService {
 
   /**
    * Grants up to `limit` due jobs from the ready set (SPEC §3), from every queue or only from `scope`
-   * (a fleet-bound user, or a body's `queues`). An unscoped claim takes entries off the shared cursor; a
-   * scoped one reads the set without taking, so it never uses up entries of queues it does not serve.
+   * (a fleet-bound user, or a body's `queues`). An unscoped claim takes entries off the shared cursor in
+   * the set's global order; a scoped one takes from its queues' sections (util/handoff/readySet.ts),
+   * best head first, so it never uses up entries of queues it does not serve and a small queue still
+   * gets full claims.
    */
   claim(limit: number, caller: Caller, scope: QueueScope = null, now = Date.now()): ClaimResult {
     const { deps } = this;
@@ -113,46 +121,13 @@ export class ClaimService {
     if (deps.isPaused()) return { jobs: [], status: 'paused' };
     const view = deps.servingView(now);
     if (!view.serving) return { jobs: [], status: 'unready' };
-    const ready = deps.readySet();
     const t: ClaimTally = { jobs: [], queues: new Set(), stale: 0, wedged: 0, refusedFull: 0 };
-    let budget = limit * OVER_TAKE;
-    let exhausted = false;
-    let taken = 0;
-    if (scope) {
-      const hashes = new Set([...scope].map(nameHash));
-      ready.scan(
-        (q) => hashes.has(q),
-        (entry) => {
-          taken++;
-          if (!this.grantEntry(entry, caller, now, t)) budget--;
-          return t.jobs.length >= limit || budget <= 0;
-        },
-      );
-      exhausted = t.jobs.length < limit && budget > 0;
-    } else {
-      while (t.jobs.length < limit && budget > 0) {
-        // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
-        // and dropping it would strand it until the next publish — forever, if the keeper has stalled and
-        // the node is draining its last set (SPEC §3). Skipped entries are made up by taking again.
-        const batch = ready.take(Math.min(budget, limit - t.jobs.length));
-        if (batch.length === 0) {
-          exhausted = true;
-          break;
-        }
-        budget -= batch.length;
-        taken += batch.length;
-        for (const entry of batch) {
-          if (t.jobs.length >= limit) break;
-          this.grantEntry(entry, caller, now, t);
-        }
-      }
-    }
+    const took = scope
+      ? this.takeScoped(limit, caller, scope, now, t)
+      : this.takeGlobal(limit, caller, now, t);
     // A set used up only by keys the lease table has no room for would be republished with the same keys
     // every 50 ms until a lease frees a slot; the normal publish interval is soon enough for those.
-    // A scoped claim that saw none of its queues' entries pokes nothing: a republish of the same top rows
-    // would not bring them (per-queue sections of the ready set are the fix for small queues).
-    const worthPoking = scope === null || taken > 0;
-    if (exhausted && worthPoking && view.due > 0 && !(t.refusedFull > 0 && t.refusedFull === taken))
+    if (took.wantsPublish && view.due > 0 && !(t.refusedFull > 0 && t.refusedFull === took.taken))
       deps.pokeKeeper(now);
     if (t.jobs.length) deps.count('claim_granted', t.jobs.length);
     if (t.stale) deps.count('claim_stale', t.stale);
@@ -162,11 +137,87 @@ export class ClaimService {
     return { jobs: t.jobs, status };
   }
 
+  /** The unscoped claim: entries off the shared cursor, in the set's global order. */
+  private takeGlobal(limit: number, caller: Caller, now: number, t: ClaimTally): Took {
+    const ready = this.deps.readySet();
+    let budget = limit * OVER_TAKE;
+    let taken = 0;
+    while (t.jobs.length < limit && budget > 0) {
+      // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
+      // and dropping it would strand it until the next publish — forever, if the keeper has stalled and
+      // the node is draining its last set (SPEC §3). Skipped entries are made up by taking again.
+      const batch = ready.take(Math.min(budget, limit - t.jobs.length));
+      if (batch.length === 0) return { taken, wantsPublish: true };
+      budget -= batch.length;
+      taken += batch.length;
+      for (const entry of batch) {
+        if (t.jobs.length >= limit) break;
+        this.grantEntry(entry, caller, null, now, t);
+      }
+    }
+    return { taken, wantsPublish: false };
+  }
+
+  /**
+   * The scoped claim: entries off the sections of the scope's queues, with the same over-take budget.
+   * With several queues it takes one entry at a time from the section whose next entry scores best. A
+   * section used up while its queue still had rows left out of the set asks for a publish; a queue with
+   * no section (nothing of it due at the last publish) does not: its rows come with the next one.
+   */
+  private takeScoped(
+    limit: number,
+    caller: Caller,
+    scope: ReadonlySet<string>,
+    now: number,
+    t: ClaimTally,
+  ): Took {
+    const ready = this.deps.readySet();
+    let open = [...scope].map(nameHash);
+    let budget = limit * OVER_TAKE;
+    let taken = 0;
+    let wantsPublish = false;
+    const close = (queue: number) => {
+      open = open.filter((q) => q !== queue);
+      const s = ready.section(queue);
+      if (s !== null && !s.complete) wantsPublish = true;
+    };
+    while (t.jobs.length < limit && budget > 0 && open.length > 0) {
+      let queue = open[0]!;
+      if (open.length > 1) {
+        let best = -Infinity;
+        for (const q of [...open]) {
+          const head = ready.section(q)?.headScore ?? -Infinity;
+          if (head === -Infinity) close(q);
+          else if (head > best) {
+            best = head;
+            queue = q;
+          }
+        }
+        if (best === -Infinity) break;
+      }
+      const batch = ready.takeSection(queue, open.length > 1 ? 1 : Math.min(budget, limit - t.jobs.length));
+      if (batch.length === 0) {
+        close(queue);
+        continue;
+      }
+      budget -= batch.length;
+      taken += batch.length;
+      for (const entry of batch) this.grantEntry(entry, caller, scope, now, t);
+    }
+    return { taken, wantsPublish };
+  }
+
   /**
    * Tries to grant one ready entry: skips it when leased, when its row is gone or no longer due
    * (`claim_stale`), when the key is held (`claim_wedged`) or the lease window is full. True when granted.
    */
-  private grantEntry(entry: ReadyEntry, caller: Caller, now: number, t: ClaimTally): boolean {
+  private grantEntry(
+    entry: ReadyEntry,
+    caller: Caller,
+    scope: QueueScope,
+    now: number,
+    t: ClaimTally,
+  ): boolean {
     const cfg = this.deps.config();
     const leases = this.deps.leases();
     if (leases.isLeased(entry.key, now)) return false;
@@ -176,6 +227,12 @@ export class ClaimService {
       return false;
     }
     const { route, cadenceMs } = classifyUrl(entry.key, row.effectiveInterval, cfg);
+    // Sections are found by queue hash: a row routed elsewhere since the publish (or a name whose hash
+    // collides) is not this scope's to take.
+    if (scope !== null && !scope.has(route)) {
+      t.stale++;
+      return false;
+    }
     const g = leases.grant(entry.key, now, {
       leaseMs: cfg.queue.jobLeaseTime,
       dueMs: row.nextRenderTime,

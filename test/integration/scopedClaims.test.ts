@@ -166,3 +166,63 @@ test('next reports results and claims in one round trip, answering exactly as jo
   assert.equal(unknown.status, 400);
   assert.equal(unknown.json.code, 'unknown_field');
 });
+
+test('a fleet scoped to a queue holding 1 % of the due rows gets full claims while it has due rows', async () => {
+  // 9,900 rows of `bulk`, an hour late, fill the 5,000-row global top; the 100 `tiny` rows, a minute
+  // late, score below every one of them. Before the ready set had per-queue sections, the tiny fleet
+  // got nothing here until the bulk rows were drained.
+  const routes = [
+    { name: 'product', match: 'prefix', path: '/p/' },
+    { name: 'blog', match: 'prefix', path: '/b/' },
+    { name: 'docs', match: 'prefix', path: '/d/' },
+    { name: 'bulk', match: 'prefix', path: '/k/' },
+    { name: 'tiny', match: 'prefix', path: '/t/' },
+  ];
+  const cfg = await h.fetch('/prerender_admin/config', { body: { render: { routes } } });
+  assert.equal(cfg.status, 200, cfg.text);
+  const tinyUser: Credentials = { username: 'tiny-fleet', password: 'tiny-pass' };
+  await h.addUser(tinyUser.username, tinyUser.password, 'render_fleet');
+  const f = await h.fetch('/prerender_admin/fleets', {
+    body: { name: 'tiny', queues: ['tiny'], username: tinyUser.username },
+  });
+  assert.equal(f.status, 200, f.text);
+  const now = Date.now();
+  const bulk = await h.fetch('/render_queue/targets', {
+    body: {
+      targets: Array.from({ length: 9_900 }, (_, i) => ({
+        url: `https://s.test/k/${i}`,
+        dueAt: now - 60 * MIN,
+      })),
+    },
+  });
+  assert.equal(bulk.status, 200, bulk.text);
+  await file(Array.from({ length: 100 }, (_, i) => `https://s.test/t/${i}`));
+
+  // Once worker 0's keeper holds the last rows of both queues (classified as bulk and tiny), the next
+  // publish carries all of them.
+  for (const url of ['https://s.test/k/9899', 'https://s.test/t/99'])
+    await until(`the keeper holds ${url}`, async () => {
+      const e = await h.fetch('/prerender_admin/explain', { body: { url } });
+      return e.json.held !== null && e.json.queue === (url.includes('/k/') ? 'bulk' : 'tiny');
+    });
+  const tiny: Job[] = [];
+  await until('the first claim of tiny rows', async () => {
+    const r = await claim(tinyUser);
+    assert.equal(r.status, 200, r.text);
+    tiny.push(...(r.json as Job[]));
+    return tiny.length > 0;
+  });
+  assert.equal(tiny.length, 25, 'the first claim is full');
+  for (let i = 1; i < 4; i++) {
+    const r = await claim(tinyUser);
+    assert.equal(r.status, 200, r.text);
+    const jobs = r.json as Job[];
+    assert.equal(jobs.length, 25, `claim ${i + 1} of the tiny fleet is full`);
+    tiny.push(...jobs);
+  }
+  assert.ok(tiny.every((j) => j.queue === 'tiny'));
+  assert.equal(new Set(tiny.map((j) => j.id)).size, 100, 'every tiny row once');
+  // The unscoped claim still hands out the global order: the hour-late bulk rows.
+  const r = await claim(free);
+  assert.ok((r.json as Job[]).length > 0 && (r.json as Job[]).every((j) => j.queue === 'bulk'));
+});

@@ -225,3 +225,129 @@ test('the claim limit defaults to 20 and is capped at queue.maxClaimLimit; a bad
   assert.throws(() => w.claims.parseLimit({ limit: 0 }), { status: 400, code: 'invalid_limit' });
   assert.throws(() => w.claims.parseLimit({ limit: 'x' }), { status: 400, code: 'invalid_limit' });
 });
+
+// --- scoped claims over ready-set sections (issue 16) ---------------------------------------------
+
+/** A keeper-like publish: the global top of `capacity` by score, then the small queue's rows as extras. */
+function publishShares(w: ReturnType<typeof world>, big: string[], small: string[], now = NOW) {
+  for (const k of [...big, ...small]) w.rows.set(k, row(k, now - MINUTE));
+  const entry = (key: string, score: number): ReadyEntryInput => ({
+    key,
+    score,
+    dueMs: now - MINUTE,
+    fromSitemap: false,
+    verified: true,
+    mark: 'none',
+    route: new URL(key).pathname.split('/')[1],
+  });
+  // Every big row outscores every small one, so the small queue has no row in the global top.
+  const top = big.slice(0, w.ready.capacity).map((k, i) => entry(k, 100 - i / 1000));
+  const extras = small.slice(0, w.ready.extraCapacity).map((k, i) => entry(k, 1 - i / 1000));
+  const complete = new Set(small.length <= w.ready.extraCapacity ? ['blog'] : []);
+  return w.ready.publish(top, now, { entries: extras, complete });
+}
+
+test('a fleet scoped to a queue with 1 % of the due rows gets full claims while that queue has due rows', () => {
+  // Fails with the scoped claim reading the global top (the claim before sections): it then gets nothing.
+  const w = world();
+  const big = Array.from({ length: 990 }, (_, i) => url('product', i));
+  const small = Array.from({ length: 10 }, (_, i) => url('blog', i));
+  publishShares(w, big, small);
+  const blogFleet = new Set(['blog']);
+  const first = w.claims.claim(4, FLEET, blogFleet, NOW);
+  assert.deepEqual(
+    first.jobs.map((j) => j.id),
+    small.slice(0, 4),
+  );
+  assert.deepEqual(
+    w.claims.claim(4, FLEET, blogFleet, NOW).jobs.map((j) => j.id),
+    small.slice(4, 8),
+  );
+  const last = w.claims.claim(4, FLEET, blogFleet, NOW);
+  assert.deepEqual(
+    last.jobs.map((j) => j.id),
+    small.slice(8),
+    'the rest of what is due',
+  );
+  assert.ok([first, last].every((r) => r.status === 'queued'));
+  assert.deepEqual(w.pokes, [], 'a complete section used up asks for no publish');
+});
+
+test('the unscoped claim keeps the global order while scoped claims take from sections', () => {
+  const w = world();
+  const big = Array.from({ length: 100 }, (_, i) => url('product', i));
+  const small = Array.from({ length: 20 }, (_, i) => url('blog', i));
+  publishShares(w, big, small);
+  w.claims.claim(5, FLEET, new Set(['blog']), NOW);
+  w.claims.claim(5, FLEET, new Set(['product']), NOW); // product's section: its rows of the top
+  const free = w.claims.claim(10, FLEET, null, NOW);
+  assert.deepEqual(
+    free.jobs.map((j) => j.id),
+    big.slice(5, 15),
+    'the global top in order, past what the product fleet holds, never an extra',
+  );
+});
+
+test('each entry is granted once across scoped and unscoped claims', () => {
+  const w = world();
+  const big = Array.from({ length: 60 }, (_, i) => url('product', i));
+  const small = Array.from({ length: 30 }, (_, i) => url('blog', i));
+  publishShares(w, big, small);
+  const granted: string[] = [];
+  const scopes = [null, new Set(['product']), new Set(['blog']), new Set(['product', 'blog'])];
+  for (let round = 0; round < 40; round++) {
+    const r = w.claims.claim(3, FLEET, scopes[round % scopes.length]!, NOW);
+    granted.push(...r.jobs.map((j) => j.id));
+  }
+  assert.equal(new Set(granted).size, granted.length, 'no key granted twice');
+  // The global top holds 64 of the 90; the scoped claims reach the extras too.
+  assert.deepEqual(new Set(granted), new Set([...big, ...small.slice(0, w.ready.extraCapacity)]));
+});
+
+test('a claim scoped to two queues takes the best head first and draws on both sections', () => {
+  const w = world();
+  for (const k of [url('product', 0), url('product', 1), url('blog', 0), url('blog', 1)])
+    w.rows.set(k, row(k, NOW - MINUTE));
+  const e = (key: string, score: number, route: string): ReadyEntryInput => ({
+    key,
+    score,
+    dueMs: NOW - MINUTE,
+    fromSitemap: false,
+    verified: true,
+    mark: 'none',
+    route,
+  });
+  w.ready.publish(
+    [e(url('product', 0), 9, 'product'), e(url('blog', 0), 8, 'blog'), e(url('product', 1), 2, 'product')],
+    NOW,
+    { entries: [e(url('blog', 1), 5, 'blog')], complete: new Set(['product', 'blog']) },
+  );
+  const r = w.claims.claim(10, FLEET, new Set(['product', 'blog']), NOW);
+  assert.deepEqual(
+    r.jobs.map((j) => j.id),
+    [url('product', 0), url('blog', 0), url('blog', 1), url('product', 1)],
+  );
+});
+
+test('a scoped claim that uses up a section of a queue with rows left out of the set pokes the keeper', () => {
+  const w = world();
+  const big = Array.from({ length: 70 }, (_, i) => url('product', i));
+  const small = Array.from({ length: 50 }, (_, i) => url('blog', i)); // more than the 32 extras
+  publishShares(w, big, small);
+  const r = w.claims.claim(40, FLEET, new Set(['blog']), NOW);
+  assert.equal(r.jobs.length, w.ready.extraCapacity);
+  assert.deepEqual(w.pokes, [NOW]);
+  // A queue with no section (nothing of it published) pokes nothing: the next publish brings its rows.
+  w.claims.claim(5, FLEET, new Set(['docs']), NOW + 1);
+  assert.deepEqual(w.pokes, [NOW]);
+});
+
+test('a scoped claim does not grant a row routed to another queue since the publish', () => {
+  const w = world();
+  const key = url('blog', 0);
+  publishShares(w, [], [key]);
+  w.cfg.render.routes = [{ name: 'product', match: 'prefix', path: '/blog/' }]; // /blog/ is product's now
+  const r = w.claims.claim(5, FLEET, new Set(['blog']), NOW);
+  assert.deepEqual(r.jobs, []);
+  assert.equal(w.counts.get('claim_stale'), 1);
+});

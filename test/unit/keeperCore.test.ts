@@ -5,6 +5,7 @@ import { hashUrl } from '../../util/keeper/heldRows.js';
 import { keyHash } from '../../util/keyHash.js';
 import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/core.js';
 import { markOf, score, type ScoreOptions } from '../../util/keeper/score.js';
+import { sectionQuotas } from '../../util/keeper/sections.js';
 import { MINUTE_MS, minuteOf } from '../../util/time.js';
 
 const HOUR = 60 * MINUTE_MS;
@@ -582,6 +583,165 @@ describe('keys that cannot round-trip through UTF-8', () => {
     assert.deepEqual(
       k.topK(10, NOW, () => false).entries.map((e) => e.key),
       [good],
+    );
+  });
+});
+
+// --- the publish selection: the global top, then section extras (issue 16) ---
+
+describe('KeeperCore.publishSelection', () => {
+  it('keeps the top exactly topK and gives each queue a prefix of its own order, no row twice', () => {
+    fc.assert(
+      fc.property(
+        fc.array(opArb, { minLength: 500, maxLength: 4000, size: 'max' }),
+        fc.integer({ min: 0, max: 600 }),
+        fc.integer({ min: 0, max: 600 }),
+        fc.integer({ min: 0, max: 6 }),
+        (ops, k, budget, skipEvery) => {
+          const { core, model } = replay(ops);
+          const skipped = (key: string): boolean => skipEvery > 0 && key.length % 7 === skipEvery;
+          const top = core.topK(k, NOW, skipped);
+          const sel = core.publishSelection(k, budget, NOW, skipped);
+          assert.deepEqual(
+            sel.entries.map((e) => e.key),
+            top.entries.map((e) => e.key),
+            'the global top is unchanged',
+          );
+          assert.deepEqual([sel.complete, sel.skipped >= top.skipped], [top.complete, true]);
+          assert.ok(sel.extras.length <= budget);
+          const keys = [...sel.entries, ...sel.extras].map((e) => e.key);
+          assert.equal(new Set(keys).size, keys.length, 'no row twice');
+          const due = [...model.values()].filter((r) => minuteOf(r.nextRenderTime) * MINUTE_MS <= NOW);
+          for (const queue of new Set(due.map((r) => classify(r.cacheKey, null).route))) {
+            const rows = due.filter((r) => classify(r.cacheKey, null).route === queue);
+            const eligible = rows.filter((r) => !skipped(r.cacheKey));
+            const expected = eligible.map((r) => expectedScore(r, NOW)).sort((a, b) => b - a);
+            const section = [...sel.entries, ...sel.extras].filter((e) => e.route === queue);
+            assert.deepEqual(
+              section.map((e) => e.score),
+              expected.slice(0, section.length),
+              `${queue}: its best rows, best first`,
+            );
+            for (const e of section) assert.equal(expectedScore(model.get(e.key)!, NOW), e.score);
+            if (sel.completeQueues.has(queue))
+              assert.equal(section.length, eligible.length, `${queue} complete`);
+            else assert.ok(section.length < rows.length, `${queue} not complete, so rows are left`);
+          }
+          if (skipEvery === 0 && budget >= due.length) {
+            // Room for everything: every queue's section holds all of its due rows.
+            assert.equal(sel.entries.length + sel.extras.length, due.length);
+          }
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
+  it('gives a queue with 1 % of the due rows a section beyond the top, up to the extra budget', () => {
+    // Fails with the extras left out of publishSelection: the small queue then has no row in the set.
+    const core = keeper();
+    const blog = (i: number) => `https://a.example/blog/${i}`;
+    const news = (i: number) => `https://a.example/news/${i}`;
+    // Blog rows (hourly) an hour late score 1; news rows (daily) score 1/24: none reaches the top.
+    for (let i = 0; i < 990; i++) core.apply(blog(i), row(blog(i), NOW - HOUR), NOW);
+    for (let i = 0; i < 10; i++) core.apply(news(i), row(news(i), NOW - HOUR - i * MINUTE_MS), NOW);
+    const sel = core.publishSelection(100, 50, NOW);
+    assert.ok(sel.entries.every((e) => e.route === 'blog'));
+    assert.deepEqual(
+      sel.extras.map((e) => e.key),
+      [9, 8, 7, 6, 5, 4, 3, 2, 1, 0].map(news),
+      'every news row, most late first',
+    );
+    assert.deepEqual([...sel.completeQueues], ['news']);
+    // A budget smaller than the queue: its best rows, and it is not complete.
+    const tight = core.publishSelection(100, 4, NOW);
+    assert.deepEqual(
+      tight.extras.map((e) => e.key),
+      [9, 8, 7, 6].map(news),
+    );
+    assert.deepEqual([...tight.completeQueues], []);
+    // Leased rows cost no place in a section either.
+    const leased = new Set([news(9), news(7)]);
+    const skipping = core.publishSelection(100, 4, NOW, (key) => leased.has(key));
+    assert.deepEqual(
+      skipping.extras.map((e) => e.key),
+      [8, 6, 5, 4].map(news),
+    );
+  });
+
+  it('resumes a class cut mid-bucket at the next row: none repeated, none left out', () => {
+    const core = keeper();
+    const blog = (i: number) => `https://a.example/blog/${i}`;
+    // One bucket of 300 rows (more than a chunk) and a second, slightly less late queue.
+    for (let i = 0; i < 300; i++) core.apply(blog(i), row(blog(i), NOW - HOUR), NOW);
+    const news = (i: number) => `https://a.example/news/${i}`;
+    for (let i = 0; i < 5; i++) core.apply(news(i), row(news(i), NOW - HOUR), NOW);
+    const sel = core.publishSelection(137, 1000, NOW);
+    const blogRows = [...sel.entries, ...sel.extras].filter((e) => e.route === 'blog').map((e) => e.key);
+    assert.equal(sel.entries.length, 137);
+    assert.equal(new Set(blogRows).size, 300);
+    assert.deepEqual([...sel.completeQueues].sort(), ['blog', 'news']);
+  });
+});
+
+describe('sectionQuotas', () => {
+  it('fills the queues the top under-represents to one level, max-min fair, never above the budget', () => {
+    const q = sectionQuotas(
+      new Map([
+        ['big', { due: 99_000, have: 4_990 }],
+        ['small', { due: 1_000, have: 10 }],
+        ['tiny', { due: 40, have: 0 }],
+      ]),
+      2_500,
+    );
+    // big's top rows are above the floor (833): tiny and small share the budget and get all they have.
+    assert.deepEqual(Object.fromEntries(q), { small: 990, tiny: 40 });
+    const even = sectionQuotas(
+      new Map([
+        ['a', { due: 10_000, have: 0 }],
+        ['b', { due: 10_000, have: 0 }],
+        ['c', { due: 10_000, have: 0 }],
+      ]),
+      100,
+    );
+    assert.deepEqual(Object.fromEntries(even), { a: 34, b: 33, c: 33 });
+    assert.deepEqual(Object.fromEntries(sectionQuotas(new Map([['a', { due: 5, have: 5 }]]), 100)), {});
+    assert.deepEqual(Object.fromEntries(sectionQuotas(new Map([['a', { due: 5, have: 0 }]]), 0)), {});
+  });
+
+  it('never hands out more than the budget or more than a queue has left', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ due: fc.nat(500), have: fc.nat(500) }), { maxLength: 12 }),
+        fc.nat(3000),
+        (shares, budget) => {
+          const queues = new Map(
+            shares.map((s, i) => [`q${i}`, { due: s.due, have: Math.min(s.have, s.due) }]),
+          );
+          const q = sectionQuotas(queues, budget);
+          let sum = 0;
+          for (const [name, n] of q) {
+            const s = queues.get(name)!;
+            assert.ok(n > 0 && n <= s.due - s.have);
+            sum += n;
+          }
+          assert.ok(sum <= budget);
+          const floor = Math.floor(budget / Math.max(1, queues.size));
+          for (const [name, s] of queues) {
+            const section = s.have + (q.get(name) ?? 0);
+            // Every queue reaches min(due, floor) unless its top rows already did.
+            assert.ok(section >= Math.min(s.due, floor), `${name}: ${section} below the floor ${floor}`);
+            if (s.have >= Math.max(1, floor))
+              assert.equal(q.get(name), undefined, `${name} was covered by the top`);
+          }
+          const short = [...queues].filter(
+            ([name, s]) => s.have < Math.max(1, floor) && s.have + (q.get(name) ?? 0) < s.due,
+          );
+          // A queue under the floor is short only when the budget ran out, within one row of fair shares.
+          if (short.length > 0) assert.ok(sum > budget - short.length, `${budget - sum} rows left unused`);
+        },
+      ),
+      { numRuns: 300 },
     );
   });
 });

@@ -115,11 +115,15 @@ export class KeeperClasses {
   }
 }
 
-/** A binary max-heap of class heads (class, bucket index, score) on parallel arrays. */
+/**
+ * A binary max-heap of class heads (class, bucket index, score, rows already passed in that bucket) on
+ * parallel arrays. A walk stopped mid-bucket leaves its offset, so a later walk resumes at the next row.
+ */
 export class HeadHeap {
   private readonly classes: KeeperClass[] = [];
   private readonly at: number[] = [];
   private readonly scores: number[] = [];
+  private readonly offsets: number[] = [];
 
   get size(): number {
     return this.classes.length;
@@ -137,10 +141,26 @@ export class HeadHeap {
     return this.scores[0]!;
   }
 
-  push(cls: KeeperClass, at: number, value: number): void {
+  topOffset(): number {
+    return this.offsets[0]!;
+  }
+
+  /** Records where the walk of the top bucket stopped (rows passed); the order of the heap is unchanged. */
+  setTopOffset(offset: number): void {
+    this.offsets[0] = offset;
+  }
+
+  /** Calls `visit` for every head still in the heap, in no order. */
+  forEach(visit: (cls: KeeperClass, at: number, score: number, offset: number) => void): void {
+    for (let i = 0; i < this.classes.length; i++)
+      visit(this.classes[i]!, this.at[i]!, this.scores[i]!, this.offsets[i]!);
+  }
+
+  push(cls: KeeperClass, at: number, value: number, offset = 0): void {
     this.classes.push(cls);
     this.at.push(at);
     this.scores.push(value);
+    this.offsets.push(offset);
     let i = this.classes.length - 1;
     while (i > 0) {
       const parent = (i - 1) >> 1;
@@ -153,6 +173,7 @@ export class HeadHeap {
   replaceTop(at: number, value: number): void {
     this.at[0] = at;
     this.scores[0] = value;
+    this.offsets[0] = 0;
     this.siftDown(0);
   }
 
@@ -162,6 +183,7 @@ export class HeadHeap {
     this.classes.pop();
     this.at.pop();
     this.scores.pop();
+    this.offsets.pop();
     this.siftDown(0);
   }
 
@@ -189,5 +211,8 @@ export class HeadHeap {
     const value = this.scores[a]!;
     this.scores[a] = this.scores[b]!;
     this.scores[b] = value;
+    const offset = this.offsets[a]!;
+    this.offsets[a] = this.offsets[b]!;
+    this.offsets[b] = offset;
   }
 }

@@ -10,9 +10,11 @@ import type {
   Classify,
   DueRow,
   DueSummary,
+  HeldClass,
   HeldDescription,
   HeldValue,
   KeeperOptions,
+  PublishSelection,
   ScheduleRow,
   TopEntry,
   TopK,
@@ -21,6 +23,7 @@ import type {
   TopWalk,
 } from './types.js';
 import { markOf, type ScoreOptions, scoreAt } from './score.js';
+import { type QueueShare, sectionQuotas } from './sections.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
 
 export type * from './types.js';
@@ -138,17 +141,7 @@ export class KeeperCore {
     const walk = this.walkTop(
       k,
       now,
-      (key, score, dueMs, held) => {
-        entries.push({
-          key,
-          score,
-          dueMs,
-          fromSitemap: held.fromSitemap,
-          verified: held.verified,
-          route: held.route,
-          mark: held.mark,
-        });
-      },
+      (key, score, dueMs, held) => entries.push(topEntry(key, score, dueMs, held)),
       skip,
     );
     return { entries, complete: walk.complete, skipped: walk.skipped };
@@ -161,11 +154,71 @@ export class KeeperCore {
    * `skip` and `visit` must not change the keeper.
    */
   walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
-    let visited = 0;
-    let skipped = 0;
+    if (!Number.isFinite(minuteOf(now))) return { visited: 0, complete: true, skipped: 0 };
+    return this.walkHeap(this.dueHeads(now), k, now, visit, skip);
+  }
+
+  /**
+   * What one publish writes (issue 16): the best `k` due rows (exactly `topK`), then up to `extraBudget`
+   * more rows for the queues the top under-represents, each queue's next best rows after its rows of
+   * the top (shares: util/keeper/sections.ts). Each queue's extras come from a merge of its own class
+   * heads, resumed where the top's walk stopped, so no row is read twice and no row is left out of the
+   * middle of a queue's order. The cost is bounded by k + extraBudget rows plus one pass over the classes.
+   */
+  publishSelection(k: number, extraBudget: number, now: number, skip?: TopSkip): PublishSelection {
+    const entries: TopEntry[] = [];
+    const extras: TopEntry[] = [];
+    const completeQueues = new Set<string>();
     const nowMinute = minuteOf(now);
-    if (!Number.isFinite(nowMinute)) return { visited, complete: true, skipped };
-    const rows = this.rows;
+    if (!Number.isFinite(nowMinute)) return { entries, complete: true, skipped: 0, extras, completeQueues };
+    const have = new Map<string, number>();
+    const heads = this.dueHeads(now);
+    const top = this.walkHeap(
+      heads,
+      k,
+      now,
+      (key, score, dueMs, held) => {
+        entries.push(topEntry(key, score, dueMs, held));
+        have.set(held.route, (have.get(held.route) ?? 0) + 1);
+      },
+      skip,
+    );
+    let skipped = top.skipped;
+    // Every class still in the heap has due rows left; the others were walked to their end.
+    const rest = new Map<string, HeadHeap>();
+    heads.forEach((cls, at, score, offset) => {
+      let heap = rest.get(cls.route);
+      if (heap === undefined) rest.set(cls.route, (heap = new HeadHeap()));
+      heap.push(cls, at, score, offset);
+    });
+    for (const route of have.keys()) if (!rest.has(route)) completeQueues.add(route);
+    if (rest.size > 0 && extraBudget > 0) {
+      this.classes.syncDue(now, this.flow);
+      const shares = new Map<string, QueueShare>();
+      for (const cls of this.classes.list) {
+        if (!rest.has(cls.route)) continue;
+        const share = shares.get(cls.route) ?? { due: 0, have: have.get(cls.route) ?? 0 };
+        share.due += cls.dueRows;
+        shares.set(cls.route, share);
+      }
+      for (const [route, quota] of sectionQuotas(shares, extraBudget)) {
+        const walk = this.walkHeap(
+          rest.get(route)!,
+          quota,
+          now,
+          (key, score, dueMs, held) => extras.push(topEntry(key, score, dueMs, held)),
+          skip,
+        );
+        skipped += walk.skipped;
+        if (walk.complete) completeQueues.add(route);
+      }
+    }
+    return { entries, complete: top.complete, skipped, extras, completeQueues };
+  }
+
+  /** A heap of every class's first due bucket. */
+  private dueHeads(now: number): HeadHeap {
+    const nowMinute = minuteOf(now);
     const heap = new HeadHeap();
     for (const cls of this.classes.list) {
       const at = cls.firstLive();
@@ -174,22 +227,48 @@ export class KeeperCore {
         heap.push(cls, at, this.bucketScore(cls, order[at]!.minute, now));
       }
     }
+    return heap;
+  }
+
+  /**
+   * Merges the heads in `heap` best first, handing up to `k` unskipped rows to `visit`. Stopping early
+   * leaves the heap holding every class with rows left, the top one at the row where it stopped, so a
+   * later walk over (part of) it resumes exactly there.
+   */
+  private walkHeap(heap: HeadHeap, k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
+    let visited = 0;
+    let skipped = 0;
+    const nowMinute = minuteOf(now);
+    const rows = this.rows;
     while (heap.size > 0) {
       const cls = heap.topClass();
       const at = heap.topAt();
       const value = heap.topScore();
       const bucket = cls.order[at]!;
       const dueMs = bucket.minute * MINUTE_MS;
-      for (let chunk = bucket.head, fill = HeldRows.headFill(bucket); chunk !== -1; fill = CHUNK) {
+      let chunk = bucket.head;
+      let fill = HeldRows.headFill(bucket);
+      let passed = heap.topOffset();
+      // Resuming mid-bucket: step over the rows an earlier walk passed, a whole chunk at a time.
+      let from = passed;
+      while (chunk !== -1 && from >= fill) {
+        from -= fill;
+        chunk = rows.nextChunk(chunk);
+        fill = CHUNK;
+      }
+      for (; chunk !== -1; fill = CHUNK, from = 0) {
         const base = chunk * CHUNK;
-        for (let i = 0; i < fill; i++) {
+        for (let i = from; i < fill; i++, passed++) {
           const slot = base + i;
           const key = rows.keyAt(slot);
           if (skip !== undefined && skip(key, rows.leaseHi(slot), rows.leaseLo(slot))) {
             skipped++;
             continue;
           }
-          if (visited >= k) return { visited, complete: false, skipped };
+          if (visited >= k) {
+            heap.setTopOffset(passed);
+            return { visited, complete: false, skipped };
+          }
           visit(key, value, dueMs, cls);
           visited++;
         }
@@ -414,6 +493,18 @@ export class KeeperCore {
       this.flow.count(nowMinute, 'rescheduled');
     }
   }
+}
+
+function topEntry(key: string, score: number, dueMs: number, held: HeldClass): TopEntry {
+  return {
+    key,
+    score,
+    dueMs,
+    fromSitemap: held.fromSitemap,
+    verified: held.verified,
+    route: held.route,
+    mark: held.mark,
+  };
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;

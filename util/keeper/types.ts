@@ -44,6 +44,14 @@ export interface TopK {
   skipped: number;
 }
 
+/** What a publish writes: the global top (a `TopK`), then the queues' section extras. */
+export interface PublishSelection extends TopK {
+  /** Rows past the top for under-represented queues; each queue's best first, queue after queue. */
+  extras: TopEntry[];
+  /** Queues with a row in the selection and no due, unskipped row left out of it. */
+  completeQueues: Set<string>;
+}
+
 /** What every row of one keeper class shares. */
 export interface HeldClass {
   readonly route: string;
