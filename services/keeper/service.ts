@@ -14,6 +14,7 @@ import { WALK_CHUNK } from './types.js';
 import { KeeperVerifier, type VerifyResult } from './verification.js';
 import { HEAD_CHECK_ROWS, HeadCheck } from './headCheck.js';
 import { keeperStateDocument } from './stateDocument.js';
+import { endSubscription } from '../runtime/tableFollower.js';
 
 export type {
   EventStream,
@@ -219,13 +220,7 @@ export class KeeperService {
   closeSubscription(): void {
     const s = this.stream;
     this.stream = null;
-    try {
-      s?.end?.();
-      // A stream's return() may hand back a promise that rejects; never let that go unhandled.
-      void Promise.resolve(s?.return?.()).catch(() => undefined);
-    } catch {
-      // already closed
-    }
+    endSubscription(s);
   }
 
   private applyWalked(key: string, row: ScheduleRow | undefined, now: number): void {

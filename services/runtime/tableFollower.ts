@@ -10,6 +10,17 @@ export interface TableSubscription<E> extends AsyncIterable<E> {
   return?: () => unknown;
 }
 
+/** Ends a Harper subscription, quietly: it may be closed already, and its return() may reject. */
+export function endSubscription(s: { end?: () => void; return?: () => unknown } | null | undefined): void {
+  try {
+    s?.end?.();
+    // A stream's return() may hand back a promise that rejects; never let that go unhandled.
+    void Promise.resolve(s?.return?.()).catch(() => undefined);
+  } catch {
+    // already closed
+  }
+}
+
 export interface TableFollowerDeps<E> {
   /** Names the duty and the log line (`QueueControl subscription failed; …`). */
   name: string;
@@ -59,12 +70,7 @@ export class TableFollower<E> {
     this.stopped = true;
     const s = this.stream;
     this.stream = null;
-    try {
-      s?.end?.();
-      void Promise.resolve(s?.return?.()).catch(() => undefined);
-    } catch {
-      // already closed
-    }
+    endSubscription(s);
     await this.resubscribe?.stop();
   }
 
