@@ -127,6 +127,9 @@ const CLAMP_ATTEMPTS = 4;
 //   entryCapacity = capacity + extraCapacity, extraCapacity = ceil(capacity / 2) (EXTRA_SHARE).
 // A section cursor is (generation & TAG_MASK) << POS_BITS | position: a take moves it by CAS only while
 // its tag is the generation it read, so a take can never spend positions of a set it did not read.
+// Tags wrap at 2,048 generations; only a take stalled for 1,024 publishes between reading the slot and
+// reserving could misread one, and the worst it could do is make a section look used up until the next
+// publish resets its cursor.
 const MAGIC = 0x52445933;
 const H_MAGIC = 0;
 const H_CAPACITY = 1;
