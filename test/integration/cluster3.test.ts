@@ -4,6 +4,7 @@
 // move back when it returns, never held twice on the way.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { beatStaleAfterMs } from '../../util/cluster/holding.js';
 import { Ownership } from '../../util/cluster/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
@@ -330,9 +331,11 @@ test('a node whose peers are down waits for them (503 waiting-for-peers), then l
     "node-a to see node-b's and node-c's beats go stale",
     async () => {
       const beats = await beatsOn('node-a');
-      return beats.filter((b) => b.id !== 'node-a').every((b) => Date.now() - b.beatAt > 6000);
+      // Beats go out every max(1 s, publishInterval); the departure window is derived from that.
+      const staleMs = beatStaleAfterMs(1000) + 1000;
+      return beats.filter((b) => b.id !== 'node-a').every((b) => Date.now() - b.beatAt > staleMs);
     },
-    20_000,
+    40_000,
     250,
   );
   const a = nodes.get('node-a')!;
