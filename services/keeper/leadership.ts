@@ -54,6 +54,8 @@ export interface KeeperLeadershipDeps {
 export class KeeperLeadership {
   private service: KeeperService | undefined;
   private ownership: Ownership | undefined;
+  /** Set when the membership changed: the next tick walks for gains once more (see refreshMembership). */
+  private walkAgain = false;
   private readonly heldAsks = new Map<number, (held: HeldDescription | null) => void>();
   private heldAskSeq = 0;
   private heldListening = false;
@@ -245,9 +247,17 @@ export class KeeperLeadership {
 
   private async refreshMembership(svc: KeeperService): Promise<Counts> {
     const next = await currentOwnership();
-    if (this.ownership && next.sameMembership(this.ownership)) return {};
+    if (this.ownership && next.sameMembership(this.ownership)) {
+      // One more walk a tick after a change: rows still arriving by replication while the first walk ran
+      // (evaluated under the previous view) would otherwise wait for the verification walk.
+      if (!this.walkAgain) return {};
+      this.walkAgain = false;
+      const again = await svc.membershipChanged(() => Date.now());
+      return again.gained > 0 || again.dropped > 0 ? { dropped: again.dropped, gained: again.gained } : {};
+    }
     log.info(`keeper: cluster membership is now ${next.nodes.join(', ')}`);
     this.ownership = next;
+    this.walkAgain = true;
     const r = await svc.membershipChanged(() => Date.now());
     return { dropped: r.dropped, gained: r.gained };
   }
