@@ -19,7 +19,7 @@ export interface ScratchOptions {
   readPathRoute?: boolean;
 }
 
-const KEEPER_START = 'void startKeeper().catch(';
+const KEEPER_START = '.then(() => leadership.start())';
 
 function profilerSource(dir: string): string {
   return `
@@ -100,7 +100,7 @@ export function scratchComponent(opts: ScratchOptions): string {
   if (!opts.keeper) {
     if (!src.includes(KEEPER_START))
       throw new Error('resources.js no longer starts the keeper the way this copy expects');
-    src = src.replace(KEEPER_START, 'void Promise.resolve().catch(');
+    src = src.replace(KEEPER_START, '.then(() => undefined)');
   }
   if (opts.profileDir) src += profilerSource(opts.profileDir);
   if (opts.readPathRoute) src += READ_PATH_ROUTE;
