@@ -117,7 +117,7 @@ export const revalidate = (url: string, now: number) => writes.revalidate(url, n
  * Result writes that reach this worker within this long of the first share one batch: one lock round,
  * one transaction, one read-back (issue 15 lever 2; measured in bench/README.md). 0 turns it off.
  */
-export const GROUP_COMMIT_WAIT_MS = 1;
+export const GROUP_COMMIT_WAIT_MS = 2;
 /** Under one write chunk (1,000 keys), so a merged batch takes one sorted lock set and one transaction. */
 const GROUP_COMMIT_MAX_RESULTS = 500;
 
