@@ -90,7 +90,7 @@ router.route('POST', '/prerender_admin/bench-read-path', 'admin', async (req) =>
 /** Makes the copy and returns its folder. */
 export function scratchComponent(opts: ScratchOptions): string {
   const dir = mkdtempSync(join(tmpdir(), 'qk-scratch-component-'));
-  for (const f of ['config.yaml', 'schema.graphql', 'roles.yaml', 'package.json'])
+  for (const f of ['config.yaml', 'index.js', 'schema.graphql', 'roles.yaml', 'package.json'])
     cpSync(join(repoRoot, f), join(dir, f));
   if (existsSync(join(repoRoot, 'web'))) cpSync(join(repoRoot, 'web'), join(dir, 'web'), { recursive: true });
   cpSync(join(repoRoot, 'dist'), join(dir, 'dist'), { recursive: true });

@@ -10,6 +10,7 @@ import {
   type ScheduleStore,
   type ScheduleWrite,
 } from '../../util/schedule/writes.js';
+import { GroupCommit } from '../../util/schedule/groupCommit.js';
 import { config } from '../runtime/config.js';
 import { log, table, transaction, type HarperTable, type SubscriptionEvent } from '../runtime/harper.js';
 import { withKeyLocks } from '../runtime/storeLock.js';
@@ -112,9 +113,28 @@ export const deleteTargets = (urls: readonly string[]) => writes.deleteTargets(u
 export const discoverUrls = (urls: readonly string[], now: number) => writes.discoverUrls(urls, now);
 /** Due now and urgent; undefined when there is no row. */
 export const revalidate = (url: string, now: number) => writes.revalidate(url, now);
-/** Reschedules rows after results; a row deleted meanwhile stays deleted. */
+/**
+ * Result writes that reach this worker within this long of the first share one batch: one lock round,
+ * one transaction, one read-back (issue 15 lever 2; measured in bench/README.md). 0 turns it off.
+ */
+export const GROUP_COMMIT_WAIT_MS = 2;
+/** Under one write chunk (1,000 keys), so a merged batch takes one sorted lock set and one transaction. */
+const GROUP_COMMIT_MAX_RESULTS = 500;
+
+const resultBatches = new GroupCommit<ResultWrite, ResultApplied>({
+  run: (results) => writes.applyResults(results),
+  maxItems: GROUP_COMMIT_MAX_RESULTS,
+  maxWaitMs: GROUP_COMMIT_WAIT_MS,
+  setTimer: (fn, ms) => setTimeout(fn, ms),
+  clearTimer: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+});
+
+/**
+ * Reschedules rows after results; a row deleted meanwhile stays deleted. Resolves once the batch the
+ * results joined has committed and read back; a failed batch rejects every caller in it.
+ */
 export const applyResults = (results: readonly ResultWrite[]): Promise<ResultApplied[]> =>
-  writes.applyResults(results);
+  resultBatches.submit(results);
 
 /** Live schedule events (no replay of current rows): the keeper subscribes before it walks. */
 export async function subscribeSchedule(): Promise<

@@ -16,14 +16,21 @@ import { fromSharedSeconds, minuteOf, sharedSecondsAtOrAfter } from '../time.js'
  * result's row write reaches the keeper, and a re-grant in that gap would render the page twice.
  */
 export const RELEASE_GRACE_MS = 5_000;
+/** Slots every key's window starts with; a home whose window filled up has a longer one (S_REACH). */
 export const PROBE_WINDOW = 8;
+/**
+ * The longest window a home may grow to: the bound on every lookup's cost. A run of 128 blocking slots
+ * needs a table loaded far past its 4 slots per lease (measured in bench/lease-occupancy.ts).
+ */
+export const MAX_REACH = 128;
 /** Four slots per lease keeps a full table at 25 % load, where a window of 8 is almost never full. */
 const SLOTS_PER_LEASE = 4;
 const MIN_SLOTS = 16;
 
 const MAGIC = 0x4c454153; // 'LEAS'
 // 2: slots grew to 16 words (random token bits, grantee, queue, report state and answer).
-const LAYOUT_VERSION = 2;
+// 3: word 15 of a slot is the window length of the keys whose home it is (S_REACH).
+const LAYOUT_VERSION = 3;
 const INIT_RUNNING = 1;
 const INIT_DONE = 2;
 // Header words.
@@ -61,6 +68,13 @@ export const S_QUEUE = 11;
 /** What became of the lease's result (REPORT_*), and its answer (the next render minute). */
 export const S_REPORT = 12;
 export const S_ANSWER = 13;
+/**
+ * Not part of the slot's contents but of its index as a home: how many slots the windows starting here
+ * span (0 means PROBE_WINDOW). Only ever raised, with a CAS, by a grant that found its window without
+ * room, before it publishes further out; slot writers (and their undo) never touch it, and the seqlock
+ * read does not cover it.
+ */
+export const S_REACH = 15;
 export const SLOT_WORDS = 16;
 // Report states of a lease (S_REPORT). A lease is reported once: the first result moves it to
 // REPORTING while its write runs, then to an answer that every retry of the same result gets again.
@@ -222,6 +236,25 @@ export class LeaseSlots {
   /** Word index of the k-th slot of the current key's window. */
   protected base(k: number): number {
     return HEADER_WORDS + ((this.home + k) & this.mask) * SLOT_WORDS;
+  }
+
+  /** How many slots the current key's window spans now (PROBE_WINDOW unless its home grew it). */
+  protected window(): number {
+    return Math.max(PROBE_WINDOW, Atomics.load(this.words, HEADER_WORDS + this.home * SLOT_WORDS + S_REACH));
+  }
+
+  /** The most a window may span in this table (MAX_REACH, or every slot of a smaller table). */
+  protected get maxReach(): number {
+    return Math.min(MAX_REACH, this.slotCount);
+  }
+
+  /** Grows the current key's window to at least `length` slots; concurrent growers keep the largest. */
+  protected reach(length: number): void {
+    const at = HEADER_WORDS + this.home * SLOT_WORDS + S_REACH;
+    for (;;) {
+      const was = Atomics.load(this.words, at);
+      if (was >= length || Atomics.compareExchange(this.words, at, was, length) === was) return;
+    }
   }
 
   /** Did the last read() find the current key? */

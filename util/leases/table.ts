@@ -3,10 +3,20 @@
 // handful of stores (see util/leases/slots.ts for the layout and the seqlock reads; the reconcile and
 // expiry passes over every slot are in util/leases/upkeep.ts).
 //
-// Keys live by open addressing over the 64-bit key hash with a probe window of 8 and no tombstones:
-// every lookup walks the whole window, so a slot emptied or reused in place never breaks another key's
-// chain. A slot of a key that is dead for good (released past its grace, expired past the grace, an
-// ended hold) may be taken over in place by another key when its window has no empty slot.
+// Keys live by open addressing over the 64-bit key hash, in a window of slots starting at the key's home
+// slot, with no tombstones: every lookup walks the whole window, so a slot emptied or reused in place
+// never breaks another key's chain. A window spans 8 slots until a grant finds no room in it (all live
+// leases, release graces, holds, or expired leases inside their grace): that grant grows the window of
+// its home (S_REACH, only ever raised, up to MAX_REACH) to the first free slot further on, before it
+// publishes there, so every later lookup of any key of that home walks that far. A key is refused
+// `full` only when MAX_REACH slots in a row block. A slot of a key that is dead for good (released past
+// its grace, expired past the grace, an ended hold) may be taken over in place by another key when its
+// window has no empty slot.
+//
+// Exclusivity: two grants of one key may publish on different slots; each then re-reads its home's reach
+// and rescans the whole window. A grant raises the reach before it publishes and rescans after, so in
+// the sequentially consistent order of the atomics at least one of the two sees the other (the
+// later-rescanning one reads a reach that covers the other's slot) and gives its slot back.
 import {
   BUSY,
   EMPTY,
@@ -19,12 +29,12 @@ import {
   REPORT_NONE,
   REPORT_PENDING,
   REPORT_UNKNOWN_JOB,
-  PROBE_WINDOW,
   RELEASE_GRACE_MS,
   RELEASED,
   S_DUE,
   S_EXPIRY,
   S_MISSES,
+  S_REACH,
   SLOT_WORDS,
   STATE_MASK,
   blocks,
@@ -36,7 +46,7 @@ import { fromSharedSeconds, MINUTE_MS, minuteOf, sharedSecondsAtOrAfter } from '
 import { formatToken, parseToken, randomWord } from './token.js';
 import { LeaseUpkeep } from './upkeep.js';
 
-export { PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
+export { MAX_REACH, PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
 export { DEAD_SLOT_RETENTION_MS, type ReconcileResult } from './upkeep.js';
 
 /** A grant retries when a CAS loses to another writer in its window; past this it refuses as full. */
@@ -234,7 +244,7 @@ export class LeaseTable extends LeaseUpkeep {
 
   /** The window slot holding the grant `parts` names (by its instant), or -1. Leaves it read. */
   private slotOf(parts: { grantedAt: number }): number {
-    for (let k = 0; k < PROBE_WINDOW; k++) {
+    for (let k = 0, n = this.window(); k < n; k++) {
       const base = this.base(k);
       const state = this.read(base, true) & STATE_MASK;
       if (state !== EMPTY && state !== BUSY && this.readIsKey() && this.tokenRead === parts.grantedAt)
@@ -277,7 +287,7 @@ export class LeaseTable extends LeaseUpkeep {
   }
 
   private blocksCurrent(now: number): boolean {
-    for (let k = 0; k < PROBE_WINDOW; k++) {
+    for (let k = 0, n = this.window(); k < n; k++) {
       const word = this.read(this.base(k), false);
       if (this.readIsKey() && blocks(word & STATE_MASK, this.expiryRead, now)) return true;
     }
@@ -294,7 +304,7 @@ export class LeaseTable extends LeaseUpkeep {
     let due = NO_DUE;
     let randHi = 0;
     let randLo = 0;
-    for (let k = 0; k < PROBE_WINDOW; k++) {
+    for (let k = 0, n = this.window(); k < n; k++) {
       const slotState = this.read(this.base(k), true) & STATE_MASK;
       if (slotState === EMPTY || slotState === BUSY || !this.readIsKey() || this.tokenRead <= token) continue;
       token = this.tokenRead;
@@ -327,11 +337,16 @@ export class LeaseTable extends LeaseUpkeep {
     let ownReport = REPORT_NONE;
     let empty = -1;
     let emptyWord = 0;
+    let emptyK = 0;
     let spare = -1;
     let spareWord = 0;
     let spareRank = 3;
     let spareEnd = Infinity;
-    for (let k = 0; k < PROBE_WINDOW; k++) {
+    let spareK = 0;
+    // The window first; only when it has no room, on past it to the first slot that has (see the top).
+    const window = this.window();
+    for (let k = 0, n = this.maxReach; k < n; k++) {
+      if (k >= window && (own >= 0 || empty >= 0 || spare >= 0)) break;
       const base = this.base(k);
       const word = this.read(base, false);
       const state = word & STATE_MASK;
@@ -342,6 +357,7 @@ export class LeaseTable extends LeaseUpkeep {
         if (empty < 0) {
           empty = base;
           emptyWord = word;
+          emptyK = k;
         }
         continue;
       }
@@ -374,6 +390,7 @@ export class LeaseTable extends LeaseUpkeep {
         spareWord = word;
         spareRank = rank;
         spareEnd = end;
+        spareK = k;
       }
     }
     const dueMinute = toMinute(options.dueMs);
@@ -400,9 +417,11 @@ export class LeaseTable extends LeaseUpkeep {
       if (misses >= options.fastRetries + 2) return this.hold(own, ownWord, now, options, misses, dueMinute);
       return this.take(own, ownWord, Math.max(Math.floor(now), ownToken + 1), now, options, misses, requeued);
     }
-    if (empty >= 0) return this.take(empty, emptyWord, Math.floor(now), now, options, 0, false);
-    if (spare >= 0) return this.take(spare, spareWord, Math.floor(now), now, options, 0, false);
-    return { ok: false, reason: 'full' };
+    if (empty < 0 && spare < 0) return { ok: false, reason: 'full' };
+    const [slot, slotWord, k] = empty >= 0 ? [empty, emptyWord, emptyK] : [spare, spareWord, spareK];
+    // Raised before the claim: a lookup that reads the reach after this grant publishes must walk here.
+    if (k >= window) this.reach(k + 1);
+    return this.take(slot, slotWord, Math.floor(now), now, options, 0, false);
   }
 
   /** Claims the slot at `base` for this key, publishes the lease, and keeps it only if no rival did. */
@@ -422,7 +441,7 @@ export class LeaseTable extends LeaseUpkeep {
     // The claim CAS: of two grants that picked this slot, one wins and the other rescans from the top.
     if (Atomics.compareExchange(a, base, word, claimed) !== word) return undefined;
     if ((word & STATE_MASK) === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
-    for (let w = 1; w < SLOT_WORDS; w++) this.undo[w] = a[base + w]!;
+    for (let w = 1; w < S_REACH; w++) this.undo[w] = a[base + w]!;
     const expiry = sharedSecondsAtOrAfter(now + options.leaseMs);
     const grant = {
       randHi: this.random() | 0,
@@ -440,7 +459,7 @@ export class LeaseTable extends LeaseUpkeep {
     // Two grants of one key on different slots each publish, then rescan: sequentially consistent
     // atomics guarantee at least one sees the other and gives its slot back. Without this rescan both
     // would hand the job out.
-    for (let k = 0; k < PROBE_WINDOW; k++) {
+    for (let k = 0, n = this.window(); k < n; k++) {
       const other = this.base(k);
       if (other === base) continue;
       const otherWord = this.read(other, false);
@@ -466,7 +485,7 @@ export class LeaseTable extends LeaseUpkeep {
     // Nothing else writes a live slot whose token only this grant knows, so the exchange cannot lose.
     if (Atomics.compareExchange(a, base, published, busy) !== published) return;
     Atomics.sub(a, H_OCCUPANCY, 1);
-    for (let w = 1; w < SLOT_WORDS; w++) a[base + w] = this.undo[w]!;
+    for (let w = 1; w < S_REACH; w++) a[base + w] = this.undo[w]!;
     const state = original & STATE_MASK;
     if (state === LEASED) Atomics.add(a, H_OCCUPANCY, 1);
     Atomics.store(a, base, nextWord(busy, state));
@@ -506,7 +525,7 @@ export class LeaseTable extends LeaseUpkeep {
   /** Highest token among this key's slots, or -1 when it has none. */
   private latestToken(patient: boolean): number {
     let latest = -1;
-    for (let k = 0; k < PROBE_WINDOW; k++) {
+    for (let k = 0, n = this.window(); k < n; k++) {
       const state = this.read(this.base(k), patient) & STATE_MASK;
       if (state !== EMPTY && state !== BUSY && this.readIsKey() && this.tokenRead > latest)
         latest = this.tokenRead;
