@@ -28,14 +28,7 @@ import { destroyExpiredSecrets, fleetViews, hookViews, listFleets } from './serv
 import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
-import {
-  applyResults,
-  deleteTargets,
-  discoverUrls,
-  fileTargets,
-  readRow,
-  revalidate,
-} from './services/schedule/store.js';
+import { readRow, ScheduleOwner } from './services/schedule/store.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
 import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
@@ -48,21 +41,24 @@ const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
 
 // Every timer of this worker is a duty on this scheduler; a `timers` config key re-arms the waiting ones.
 const duties = new DutyScheduler({ now: () => Date.now(), timer: realTimer, log });
-const settings = new RuntimeConfig({ scheduler: duties });
-installProcessWideConfig(settings);
-settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
-const control = new NodeControl({ scheduler: duties });
-
 // A one-shot wait (unref'd, like every duty's timer): a delivery's retry backoff, a held ask's timeout, a
-// result racing its first copy. What repeats is a duty on `duties` instead.
+// result racing its first copy, a schedule commit's retry. What repeats is a duty on `duties` instead.
 const sleep = (ms: number) =>
   new Promise<void>((r) => {
     realTimer.set(r, ms);
   });
 
+const settings = new RuntimeConfig({ scheduler: duties, sleep });
+installProcessWideConfig(settings);
+settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
+const control = new NodeControl({ scheduler: duties });
+
 const metrics = processWideMetrics;
 const count = metrics.count.bind(metrics);
 const now = () => Date.now();
+
+// ------------------------------------------------------------------ the schedule's writes
+const schedule = new ScheduleOwner({ config, timer: realTimer, sleep });
 
 // ------------------------------------------------------------------ notify (the keeper's events go here)
 const sealKey = new SealKey({ read: () => process.env.QUEUE_KEEPER_SECRET_KEY, log });
@@ -125,7 +121,7 @@ const claims = new ClaimService({
 });
 const results = new ResultService({
   leases: leaseTable,
-  applyResults,
+  applyResults: (list) => schedule.applyResults(list),
   storePages,
   config,
   now,
@@ -154,8 +150,19 @@ const stallSweep = new StallSweep({
 // ------------------------------------------------------------------ the HTTP front
 // This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
-registerFeeding(router, { fileTargets, deleteTargets, discoverUrls, deletePages });
-registerAdmin(router, { keeper: leadership, control, settings, readRow, revalidate });
+registerFeeding(router, {
+  fileTargets: (targets, at) => schedule.fileTargets(targets, at),
+  deleteTargets: (urls) => schedule.deleteTargets(urls),
+  discoverUrls: (urls, at) => schedule.discoverUrls(urls, at),
+  deletePages,
+});
+registerAdmin(router, {
+  keeper: leadership,
+  control,
+  settings,
+  readRow,
+  revalidate: (url, at) => schedule.revalidate(url, at),
+});
 registerQueue(router, { claims, results, scope: fleetScope, metrics, control });
 registerNotify(router, {
   sealKey,

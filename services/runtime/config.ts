@@ -130,6 +130,8 @@ function testHoldMs(): number {
 export interface RuntimeConfigDeps {
   /** Runs the resubscribe duty. */
   scheduler: DutyScheduler;
+  /** A one-shot wait: the test hold inside an update (testHoldMs). */
+  sleep: (ms: number) => Promise<void>;
 }
 
 /**
@@ -146,7 +148,7 @@ export class RuntimeConfig {
   private started = false;
   private readonly follower: TableFollower<unknown>;
 
-  constructor(deps: RuntimeConfigDeps) {
+  constructor(private readonly deps: RuntimeConfigDeps) {
     this.follower = new TableFollower<unknown>({
       name: 'configuration override',
       scheduler: deps.scheduler,
@@ -268,7 +270,7 @@ export class RuntimeConfig {
           // Stored keys that no longer validate are dropped here rather than failing every later update.
           const stored = nest(checkPartial(await readOverrides(txn), { lenient: true }).values);
           const hold = testHoldMs();
-          if (hold > 0) await new Promise((res) => setTimeout(res, hold));
+          if (hold > 0) await this.deps.sleep(hold);
           const nextOverrides = mergePartials(stored, known);
           // Validate the merged result as a whole before storing anything.
           const merged = applyValues(

@@ -1,6 +1,7 @@
 // The schedule owner: the only module that reads or writes RenderSchedule (test/unit/tableOwners
 // fails if another source file names the table). Rules live in util/schedule/rules.ts; this file reads
-// rows, applies a rule and writes the whole row back.
+// rows, applies a rule and writes the whole row back. Reads are module functions (they hold nothing);
+// the writes and the group commit of results live on one ScheduleOwner built in resources.ts.
 import { HttpError } from '../../util/http/errors.js';
 import { sameSchedule, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import {
@@ -11,7 +12,8 @@ import {
   type ScheduleWrite,
 } from '../../util/schedule/writes.js';
 import { GroupCommit } from '../../util/schedule/groupCommit.js';
-import { config } from '../runtime/config.js';
+import type { QueueKeeperConfig } from '../../util/config/schema.js';
+import type { SchedulerTimer } from '../../util/duties/scheduler.js';
 import { log, table, transaction, type HarperTable, type SubscriptionEvent } from '../runtime/harper.js';
 import { withKeyLocks } from '../runtime/storeLock.js';
 
@@ -40,38 +42,6 @@ export function readRow(key: string): ScheduleRow | undefined {
   return toScheduleRow(key, v as Record<string, unknown>);
 }
 
-const store: ScheduleStore = {
-  read: readRow,
-  locked: async (keys, fn) => {
-    const r = await withKeyLocks(schedule().primaryStore, 'schedule', keys, LOCK_WAIT_MS, fn);
-    if (!r.locked)
-      throw new HttpError(503, 'busy', 'another write of the same targets is still running; retry shortly');
-    return r.value;
-  },
-  commit: async (writes) => {
-    let left: readonly ScheduleWrite[] = writes;
-    const deadline = Date.now() + STICK_WAIT_MS;
-    for (let attempt = 0; ; attempt++) {
-      await transaction(async (txn) => {
-        for (const w of left) {
-          if (w.row) await schedule().put(w.key, toRecord(w.row), txn);
-          else await schedule().delete(w.key, txn);
-        }
-      });
-      left = await notYetRead(left);
-      if (left.length === 0) return;
-      if (Date.now() >= deadline) {
-        log.error(
-          `schedule: ${left.length} committed write(s) still not applied after ${STICK_WAIT_MS} ms; answering busy`,
-        );
-        throw new HttpError(503, 'busy', 'the write did not take effect in time; retry shortly');
-      }
-      // Written again in a fresh transaction: its stamp is later than whatever version beat this one.
-      if (attempt > 0) await new Promise((r) => setTimeout(r, Math.min(50, 2 ** attempt)));
-    }
-  },
-};
-
 /**
  * How long a chunk keeps writing until every write reads back. The crash soak (bench/crash-soak.ts)
  * found rows whose delete was committed and answered and yet never took. The suspected cause (read in
@@ -83,58 +53,127 @@ const store: ScheduleStore = {
 const STICK_WAIT_MS = 2000;
 
 /**
- * The writes this thread cannot read back yet, after a short wait for the commit to show: the next
- * holder of a key must read the committed row, or its read-decide-write could undo this one. Normally
- * every write reads back at once; it costs one point read per key.
- */
-async function notYetRead(writes: readonly ScheduleWrite[]): Promise<ScheduleWrite[]> {
-  const store = schedule().primaryStore;
-  let pending: ScheduleWrite[] = [];
-  for (let look = 0; look < 5; look++) {
-    store.resetReadTxn?.();
-    pending = writes.filter((w) => {
-      const now = readRow(w.key);
-      return w.row ? now === undefined || !sameSchedule(now, w.row) : now !== undefined;
-    });
-    if (pending.length === 0) return pending;
-    await new Promise((r) => setTimeout(r, 0));
-  }
-  return pending;
-}
-
-const writes = new ScheduleWrites(store, config);
-
-/** Files verified targets; entries for one URL within a batch apply in order (last wins). */
-export const fileTargets = (targets: Parameters<ScheduleWrites['fileTargets']>[0], now: number) =>
-  writes.fileTargets(targets, now);
-/** Deletes rows; counts only rows that existed. */
-export const deleteTargets = (urls: readonly string[]) => writes.deleteTargets(urls);
-/** Files unverified rows only where no row exists; an existing row is never changed by this path. */
-export const discoverUrls = (urls: readonly string[], now: number) => writes.discoverUrls(urls, now);
-/** Due now and urgent; undefined when there is no row. */
-export const revalidate = (url: string, now: number) => writes.revalidate(url, now);
-/**
  * Result writes that reach this worker within this long of the first share one batch: one lock round,
  * one transaction, one read-back (issue 15 lever 2; measured in bench/README.md). 0 turns it off.
+ * bench/group-commit.ts patches this line in the compiled file.
  */
 export const GROUP_COMMIT_WAIT_MS = 2;
 /** Under one write chunk (1,000 keys), so a merged batch takes one sorted lock set and one transaction. */
 const GROUP_COMMIT_MAX_RESULTS = 500;
 
-const resultBatches = new GroupCommit<ResultWrite, ResultApplied>({
-  run: (results) => writes.applyResults(results),
-  maxItems: GROUP_COMMIT_MAX_RESULTS,
-  maxWaitMs: GROUP_COMMIT_WAIT_MS,
-  setTimer: (fn, ms) => setTimeout(fn, ms),
-  clearTimer: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
-});
+export interface ScheduleOwnerDeps {
+  config: () => QueueKeeperConfig;
+  /** The group commit's batch window (unref'd, like every timer of the worker: util/duties/scheduler.ts). */
+  timer: SchedulerTimer;
+  /** The one-shot waits of a commit: a retry's backoff and a turn for a commit to show. */
+  sleep: (ms: number) => Promise<void>;
+}
 
 /**
- * Reschedules rows after results; a row deleted meanwhile stays deleted. Resolves once the batch the
- * results joined has committed and read back; a failed batch rejects every caller in it.
+ * The schedule's writes on this worker, bound to Harper: every change goes through one ScheduleWrites,
+ * and result writes through one group commit whose open batch lives here. Built once, in resources.ts.
  */
-export const applyResults = (results: readonly ResultWrite[]): Promise<ResultApplied[]> =>
-  resultBatches.submit(results);
+export class ScheduleOwner {
+  private readonly writes: ScheduleWrites;
+  private readonly resultBatches: GroupCommit<ResultWrite, ResultApplied>;
+
+  constructor(private readonly deps: ScheduleOwnerDeps) {
+    const store: ScheduleStore = {
+      read: readRow,
+      locked: async (keys, fn) => {
+        const r = await withKeyLocks(schedule().primaryStore, 'schedule', keys, LOCK_WAIT_MS, fn);
+        if (!r.locked)
+          throw new HttpError(
+            503,
+            'busy',
+            'another write of the same targets is still running; retry shortly',
+          );
+        return r.value;
+      },
+      commit: (writes) => this.commit(writes),
+    };
+    this.writes = new ScheduleWrites(store, deps.config);
+    this.resultBatches = new GroupCommit<ResultWrite, ResultApplied>({
+      run: (results) => this.writes.applyResults(results),
+      maxItems: GROUP_COMMIT_MAX_RESULTS,
+      maxWaitMs: GROUP_COMMIT_WAIT_MS,
+      setTimer: (fn, ms) => deps.timer.set(fn, ms),
+      clearTimer: (handle) => deps.timer.clear(handle),
+    });
+  }
+
+  /** Files verified targets; entries for one URL within a batch apply in order (last wins). */
+  fileTargets(targets: Parameters<ScheduleWrites['fileTargets']>[0], now: number): Promise<number> {
+    return this.writes.fileTargets(targets, now);
+  }
+
+  /** Deletes rows; counts only rows that existed. */
+  deleteTargets(urls: readonly string[]): Promise<number> {
+    return this.writes.deleteTargets(urls);
+  }
+
+  /** Files unverified rows only where no row exists; an existing row is never changed by this path. */
+  discoverUrls(urls: readonly string[], now: number): Promise<number> {
+    return this.writes.discoverUrls(urls, now);
+  }
+
+  /** Due now and urgent; undefined when there is no row. */
+  revalidate(url: string, now: number): Promise<ScheduleRow | undefined> {
+    return this.writes.revalidate(url, now);
+  }
+
+  /**
+   * Reschedules rows after results; a row deleted meanwhile stays deleted. Resolves once the batch the
+   * results joined has committed and read back; a failed batch rejects every caller in it.
+   */
+  applyResults(results: readonly ResultWrite[]): Promise<ResultApplied[]> {
+    return this.resultBatches.submit(results);
+  }
+
+  /** Commits one chunk, writing again until every write reads back (STICK_WAIT_MS) or answering busy. */
+  private async commit(writes: readonly ScheduleWrite[]): Promise<void> {
+    let left: readonly ScheduleWrite[] = writes;
+    const deadline = Date.now() + STICK_WAIT_MS;
+    for (let attempt = 0; ; attempt++) {
+      await transaction(async (txn) => {
+        for (const w of left) {
+          if (w.row) await schedule().put(w.key, toRecord(w.row), txn);
+          else await schedule().delete(w.key, txn);
+        }
+      });
+      left = await this.notYetRead(left);
+      if (left.length === 0) return;
+      if (Date.now() >= deadline) {
+        log.error(
+          `schedule: ${left.length} committed write(s) still not applied after ${STICK_WAIT_MS} ms; answering busy`,
+        );
+        throw new HttpError(503, 'busy', 'the write did not take effect in time; retry shortly');
+      }
+      // Written again in a fresh transaction: its stamp is later than whatever version beat this one.
+      if (attempt > 0) await this.deps.sleep(Math.min(50, 2 ** attempt));
+    }
+  }
+
+  /**
+   * The writes this thread cannot read back yet, after a short wait for the commit to show: the next
+   * holder of a key must read the committed row, or its read-decide-write could undo this one. Normally
+   * every write reads back at once; it costs one point read per key.
+   */
+  private async notYetRead(writes: readonly ScheduleWrite[]): Promise<ScheduleWrite[]> {
+    const store = schedule().primaryStore;
+    let pending: ScheduleWrite[] = [];
+    for (let look = 0; look < 5; look++) {
+      store.resetReadTxn?.();
+      pending = writes.filter((w) => {
+        const now = readRow(w.key);
+        return w.row ? now === undefined || !sameSchedule(now, w.row) : now !== undefined;
+      });
+      if (pending.length === 0) return pending;
+      await this.deps.sleep(0);
+    }
+    return pending;
+  }
+}
 
 /** Live schedule events (no replay of current rows): the keeper subscribes before it walks. */
 export async function subscribeSchedule(): Promise<
