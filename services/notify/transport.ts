@@ -168,6 +168,7 @@ export async function deliver(req: DeliveryRequest): Promise<DeliveryOutcome> {
     return { error: 'refused', phrase: 'is not a valid URL' };
   }
   const abort = new AbortController();
+  // The deadline of this one attempt, cleared in `finally`: per request, so it stays local (not a duty).
   const timer = setTimeout(() => abort.abort(), req.timeoutMs);
   try {
     const res = await req.agent.request({

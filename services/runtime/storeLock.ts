@@ -18,6 +18,8 @@ function acquire(store: LockingStore, key: string, deadline: number): Promise<bo
   return new Promise((resolve) => {
     const attempt = (): void => {
       let settled = false;
+      // A per-call deadline, cleared when the lock comes, kept local like a request timeout (and ref'd, so
+      // a caller awaiting the lock keeps the process up); nothing repeats here.
       const timer = setTimeout(
         () => {
           settled = true;

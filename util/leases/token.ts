@@ -38,16 +38,28 @@ export function parseToken(token: unknown): TokenParts | null {
 
 // One syscall fills a pool for 512 grants; a grant takes 8 bytes of it.
 const POOL_WORDS = 1024;
-const pool = new Int32Array(POOL_WORDS);
-let poolAt = POOL_WORDS;
 
-/** 32 random bits from the operating system's CSPRNG (through a per-thread pool). */
-export function randomWord(): number {
-  if (poolAt >= POOL_WORDS) {
-    randomFillSync(pool);
-    poolAt = 0;
+/** Words from the operating system's CSPRNG, refilled a pool at a time. */
+class RandomPool {
+  private readonly words = new Int32Array(POOL_WORDS);
+  private at = POOL_WORDS;
+
+  word(): number {
+    if (this.at >= POOL_WORDS) {
+      randomFillSync(this.words);
+      this.at = 0;
+    }
+    return this.words[this.at++] ?? 0;
   }
-  return pool[poolAt++] ?? 0;
+}
+
+// process-wide (per thread, as every module is): random bytes are not anyone's state, so every grant of
+// this thread draws from one pool instead of each lease table keeping its own syscall batch.
+const processWideRandomPool = new RandomPool();
+
+/** 32 random bits from the operating system's CSPRNG (through this thread's pool). */
+export function randomWord(): number {
+  return processWideRandomPool.word();
 }
 
 /**
