@@ -148,7 +148,7 @@ function hasOurPrefix(url: string): boolean {
 }
 
 /** Methods that change state (API.md "Requests that change state"); PUT and PATCH have no routes here. */
-const CHANGES_STATE = new Set(['POST', 'DELETE', 'PUT', 'PATCH']);
+const CHANGES_STATE: ReadonlySet<string> = new Set(['POST', 'DELETE', 'PUT', 'PATCH']);
 
 /** Which worker thread answered: an operator chasing one worker's behaviour (and the tests) read it. */
 function served<R extends { headers: Headers }>(response: R, worker: number | undefined): R {

@@ -10,7 +10,7 @@ import type { PageWrite } from '../pages/store.js';
 import type { Caller } from './claims.js';
 
 const OUTCOMES: readonly Outcome[] = ['rendered', 'failed', 'redirected', 'non-indexable'];
-const RESULT_FIELDS = [
+const RESULT_FIELDS: readonly string[] = [
   'id',
   'leaseToken',
   'outcome',

@@ -46,7 +46,7 @@ export function loggableKey(path: string): string {
 }
 
 /** Keys of a host app's `queue-keeper:` section that tell Harper how to load the package; not ours. */
-const HARPER_LOADING_KEYS = ['package', 'install'];
+const HARPER_LOADING_KEYS: readonly string[] = ['package', 'install'];
 
 function readYamlSection(file: string): Record<string, unknown> {
   if (!existsSync(file)) return {};

@@ -2,7 +2,7 @@
 // prefixes): the duty scheduler re-arms on `timers` keys, the keeper re-sorts on `reclassify` keys.
 import { CONFIG_KEYS, type ConfigEffect } from './schema.js';
 
-const EFFECT_OF = new Map<string, ConfigEffect>(CONFIG_KEYS.map((k) => [k.path, k.effect]));
+const EFFECT_OF: ReadonlyMap<string, ConfigEffect> = new Map(CONFIG_KEYS.map((k) => [k.path, k.effect]));
 
 /** The schema's effect of a config path (undefined for a path the schema does not know). */
 export function effectOf(path: string): ConfigEffect | undefined {

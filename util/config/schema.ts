@@ -19,7 +19,7 @@ export {
   type RouteConfig,
 } from './keys.js';
 
-const KEY_BY_PATH = new Map(CONFIG_KEYS.map((k) => [k.path, k]));
+const KEY_BY_PATH: ReadonlyMap<string, ConfigKey> = new Map(CONFIG_KEYS.map((k) => [k.path, k]));
 
 function clone<T>(v: T): T {
   return v === undefined ? v : (JSON.parse(JSON.stringify(v)) as T);
@@ -67,7 +67,7 @@ function checkRange(k: ConfigKey, n: number, label = k.path): void {
   if (k.max !== undefined && n > k.max) throw new ConfigError(label, `${label} must be at most ${k.max}`);
 }
 
-const ROUTE_FIELDS = new Set(['name', 'match', 'path', 'renderInterval']);
+const ROUTE_FIELDS: ReadonlySet<string> = new Set(['name', 'match', 'path', 'renderInterval']);
 /** Role names, CIDR entries and routes are lists an operator types; these bounds only stop abuse. */
 const MAX_LIST = 1000;
 const MAX_ROUTE_PATH_CHARS = 1900;

@@ -34,12 +34,16 @@ export type RequestEndpoint = (typeof REQUEST_ENDPOINTS)[number];
 // Buckets from bench/README.md. Claim and result handlers take ~1–50 ms on an idle node and a few
 // hundred ms at the p99 of a 24-client drain; a job_results of 100 writes is the long tail, so the top
 // finite bucket is 5 s.
-const REQUEST_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+const REQUEST_BUCKETS: readonly number[] = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+];
 // A publish is ~1 ms with few rows and 7–30 ms (p50–p99) with 300k due of 1M held.
-const PUBLISH_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1];
+const PUBLISH_BUCKETS: readonly number[] = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1,
+];
 // Load and verification walk the table: milliseconds when empty, 4 s at 250k rows, 18 s at 1M, a
 // minute or more on a loaded machine or a bigger table.
-const WALK_BUCKETS = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600];
+const WALK_BUCKETS: readonly number[] = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600];
 
 export const METRICS = {
   keeper_live: {
