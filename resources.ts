@@ -17,7 +17,8 @@ import { Router } from './services/http/router.js';
 import { KeeperLeadership } from './services/keeper/leadership.js';
 import { nodeStatusNow, servingView } from './services/keeper/servingView.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
-import { peerNames } from './services/cluster/membership.js';
+import { harperConnections } from './services/cluster/connections.js';
+import { harperMembership, harperPeers } from './services/cluster/membership.js';
 import { peerWait } from './services/cluster/peerWait.js';
 import { ClaimService } from './services/leases/claims.js';
 import { readClaimMarks, writeClaimMarks } from './services/leases/claimMarks.js';
@@ -51,7 +52,10 @@ const sleep = (ms: number) =>
 const settings = new RuntimeConfig({ scheduler: duties, sleep });
 installProcessWideConfig(settings);
 settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
-const control = new NodeControl({ scheduler: duties });
+// The cluster: Harper's replication peers, and (started on worker 0 only) the heartbeat membership.
+const peers = harperPeers();
+const membership = harperMembership({ scheduler: duties, peers, connections: harperConnections(sleep) });
+const control = new NodeControl({ scheduler: duties, peerNames: () => peers.names() });
 
 const metrics = processWideMetrics;
 const count = metrics.count.bind(metrics);
@@ -96,6 +100,7 @@ const leadership = new KeeperLeadership({
   // A claim on any worker that finds the set used up pokes worker 0 through the keeper signal.
   onPoke: onKeeperPoke,
   sleep,
+  currentOwnership: () => membership.currentOwnership(),
 });
 
 // ------------------------------------------------------------------ leases: claims and results
@@ -187,11 +192,11 @@ async function start(): Promise<void> {
       pageSweepDuty({
         hasRow: (url) => readRow(url) !== undefined,
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
-        graceMs: async () => ((await peerNames()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
+        graceMs: async () => ((await peers.names()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
       }),
     ]);
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them (SPEC §9).
-    void peerWait()
+    void peerWait(membership, duties)
       .then(() => leadership.start())
       .catch((e: unknown) => log.error('queue keeper failed to start', e));
   }

@@ -13,7 +13,6 @@ import type { ConfigListener } from '../runtime/config.js';
 import { log, threads, workerIndex } from '../runtime/harper.js';
 import { KeeperService, type ScheduleSource } from './service.js';
 import { nodeStatusNow } from './servingView.js';
-import { currentOwnership } from '../cluster/membership.js';
 import { count, record } from '../metrics/values.js';
 import { readRow, subscribeSchedule, walkSchedule } from '../schedule/store.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
@@ -49,6 +48,8 @@ export interface KeeperLeadershipDeps {
   onPoke: (fn: () => void) => () => void;
   /** A one-shot wait (the held ask's timeout). */
   sleep: (ms: number) => Promise<void>;
+  /** The cluster membership the keeper holds rows by, re-read every maintenance tick (services/cluster). */
+  currentOwnership: () => Promise<Ownership>;
 }
 
 export class KeeperLeadership {
@@ -155,7 +156,7 @@ export class KeeperLeadership {
     this.undo.push(() => process.off('exit', release));
 
     // Row ownership over the cluster's members, re-read every maintenance tick (SPEC §9).
-    this.ownership = await currentOwnership();
+    this.ownership = await this.deps.currentOwnership();
     if (this.ownership.nodes.length > 1)
       log.info(`keeper: clustered with ${this.ownership.nodes.join(', ')}; holding the rows this node owns`);
 
@@ -246,7 +247,7 @@ export class KeeperLeadership {
   }
 
   private async refreshMembership(svc: KeeperService): Promise<Counts> {
-    const next = await currentOwnership();
+    const next = await this.deps.currentOwnership();
     if (this.ownership && next.sameMembership(this.ownership)) {
       // One more walk a tick after a change: rows still arriving by replication while the first walk ran
       // (evaluated under the previous view) would otherwise wait for the verification walk.

@@ -83,6 +83,12 @@ export const server = runtime.server as {
   hostname?: string;
   http: (fn: HarperMiddleware, opts?: Record<string, unknown>) => void;
   recordAnalytics?: (value: number, metric: string, path?: string, method?: string, type?: string) => void;
+  /** Runs an operations-API operation in-process (services/cluster/connections.ts reads cluster_status). */
+  operation?: (
+    operation: Record<string, unknown>,
+    context?: unknown,
+    authorize?: boolean,
+  ) => Promise<unknown>;
 };
 
 export function table(database: string, name: string): HarperTable {

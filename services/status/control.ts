@@ -7,7 +7,6 @@ import type { DutyScheduler } from '../../util/duties/scheduler.js';
 import { HttpError, echo } from '../../util/http/errors.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { TableFollower, type TableSubscription } from '../runtime/tableFollower.js';
-import { peerNames } from '../cluster/membership.js';
 import { nodeName } from '../cluster/nodeName.js';
 
 export type NodeStatus = 'empty' | 'queued' | 'paused' | 'unready';
@@ -44,7 +43,7 @@ export function deriveStatus(v: ServingView, paused: boolean): NodeStatus {
  * node or a peer in system.hdb_nodes). Anything else is 400 `invalid_scope`, so a pause can never be
  * filed for a host that does not exist — and no caller can grow QueueControl one row per string.
  */
-export async function checkPauseScope(scope: unknown): Promise<string> {
+export async function checkPauseScope(scope: unknown, peerNames: () => Promise<string[]>): Promise<string> {
   if (scope === undefined || scope === null)
     throw new HttpError(400, 'invalid_scope', 'scope is required: "all" or the hostname of a node');
   if (typeof scope !== 'string' || scope.length === 0 || scope.length > 253)
@@ -63,6 +62,8 @@ type ControlEvent = { type: string; id: string; value?: { paused?: unknown } };
 export interface NodeControlDeps {
   /** Runs the resubscribe duty. */
   scheduler: DutyScheduler;
+  /** The cluster's other nodes (a pause may name one). */
+  peerNames: () => Promise<string[]>;
 }
 
 /**
@@ -78,7 +79,7 @@ export class NodeControl {
   private loaded = false;
   private readonly follower: TableFollower<ControlEvent>;
 
-  constructor(deps: NodeControlDeps) {
+  constructor(private readonly deps: NodeControlDeps) {
     this.follower = new TableFollower<ControlEvent>({
       name: 'QueueControl',
       scheduler: deps.scheduler,
@@ -93,6 +94,11 @@ export class NodeControl {
       },
       log,
     });
+  }
+
+  /** checkPauseScope over this node's peers. */
+  checkScope(scope: unknown): Promise<string> {
+    return checkPauseScope(scope, this.deps.peerNames);
   }
 
   isPaused(): boolean {

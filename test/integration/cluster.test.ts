@@ -102,6 +102,17 @@ test('two nodes split the rows by rendezvous ownership and each grants only its 
     const s = await n.fetch('/prerender_admin/queue-state');
     return s.status === 200 ? (s.json.now.due as number) : -1;
   };
+  // On a miss, what each node's table has and how many events its keeper applied: rows that replicated
+  // but were never delivered as events read tbl > events; rows never replicated read tbl < 400.
+  const facts = async (n: HarperInstance) => {
+    const s = await n.fetch('/prerender_admin/queue-state');
+    const rows = await n
+      .operation({ operation: 'sql', sql: 'SELECT COUNT(*) AS c FROM render_schedule.RenderSchedule' })
+      .then((r: Array<{ c: number }>) => r[0]?.c)
+      .catch(() => '?');
+    const k = s.status === 200 ? s.json.trust.keeper : null;
+    return `tbl=${rows} events=${k?.apply.events} lastVerify=${JSON.stringify(k?.lastVerify)}`;
+  };
   let seen = '';
   await until(
     'each node to hold exactly its own rows',
@@ -111,7 +122,8 @@ test('two nodes split the rows by rendezvous ownership and each grants only its 
       return da === ownedByA && db === urls.length - ownedByA;
     },
     30_000,
-  ).catch((e: unknown) => {
+  ).catch(async (e: unknown) => {
+    seen += ` (a ${await facts(a)}; b ${await facts(b)})`;
     const logs = (n: HarperInstance) =>
       n
         .output()

@@ -4,7 +4,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { HoldingView, beatStaleAfterMs, presentPeers, type NodeBeat } from '../../util/cluster/holding.js';
+import {
+  HoldingView,
+  beatStaleAfterMs,
+  presentPeers,
+  quickStaleAfterMs,
+  type NodeBeat,
+} from '../../util/cluster/holding.js';
 import { Ownership } from '../../util/cluster/ownership.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'];
@@ -172,4 +178,34 @@ test('a peer whose beat lags 10 s behind (replication under load) still counts a
     ['node-b'],
   );
   assert.equal(beatStaleAfterMs(5000), 25_000, 'five beats when beats are slower than 3 s');
+});
+
+test('a peer whose replication connection is down leaves after the quick window, never on the connection alone', () => {
+  const now = 100_000;
+  const stale = beatStaleAfterMs(1000);
+  const quick = quickStaleAfterMs(1000);
+  assert.equal(quick, 3000);
+  const beats: NodeBeat[] = [
+    { node: 'node-b', beatAt: now - quick - 1, view: null }, // down long enough, beat as old: gone
+    { node: 'node-c', beatAt: now - 500, view: null }, // down, but beats still arrive (relayed): present
+    { node: 'node-d', beatAt: now - 10_000, view: null }, // beat lags, connection up: present
+    { node: 'node-e', beatAt: now - 10_000, view: null }, // beat lags, just went down: present for now
+  ];
+  const downSince = new Map([
+    ['node-b', now - quick],
+    ['node-c', now - 60_000],
+    ['node-e', now - 1000],
+  ]);
+  const names = ['node-a', 'node-b', 'node-c', 'node-d', 'node-e'];
+  const present = presentPeers('node-a', names, beats, now, stale, { downSince, beatEveryMs: 1000 });
+  assert.deepEqual(
+    present.map((b) => b.node),
+    ['node-c', 'node-d', 'node-e'],
+  );
+  assert.deepEqual(
+    presentPeers('node-a', names, beats, now, stale).map((b) => b.node),
+    ['node-b', 'node-c', 'node-d', 'node-e'],
+    'without the connection signal only the full window counts',
+  );
+  assert.equal(quickStaleAfterMs(2000), 6000, 'three beats when beats are slower than 1 s');
 });

@@ -28,8 +28,6 @@ const PROCESS_WIDE: Record<string, string> = {
   'util/notify/wakeBody.ts QUEUE_NAME': 'a RegExp without the g/y flags keeps no lastIndex',
   'services/http/requestChecks.ts utf8': 'a TextDecoder used without `stream` keeps nothing between calls',
   'services/leases/results.ts strictUtf8': 'a TextDecoder used without `stream` keeps nothing between calls',
-  'services/cluster/membership.ts warnedNodes': 'owned by #17 work',
-  'services/cluster/membership.ts processWideMembership': 'owned by #17 work',
 };
 
 /** `file` → how many raw timer calls it may make, and why each is not a duty or an injected wait. */
@@ -46,8 +44,6 @@ const RAW_TIMERS: Record<string, { count: number; reason: string }> = {
     count: 1,
     reason: 'the abort deadline of one delivery attempt, cleared when the attempt ends',
   },
-  'services/cluster/membership.ts': { count: 2, reason: 'owned by #17 work (the beat loop)' },
-  'services/cluster/peerWait.ts': { count: 1, reason: 'owned by #17 work' },
 };
 
 function sources(dir: string): string[] {

@@ -32,8 +32,26 @@ export function beatStaleAfterMs(beatIntervalMs: number): number {
 }
 
 /**
+ * The shorter window that applies while Harper also reports the peer's replication connection down: a
+ * beat this old from a peer whose connection has been down at least as long is a departure. Never the
+ * only signal — a connection that drops while beats still arrive (or a beat that lags while the
+ * connection is up, as under load) keeps the peer present until the full window.
+ */
+export function quickStaleAfterMs(beatIntervalMs: number): number {
+  return Math.max(3000, 3 * beatIntervalMs);
+}
+
+/** The replication connection as a second departure signal (services/cluster/connections.ts). */
+export interface ConnectionSignal {
+  /** Peer name -> since when (this node's clock) its connection has been seen down, without a break. */
+  downSince: ReadonlyMap<string, number>;
+  beatEveryMs: number;
+}
+
+/**
  * The configured peers whose heartbeat is fresh. Configured means listed in Harper's node table: a beat
- * from a node that was removed no longer makes it a member.
+ * from a node that was removed no longer makes it a member. With a connection signal, a peer whose
+ * connection has been down for the quick window and whose beat is as old leaves at once.
  */
 export function presentPeers(
   self: string,
@@ -41,9 +59,17 @@ export function presentPeers(
   beats: readonly NodeBeat[],
   now: number,
   staleAfterMs: number,
+  connection?: ConnectionSignal,
 ): NodeBeat[] {
   const wanted = new Set(configured.filter((n) => n !== self));
-  return beats.filter((b) => b.node !== self && wanted.has(b.node) && now - b.beatAt <= staleAfterMs);
+  const quick = connection ? quickStaleAfterMs(connection.beatEveryMs) : Infinity;
+  return beats.filter((b) => {
+    if (b.node === self || !wanted.has(b.node)) return false;
+    const age = now - b.beatAt;
+    if (age > staleAfterMs) return false;
+    const downSince = connection?.downSince.get(b.node);
+    return downSince === undefined || age <= quick || now - downSince < quick;
+  });
 }
 
 /**

@@ -12,7 +12,7 @@ import { nodeName } from '../../cluster/nodeName.js';
 import type { ScheduleRow } from '../../../util/schedule/rules.js';
 import { leaseTable } from '../../runtime/sharedStructures.js';
 import { workersReady } from '../../runtime/sharedBuffers.js';
-import { checkPauseScope, type NodeControl } from '../../status/control.js';
+import type { NodeControl } from '../../status/control.js';
 
 /** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
 const MAX_IGNORED_HEADER_BYTES = 1024;
@@ -84,7 +84,7 @@ export function registerAdmin(
 
   const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
     const obj = requireObject(req.body ?? {}, ['scope']);
-    const scope = await checkPauseScope(obj.scope);
+    const scope = await control.checkScope(obj.scope);
     await control.setPause(scope, paused);
     // Published at once, not at the next status sync, when it concerns this node.
     if (scope === 'all' || scope === nodeName())

@@ -1,0 +1,180 @@
+// The cluster membership's timed parts on a fake clock (services/cluster): the heartbeat is a duty on
+// the worker's scheduler, the peer wait polls on it and stops once the node may load, and the
+// connection watch turns cluster_status answers into "down since" times (a second departure signal).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { NodeBeat } from '../../util/cluster/holding.js';
+import { DutyScheduler } from '../../util/duties/scheduler.js';
+import { ConnectionWatch, LOOK_TIMEOUT_MS, peersDown } from '../../util/cluster/connections.js';
+import { ClusterMembership, ReplicationPeers, type ConnectionView } from '../../util/cluster/membership.js';
+import { PEER_WAIT_POLL_MS, waitForPeers } from '../../util/cluster/peerWait.js';
+import { FakeClock, turns } from '../fakeClock.js';
+
+const T0 = 1_000_000;
+const quiet = { warn: () => undefined, info: () => undefined };
+
+function cluster(opts: { interval?: number; peers?: string[]; connections?: ConnectionView } = {}) {
+  const clock = new FakeClock(T0);
+  const scheduler = new DutyScheduler({
+    now: clock.now,
+    timer: clock,
+    log: { debug: () => undefined, error: () => undefined },
+  });
+  const beats = new Map<string, NodeBeat>();
+  const written: number[] = [];
+  const membership = new ClusterMembership({
+    self: () => 'node-a',
+    configuredPeers: async () => opts.peers ?? ['node-b'],
+    readBeats: async () => [...beats.values()],
+    writeBeat: async (b) => {
+      written.push(b.beatAt);
+      beats.set(b.node, b);
+    },
+    now: clock.now,
+    beatIntervalMs: () => opts.interval ?? 200,
+    scheduler,
+    connections: opts.connections,
+    log: quiet,
+  });
+  return { clock, scheduler, beats, written, membership };
+}
+
+test('the heartbeat is a scheduler duty: the first beat at once, then every max(1 s, publishInterval), none after stop', async () => {
+  const c = cluster({ interval: 200 });
+  c.membership.start();
+  c.membership.start(); // idempotent: one duty
+  await c.clock.advance(0);
+  assert.deepEqual(c.written, [T0]);
+  await c.clock.advance(2500);
+  assert.deepEqual(c.written, [T0, T0 + 1000, T0 + 2000]);
+  await c.membership.stop();
+  await c.clock.advance(5000);
+  assert.equal(c.written.length, 3);
+  assert.equal(c.clock.armed.length, 0, 'no timer left behind');
+
+  const slow = cluster({ interval: 3000 });
+  slow.membership.start();
+  await slow.clock.advance(6500);
+  assert.deepEqual(slow.written, [T0, T0 + 3000, T0 + 6000]);
+});
+
+test('the peer wait polls on the scheduler until the peer beats, shows waiting meanwhile, and stops polling', async () => {
+  const c = cluster();
+  const waiting: number[] = [];
+  let decided: unknown = null;
+  void waitForPeers({
+    membership: c.membership,
+    scheduler: c.scheduler,
+    capMs: 120_000,
+    showWaiting: (now) => waiting.push(now),
+    log: quiet,
+  }).then((d) => (decided = d));
+  await c.clock.advance(1000);
+  assert.equal(decided, null);
+  assert.deepEqual(waiting.slice(0, 3), [T0, T0 + PEER_WAIT_POLL_MS, T0 + 2 * PEER_WAIT_POLL_MS]);
+  c.beats.set('node-b', { node: 'node-b', beatAt: c.clock.now(), view: null });
+  await c.clock.advance(PEER_WAIT_POLL_MS);
+  assert.deepEqual(decided, { action: 'load', reason: 'all-present' });
+  const polls = waiting.length;
+  await c.membership.stop();
+  await c.clock.advance(10_000);
+  assert.equal(waiting.length, polls, 'no poll after the decision');
+  assert.equal(c.clock.armed.length, 0);
+});
+
+test('the peer wait loads alone after the cap when a peer never beats', async () => {
+  const c = cluster();
+  let decided: unknown = null;
+  void waitForPeers({
+    membership: c.membership,
+    scheduler: c.scheduler,
+    capMs: 5000,
+    showWaiting: () => undefined,
+    log: quiet,
+  }).then((d) => (decided = d));
+  await c.clock.advance(4900);
+  assert.equal(decided, null);
+  await c.clock.advance(PEER_WAIT_POLL_MS);
+  assert.deepEqual(decided, { action: 'load', reason: 'cap', missing: ['node-b'] });
+});
+
+test('an unreadable node table is warned about once per instance, and answers alone', async () => {
+  const warned: unknown[] = [];
+  const failing = () => ({
+    [Symbol.asyncIterator]: () => ({ next: () => Promise.reject(new Error('no table')) }),
+  });
+  const peers = new ReplicationPeers({
+    self: () => 'node-a',
+    nodes: failing,
+    log: { warn: (m) => warned.push(m) },
+  });
+  assert.deepEqual(await peers.names(), []);
+  assert.deepEqual(await peers.names(), []);
+  assert.equal(warned.length, 1);
+  const other = new ReplicationPeers({
+    self: () => 'node-a',
+    nodes: failing,
+    log: { warn: (m) => warned.push(m) },
+  });
+  await other.names();
+  assert.equal(warned.length, 2, 'the state is the instance’s, not the module’s');
+});
+
+const status = (sockets: Record<string, boolean>) => ({
+  connections: Object.entries(sockets).map(([name, connected]) => ({
+    name,
+    authorization: 'Basic c2VjcmV0',
+    database_sockets: [
+      { database: 'system', connected: true },
+      { database: 'render_queue', connected },
+    ],
+  })),
+});
+
+test('cluster_status answers are read as the peers whose beat socket is down; other shapes say nobody is', () => {
+  assert.deepEqual([...peersDown(status({ 'node-b': false, 'node-c': true }))], ['node-b']);
+  assert.deepEqual([...peersDown({ connections: [{ name: 'node-b', database_sockets: [] }] })], []);
+  assert.deepEqual([...peersDown(null)], []);
+  assert.deepEqual([...peersDown({ connections: 'x' })], []);
+});
+
+test('the connection watch keeps since when a peer has been down, forgets it on reconnect, and knows nothing on a failed or silent look', async () => {
+  const clock = new FakeClock(T0);
+  let answer: () => Promise<unknown> = async () => status({ 'node-b': false });
+  const watch = new ConnectionWatch({
+    clusterStatus: () => answer(),
+    sleep: (ms) => new Promise((r) => clock.set(r, ms)),
+  });
+  assert.deepEqual([...(await watch.downSince(T0))], [['node-b', T0]]);
+  clock.t = T0 + 1000;
+  assert.deepEqual([...(await watch.downSince(clock.t))], [['node-b', T0]], 'down since the first look');
+  answer = async () => status({ 'node-b': true });
+  clock.t = T0 + 2000;
+  assert.deepEqual([...(await watch.downSince(clock.t))], []);
+  answer = async () => Promise.reject(new Error('no replication'));
+  clock.t = T0 + 3000;
+  assert.deepEqual([...(await watch.downSince(clock.t))], []);
+  // An answer that never comes (Harper keeps one resolver off the main thread) times out.
+  answer = async () => status({ 'node-b': false });
+  clock.t = T0 + 4000;
+  await watch.downSince(clock.t);
+  answer = () => new Promise(() => undefined);
+  clock.t = T0 + 5000;
+  let looked: ReadonlyMap<string, number> | null = null;
+  void watch.downSince(clock.t).then((m) => (looked = m));
+  await turns();
+  assert.equal(looked, null);
+  await clock.advance(LOOK_TIMEOUT_MS);
+  assert.deepEqual([...looked!], [], 'a silent look counts as nothing known');
+});
+
+test('the membership counts a peer gone within the quick window once its connection is down and its beat stopped', async () => {
+  const downSince = new Map<string, number>();
+  const c = cluster({ interval: 1000, connections: { downSince: async () => downSince } });
+  c.beats.set('node-b', { node: 'node-b', beatAt: T0, view: ['node-a', 'node-b'] });
+  c.clock.t = T0 + 4000;
+  assert.deepEqual((await c.membership.presence()).missing, [], 'connection up: the 15 s window');
+  downSince.set('node-b', T0 + 500);
+  assert.deepEqual((await c.membership.presence()).missing, ['node-b']);
+  assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a']);
+});

@@ -1,0 +1,152 @@
+// Cluster membership for row ownership (SPEC §9), pure: the replication peers as Harper lists them, and
+// one node's heartbeat plus the holding view its keeper uses. A peer is *present* while its heartbeat is
+// fresh (util/cluster/holding.ts), and leaves sooner when the replication connection is also reported
+// down (util/cluster/connections.ts). The heartbeat is a duty on the scheduler it is given. The Harper
+// side (tables, the QueueNode rows, the config) is services/cluster/membership.ts.
+import type { Counts, DutyHandle, DutyScheduler } from '../duties/scheduler.js';
+import { HoldingView, beatStaleAfterMs, presentPeers, type NodeBeat } from './holding.js';
+
+/** Beats at most once a second: a replicated write per beat per node, for a 15 s departure window. */
+export const MIN_BEAT_MS = 1000;
+/** A failing beat write is logged at most this often (a down store fails every beat). */
+const BEAT_WARN_EVERY_MS = 60_000;
+
+export interface ReplicationPeersDeps {
+  self: () => string;
+  /** The rows of system.hdb_nodes; throws when the table is missing or unreadable. */
+  nodes: () => AsyncIterable<Record<string, unknown>>;
+  log: { warn(...a: unknown[]): void };
+}
+
+/** The replication peers as Harper lists them (system.hdb_nodes). One per worker. */
+export class ReplicationPeers {
+  /** An unreadable node table is said once per worker, not at every beat. */
+  private warned = false;
+
+  constructor(private readonly deps: ReplicationPeersDeps) {}
+
+  /** The replication peers' names (never this node); [] when not clustered or unreadable. */
+  async names(): Promise<string[]> {
+    const self = this.deps.self();
+    const names: string[] = [];
+    try {
+      for await (const r of this.deps.nodes()) {
+        const name = r.name ?? r.hostname ?? r.id;
+        if (typeof name === 'string' && name.length > 0 && name !== self) names.push(name);
+      }
+    } catch (e) {
+      if (!this.warned) this.deps.log.warn('could not read system.hdb_nodes; treating this node as alone', e);
+      this.warned = true;
+      return [];
+    }
+    return names;
+  }
+}
+
+/** What the membership knows of a peer's replication connection (services/cluster/connections.ts). */
+export interface ConnectionView {
+  /** Peer name -> since when (this node's clock) every look found its connection down. */
+  downSince(now: number): Promise<ReadonlyMap<string, number>>;
+}
+
+export interface MembershipDeps {
+  self: () => string;
+  configuredPeers: () => Promise<string[]>;
+  readBeats: () => Promise<NodeBeat[]>;
+  writeBeat: (beat: NodeBeat & { startedAt: number }) => Promise<void>;
+  now: () => number;
+  beatIntervalMs: () => number;
+  /** Runs the heartbeat. */
+  scheduler: DutyScheduler;
+  /** The second departure signal; without it only the heartbeat window counts. */
+  connections?: ConnectionView;
+  log: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
+}
+
+export interface PeerPresence {
+  configured: string[];
+  present: NodeBeat[];
+  missing: string[];
+}
+
+/** One node's membership: its heartbeat, and the holding view its keeper uses. */
+export class ClusterMembership {
+  /** The view last handed to the keeper; beats publish it. Null until the keeper has one. */
+  private applied: readonly string[] | null = null;
+  private beat: DutyHandle | null = null;
+  private readonly startedAt: number;
+  private lastWarnAt = -Infinity;
+
+  constructor(private readonly deps: MembershipDeps) {
+    this.startedAt = deps.now();
+  }
+
+  /** Starts beating (idempotent). The first beat goes out at once, then every max(1 s, publishInterval). */
+  start(): void {
+    if (this.beat) return;
+    this.beat = this.deps.scheduler.add(
+      {
+        name: 'cluster heartbeat',
+        runOnce: async (now): Promise<Counts> => ((await this.beatOnce(now)) ? {} : { failed: 1 }),
+      },
+      { next: (_now, last) => (last ? this.beatEveryMs() : 0) },
+    );
+  }
+
+  async stop(): Promise<void> {
+    const b = this.beat;
+    this.beat = null;
+    await b?.stop();
+  }
+
+  async beatOnce(now: number): Promise<boolean> {
+    try {
+      await this.deps.writeBeat({
+        node: this.deps.self(),
+        beatAt: now,
+        view: this.applied,
+        startedAt: this.startedAt,
+      });
+      return true;
+    } catch (e) {
+      if (now - this.lastWarnAt >= BEAT_WARN_EVERY_MS) {
+        this.lastWarnAt = now;
+        this.deps.log.warn('cluster heartbeat write failed; peers will count this node as gone', e);
+      }
+      return false;
+    }
+  }
+
+  private beatEveryMs(): number {
+    return Math.max(MIN_BEAT_MS, this.deps.beatIntervalMs());
+  }
+
+  staleAfterMs(): number {
+    return beatStaleAfterMs(this.beatEveryMs());
+  }
+
+  /** The configured peers, which of them beat recently, and which did not. */
+  async presence(now = this.deps.now()): Promise<PeerPresence> {
+    const self = this.deps.self();
+    const configured = await this.deps.configuredPeers();
+    const beats = await this.deps.readBeats();
+    const connection = this.deps.connections
+      ? { downSince: await this.deps.connections.downSince(now), beatEveryMs: this.beatEveryMs() }
+      : undefined;
+    const present = presentPeers(self, configured, beats, now, this.staleAfterMs(), connection);
+    const seen = new Set(present.map((b) => b.node));
+    return { configured, present, missing: configured.filter((n) => !seen.has(n)) };
+  }
+
+  /**
+   * The holding view now. The caller (the keeper) applies it at once — drops what it no longer holds
+   * before anything else runs — so the next beat may publish it as applied.
+   */
+  async currentOwnership(): Promise<HoldingView> {
+    this.start();
+    const { present } = await this.presence();
+    const view = new HoldingView(this.deps.self(), present);
+    this.applied = view.nodes;
+    return view;
+  }
+}
