@@ -29,7 +29,11 @@
 // reach and rescans the whole window. Of the two publishes, the later one's rescan reads a reach that
 // covers the other's slot (raised before that publish) and reads that slot after it was published, so
 // it sees the rival and gives its own slot back (both may give back; never neither). A slot still BUSY
-// after a read's spins has a writer mid-section; the scan skips it (see tryGrant).
+// after a read's spins has a writer mid-section. If its hash words are not this key's, skipping it is
+// safe: it is another key's slot, or a grant of this key in flight that will rescan after publishing.
+// If they are this key's, it may be this key's live lease while a result report or a release rewrites
+// it; a rewrite keeps the hash words and runs no rescan, so the grant refuses (`leased`) rather than
+// publish beside it.
 import {
   BUSY,
   EMPTY,
@@ -44,6 +48,8 @@ import {
   RELEASED,
   S_DUE,
   S_EXPIRY,
+  S_HASH_HI,
+  S_HASH_LO,
   S_MISSES,
   S_REACH,
   SLOT_WORDS,
@@ -146,9 +152,13 @@ export class LeaseGrants extends LeaseUpkeep {
       const base = this.base(k);
       const word = this.read(base, false);
       const state = word & STATE_MASK;
-      // A slot still BUSY after the spins is a stalled writer; skipping it is safe because a grant
-      // racing through it rescans after publishing, and one of the two gives its slot back.
-      if (state === BUSY) continue;
+      // A slot still BUSY after the spins has a stalled writer. Another key's is skipped (a grant of
+      // this key racing through it rescans after publishing); this key's may be its live lease under a
+      // report or release, which keeps the hash words and never rescans (see the top).
+      if (state === BUSY) {
+        if (this.busyWithKey(base)) return { ok: false, reason: 'leased' };
+        continue;
+      }
       if (state === EMPTY) {
         if (empty < 0) {
           empty = base;
@@ -309,6 +319,14 @@ export class LeaseGrants extends LeaseUpkeep {
     a[base + S_MISSES] = misses;
     Atomics.store(a, base, nextWord(nextWord(word, BUSY), HELD));
     return { ok: false, reason: 'held', heldUntil: fromSharedSeconds(until), misses };
+  }
+
+  /** Do the hash words of a BUSY slot name the current key? A rewrite leaves them as they were. */
+  private busyWithKey(base: number): boolean {
+    return (
+      Atomics.load(this.words, base + S_HASH_HI) === this.hashHi &&
+      Atomics.load(this.words, base + S_HASH_LO) === this.hashLo
+    );
   }
 
   private refusal(state: number, now: number): GrantResult | undefined {
