@@ -19,9 +19,10 @@
 // the reach once, then the slots. If its read comes after the raise it walks past k; if it comes
 // before, it also comes before the publish, so the lease did not exist when the walk began and the walk
 // answers as of that instant. A grant that takes its key's own slot, or a slot inside the window it
-// read, needs no raise: such a slot is already inside the reach, which is never lowered. Nothing lowers
-// it: only reach() writes the word, with a CAS that keeps the larger value; writeFields and the undo of
-// a given-back grant touch words 1..S_REACH - 1 only; reconcile and the upkeep CAS the state word only.
+// read, needs no raise: such a slot is already inside the reach (the grant that first published the
+// key's slot there raised it), and the reach is never lowered. Only reach() writes the word, with a CAS
+// that keeps the larger value; writeFields, hold, the upkeep's rewrites and the undo of a given-back
+// grant write words below S_REACH only, and reconcile CASes state words only.
 // So a grant that raised the reach and then gave its slot back, lost its claim CAS or refused leaves the
 // reach raised: later walks cost more, none misses anything.
 //
