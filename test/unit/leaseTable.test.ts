@@ -13,11 +13,14 @@ import {
   BUSY,
   HEADER_WORDS,
   LEASED,
+  REPORT_PENDING,
   S_EXPIRY,
   S_HASH_HI,
   S_HASH_LO,
+  S_REPORT,
   SLOT_WORDS,
   STATE_MASK,
+  nextWord,
 } from '../../util/leases/slots.js';
 import { fromSharedSeconds } from '../../util/time.js';
 import { formatToken } from '../../util/leases/token.js';
@@ -70,6 +73,16 @@ function collidingKeys(table: LeaseTable, count: number, tag = 'c'): string[] {
     byHome.set(home, keys);
     if (keys.length === count) return keys;
   }
+}
+
+/** `count` distinct keys whose probe windows start at `home`. */
+function keysAtHome(table: LeaseTable, home: number, count: number): string[] {
+  const keys: string[] = [];
+  for (let i = 0; keys.length < count; i++) {
+    const key = `https://example.com/home${home}/${i}`;
+    if (table.windowStart(key) === home) keys.push(key);
+  }
+  return keys;
 }
 
 /** Counts live LEASED slots of `key` straight from the buffer, independent of the table's own scans. */
@@ -290,25 +303,30 @@ test('two racing grants that pick the same empty slot grant it once', () => {
 });
 
 test('two racing grants of one key onto different fresh slots grant at most one', () => {
-  // Race guard: the rescan after publishing. Worker 2 grants while worker 1 holds its claimed slot
-  // BUSY, so worker 2 cannot see it and takes the next slot; only worker 1's rescan finds the rival.
-  // Without the rescan both return ok and the job goes out twice (verified by removing it).
+  // Race guard: the rescan after publishing. Worker 1 finds its window full and picks the first slot
+  // past it, but has not claimed it yet; meanwhile the window's leases end, reconcile empties them and
+  // worker 2 grants the same key at the window's first slot. Neither saw the other's slot taken, so only
+  // worker 1's rescan finds the rival. Without the rescan both return ok and the job goes out twice
+  // (verified by removing it).
   const { buffer, table, setInterleave } = setup();
-  const worker2 = new LeaseTable(buffer, 64, { random: fixedRandom });
-  const key = 'https://example.com/a';
+  const worker2 = new LeaseTable(buffer, 64, { random: () => 7 });
+  const [key, ...others] = collidingKeys(table, 9, 'rescan');
+  for (const other of others) granted(table.grant(other, T0, opts({ leaseMs: 60_000 })));
+  const later = T0 + 2 * DEAD_SLOT_RETENTION_MS;
   let second: ReturnType<LeaseTable['grant']> | undefined;
-  setInterleave((step) => {
-    if (step !== 'claimed' || second !== undefined) return;
-    second = worker2.grant(key, T0, opts());
+  setInterleave((step, slot) => {
+    if (step !== 'scanned' || second !== undefined) return;
+    assert.equal(slot, (table.windowStart(key!) + 8) % table.slotCount, 'worker 1 goes past its window');
+    assert.equal(worker2.reconcile(later).reclaimed, 8);
+    second = worker2.grant(key!, later, opts());
   });
-  const first = table.grant(key, T0, opts());
-  const winners = [first, second].filter((r) => r?.ok).length;
-  assert.equal(winners, 1);
+  const first = table.grant(key!, T0, opts());
+  setInterleave(undefined);
   assert.equal(first.ok, false);
-  assert.equal(liveSlots(buffer, table, key, T0), 1);
-  assert.equal(table.occupancy(), 1, 'the slot given back is uncounted');
   const winner = granted(second!);
-  assert.equal(table.check(key, winner.token), 'current');
+  assert.equal(liveSlots(buffer, table, key!, later), 1);
+  assert.equal(table.occupancy(), 1, 'the slot given back is uncounted');
+  assert.equal(table.check(key!, winner.token), 'current');
 });
 
 test('a released slot emptied or reused in place does not break the probe chain of keys after it', () => {
@@ -398,33 +416,35 @@ test('a dead slot of another key is taken over in place once its grace is over',
 });
 
 test('a grant that gives its slot back keeps the window another grant grew meanwhile', () => {
-  // Race guard: the undo of a given-back slot must not restore the home's reach word. Worker 1 claims
-  // the home slot of a window; meanwhile worker 2 fills the rest of the window, grows it by two and
-  // grants the same key out there, so worker 1's rescan finds it and gives the home slot back. If the
-  // undo copied the reach word back (verified by letting it), keys out past 8 were lost to lookups.
+  // Race guard: the undo of a given-back slot must not restore the slot's reach word, which belongs to
+  // the keys whose home the slot is. Worker 1 grants past its full window (as in the rescan test above)
+  // and loses to worker 2's grant of the same key. Between worker 1's claim and its give-back, worker 2
+  // fills the window of the keys whose home is worker 1's slot and grows it past 8. If the undo copied
+  // the reach word back (verified by letting it), the key granted out there was lost to lookups.
   const { buffer, table, setInterleave } = setup();
   const worker2 = new LeaseTable(buffer, 64, { random: () => 7 });
-  const keys = collidingKeys(table, 9, 'undo');
-  const key = keys[0]!;
-  const others: string[] = [];
+  const [key, ...others] = collidingKeys(table, 9, 'undo');
+  const outer = (table.windowStart(key!) + 8) % table.slotCount;
+  const neighbours = keysAtHome(table, outer, 8);
+  for (const other of others) granted(table.grant(other, T0, opts({ leaseMs: 60_000 })));
+  const later = T0 + 2 * DEAD_SLOT_RETENTION_MS;
   let rival: ReturnType<LeaseTable['grant']> | undefined;
   setInterleave((step, slot) => {
-    if (step !== 'claimed' || rival !== undefined) return;
-    assert.equal(slot, table.windowStart(key));
-    for (const other of keys.slice(1)) {
-      granted(worker2.grant(other, T0, opts()));
-      others.push(other);
+    assert.equal(slot, outer);
+    if (step === 'scanned') {
+      worker2.reconcile(later);
+      rival = worker2.grant(key!, later, opts());
     }
-    rival = worker2.grant(key, T0, opts());
+    // Worker 1 holds `outer` BUSY: seven neighbours fill the rest of its window, the eighth goes past it.
+    if (step === 'claimed') for (const n of neighbours) granted(worker2.grant(n, later, opts()));
   });
-  const first = table.grant(key, T0, opts());
+  const first = table.grant(key!, T0, opts());
   setInterleave(undefined);
   assert.equal(first.ok, false);
   const winner = granted(rival!);
-  assert.equal(table.check(key, winner.token), 'current');
-  assert.equal(table.isLeased(key, T0), true);
-  for (const other of others) assert.equal(table.isLeased(other, T0), true, other);
-  assert.equal(liveSlots(buffer, table, key, T0), 1);
+  assert.equal(table.check(key!, winner.token), 'current');
+  for (const n of neighbours) assert.equal(table.isLeased(n, later), true, n);
+  assert.equal(liveSlots(buffer, table, key!, later), 1);
 });
 
 test('the occupancy gauge only drifts high and a reconcile brings it back to the live count', () => {
@@ -523,6 +543,30 @@ test('a slot left BUSY by a writer that died is skipped by grants and freed by t
   assert.equal(table.reconcile(T0 + 61_000).reclaimed, 1);
   assert.equal(table.lookup(a!, T0 + 61_000).state, 'none');
   assert.ok(table.occupancy() >= 1);
+});
+
+test('a live lease whose result report stalls mid-write is refused to a second grant, never granted twice', () => {
+  // Race guard: a grant skips a slot still BUSY after its spins. That is safe for another key's slot and
+  // for a grant of this key in flight (it rescans after publishing), but a result report or a release
+  // rewrites this key's live lease through BUSY, keeps its hash words and runs no rescan. Here worker 1's
+  // report is stalled just after its CAS to BUSY (a preempted thread) while worker 2 grants the key.
+  // Fails without the hash check on BUSY slots in tryGrant: worker 2 got ok and, once the report went
+  // on, the key had two live leases.
+  const { buffer, table } = setup();
+  const worker2 = new LeaseTable(buffer, 64, { random: () => 7 });
+  const key = 'https://example.com/reported';
+  const lease = granted(table.grant(key, T0, opts()));
+  const words = new Int32Array(buffer);
+  const base = HEADER_WORDS + table.windowStart(key) * SLOT_WORDS;
+  const word = Atomics.load(words, base);
+  const busy = nextWord(word, BUSY);
+  assert.equal(Atomics.compareExchange(words, base, word, busy), word, 'the report takes the slot');
+  assert.deepEqual(worker2.grant(key, T0 + 1000, opts()), { ok: false, reason: 'leased' });
+  words[base + S_REPORT] = REPORT_PENDING; // the report goes on and ends its write section
+  Atomics.store(words, base, nextWord(busy, LEASED));
+  assert.equal(liveSlots(buffer, table, key, T0 + 1000), 1);
+  assert.equal(table.check(key, lease.token), 'current');
+  assert.equal(worker2.beginReport(key, lease.token, { user: 0, superUser: true }).kind, 'pending');
 });
 
 test('property: random interleavings of grants, releases, expiry and reconcile never leave two live leases for one key', () => {

@@ -103,7 +103,9 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     min: 1,
     max: 100000,
     effect: 'restart',
-    description: 'Rows in one published ready set; fixed at first allocation.',
+    description:
+      'Rows in the global top of one published ready set. The keeper publishes up to capacity/2 more rows ' +
+      'for the per-queue sections, so the set holds ~1.5 × capacity entries. Fixed at first allocation.',
   },
   {
     path: 'queue.ready.sitemapBoost',

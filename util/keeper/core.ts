@@ -1,29 +1,33 @@
 // The keeper's in-memory structure (SPEC §2): every row this node owns, grouped into classes and
 // bucketed by due minute, so the best K due rows come from a heap merge over class heads. Pure: no
 // Harper import, the clock is an argument. The lifecycle that feeds it lives in the keeper service.
-import { CHUNK, HeldRows } from './heldRows.js';
+//
+// This file applies row events (upsert, delete, reclassify, drop on an ownership move) to the held-row
+// index and answers per-key questions; the publish selection (top K and section extras) is in
+// util/keeper/selection.ts and the due counts and oldest-due reads in util/keeper/dueReads.ts, both
+// over the same rows and classes.
+import { HeldRows } from './heldRows.js';
 import type { Bucket, KeeperClass } from './class.js';
-import { HeadHeap, KeeperClasses, MARK_INDEX } from './classes.js';
+import { KeeperClasses, MARK_INDEX } from './classes.js';
+import { DueReads } from './dueReads.js';
 import { FlowLedger } from './flow.js';
-import { queueState, type QueueStateCounts } from './stateCounts.js';
+import { TopSelection } from './selection.js';
+import type { QueueStateCounts } from './stateCounts.js';
 import type {
   Classify,
   DueRow,
   DueSummary,
-  HeldClass,
   HeldDescription,
   HeldValue,
   KeeperOptions,
   PublishSelection,
   ScheduleRow,
-  TopEntry,
   TopK,
   TopSkip,
   TopVisitor,
   TopWalk,
 } from './types.js';
 import { markOf, type ScoreOptions, scoreAt } from './score.js';
-import { type QueueShare, sectionQuotas } from './sections.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
 
 export type * from './types.js';
@@ -44,11 +48,17 @@ export class KeeperCore {
   private classifier: Classify;
   private scoreOptions: ScoreOptions;
   private changes = 0;
+  private readonly selection: TopSelection;
+  private readonly reads: DueReads;
 
   constructor(options: KeeperOptions) {
     this.classifier = options.classify;
     this.scoreOptions = options.score;
     this.rows = new HeldRows<Bucket>(options.hashSeed);
+    this.selection = new TopSelection(this.rows, this.classes, this.flow, (cls, minute, now) =>
+      this.bucketScore(cls, minute, now),
+    );
+    this.reads = new DueReads(this.rows, this.classes, this.flow);
   }
 
   /** Bumped by every change to what is held (and by reclassify), so publish can skip idle rounds. */
@@ -137,175 +147,22 @@ export class KeeperCore {
 
   /** The best `k` due rows by score, best first. `skip` (leased rows) costs no place. */
   topK(k: number, now: number, skip?: TopSkip): TopK {
-    const entries: TopEntry[] = [];
-    const walk = this.walkTop(
-      k,
-      now,
-      (key, score, dueMs, held) => entries.push(topEntry(key, score, dueMs, held)),
-      skip,
-    );
-    return { entries, complete: walk.complete, skipped: walk.skipped };
+    return this.selection.topK(k, now, skip);
   }
 
-  /**
-   * `topK` without the entry objects: hands each of the best `k` due rows to `visit`, best first.
-   * Within a class an earlier minute never scores lower, so each class is read front to back and the
-   * classes are merged by the score of their current bucket: no row is scored, nothing is sorted.
-   * `skip` and `visit` must not change the keeper.
-   */
+  /** `topK` without the entry objects: hands each of the best `k` due rows to `visit`, best first. */
   walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
-    if (!Number.isFinite(minuteOf(now))) return { visited: 0, complete: true, skipped: 0 };
-    return this.walkHeap(this.dueHeads(now), k, now, visit, skip);
+    return this.selection.walkTop(k, now, visit, skip);
   }
 
-  /**
-   * What one publish writes (issue 16): the best `k` due rows (exactly `topK`), then up to `extraBudget`
-   * more rows for the queues the top under-represents, each queue's next best rows after its rows of
-   * the top (shares: util/keeper/sections.ts). Each queue's extras come from a merge of its own class
-   * heads, resumed where the top's walk stopped, so no row is read twice and no row is left out of the
-   * middle of a queue's order. The cost is bounded by k + extraBudget rows plus one pass over the classes.
-   */
+  /** What one publish writes: the best `k` due rows, then up to `extraBudget` section extras. */
   publishSelection(k: number, extraBudget: number, now: number, skip?: TopSkip): PublishSelection {
-    const entries: TopEntry[] = [];
-    const extras: TopEntry[] = [];
-    const completeQueues = new Set<string>();
-    const nowMinute = minuteOf(now);
-    if (!Number.isFinite(nowMinute)) return { entries, complete: true, skipped: 0, extras, completeQueues };
-    const have = new Map<string, number>();
-    const heads = this.dueHeads(now);
-    const top = this.walkHeap(
-      heads,
-      k,
-      now,
-      (key, score, dueMs, held) => {
-        entries.push(topEntry(key, score, dueMs, held));
-        have.set(held.route, (have.get(held.route) ?? 0) + 1);
-      },
-      skip,
-    );
-    let skipped = top.skipped;
-    // Every class still in the heap has due rows left; the others were walked to their end.
-    const rest = new Map<string, HeadHeap>();
-    heads.forEach((cls, at, score, offset) => {
-      let heap = rest.get(cls.route);
-      if (heap === undefined) rest.set(cls.route, (heap = new HeadHeap()));
-      heap.push(cls, at, score, offset);
-    });
-    for (const route of have.keys()) if (!rest.has(route)) completeQueues.add(route);
-    if (rest.size > 0 && extraBudget > 0) {
-      this.classes.syncDue(now, this.flow);
-      const shares = new Map<string, QueueShare>();
-      for (const cls of this.classes.list) {
-        if (!rest.has(cls.route)) continue;
-        const share = shares.get(cls.route) ?? { due: 0, have: have.get(cls.route) ?? 0 };
-        share.due += cls.dueRows;
-        shares.set(cls.route, share);
-      }
-      for (const [route, quota] of sectionQuotas(shares, extraBudget)) {
-        const walk = this.walkHeap(
-          rest.get(route)!,
-          quota,
-          now,
-          (key, score, dueMs, held) => extras.push(topEntry(key, score, dueMs, held)),
-          skip,
-        );
-        skipped += walk.skipped;
-        if (walk.complete) completeQueues.add(route);
-      }
-    }
-    return { entries, complete: top.complete, skipped, extras, completeQueues };
-  }
-
-  /** A heap of every class's first due bucket. */
-  private dueHeads(now: number): HeadHeap {
-    const nowMinute = minuteOf(now);
-    const heap = new HeadHeap();
-    for (const cls of this.classes.list) {
-      const at = cls.firstLive();
-      const order = cls.order;
-      if (at < order.length && order[at]!.minute <= nowMinute) {
-        heap.push(cls, at, this.bucketScore(cls, order[at]!.minute, now));
-      }
-    }
-    return heap;
-  }
-
-  /**
-   * Merges the heads in `heap` best first, handing up to `k` unskipped rows to `visit`. Stopping early
-   * leaves the heap holding every class with rows left, the top one at the row where it stopped, so a
-   * later walk over (part of) it resumes exactly there.
-   */
-  private walkHeap(heap: HeadHeap, k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
-    let visited = 0;
-    let skipped = 0;
-    const nowMinute = minuteOf(now);
-    const rows = this.rows;
-    while (heap.size > 0) {
-      const cls = heap.topClass();
-      const at = heap.topAt();
-      const value = heap.topScore();
-      const bucket = cls.order[at]!;
-      const dueMs = bucket.minute * MINUTE_MS;
-      let chunk = bucket.head;
-      let fill = HeldRows.headFill(bucket);
-      let passed = heap.topOffset();
-      // Resuming mid-bucket: step over the rows an earlier walk passed, a whole chunk at a time.
-      let from = passed;
-      while (chunk !== -1 && from >= fill) {
-        from -= fill;
-        chunk = rows.nextChunk(chunk);
-        fill = CHUNK;
-      }
-      for (; chunk !== -1; fill = CHUNK, from = 0) {
-        const base = chunk * CHUNK;
-        for (let i = from; i < fill; i++, passed++) {
-          const slot = base + i;
-          const key = rows.keyAt(slot);
-          if (skip !== undefined && skip(key, rows.leaseHi(slot), rows.leaseLo(slot))) {
-            skipped++;
-            continue;
-          }
-          if (visited >= k) {
-            heap.setTopOffset(passed);
-            return { visited, complete: false, skipped };
-          }
-          visit(key, value, dueMs, cls);
-          visited++;
-        }
-        chunk = rows.nextChunk(chunk);
-      }
-      const next = cls.nextLive(at + 1);
-      if (next < cls.order.length && cls.order[next]!.minute <= nowMinute) {
-        heap.replaceTop(next, this.bucketScore(cls, cls.order[next]!.minute, now));
-      } else {
-        heap.pop();
-      }
-    }
-    return { visited, complete: true, skipped };
+    return this.selection.publishSelection(k, extraBudget, now, skip);
   }
 
   /** Due counts per queue and each queue's oldest due verified row; walks class heads, not rows. */
   dueSummary(now: number): DueSummary {
-    const summary: DueSummary = { due: 0, dueVerified: 0, byQueue: new Map() };
-    if (!Number.isFinite(minuteOf(now))) return summary;
-    this.classes.syncDue(now, this.flow);
-    for (const cls of this.classes.list) {
-      let queue = summary.byQueue.get(cls.route);
-      if (queue === undefined) {
-        queue = { due: 0, dueVerified: 0, oldestVerifiedDue: null };
-        summary.byQueue.set(cls.route, queue);
-      }
-      queue.due += cls.dueRows;
-      summary.due += cls.dueRows;
-      if (!cls.verified || cls.dueRows === 0) continue;
-      queue.dueVerified += cls.dueRows;
-      summary.dueVerified += cls.dueRows;
-      const head = cls.order[cls.firstLive()]!; // dueRows > 0, so the first bucket with rows is due
-      if (queue.oldestVerifiedDue === null || head.minute * MINUTE_MS < queue.oldestVerifiedDue.dueMs) {
-        queue.oldestVerifiedDue = this.firstRow(head, undefined);
-      }
-    }
-    return summary;
+    return this.reads.dueSummary(now);
   }
 
   /** The earliest-due row of `queue` that is due at `now`, optionally verified only and not skipped. */
@@ -314,34 +171,17 @@ export class KeeperCore {
     now: number,
     options: { verifiedOnly?: boolean; skip?: (key: string) => boolean } = {},
   ): DueRow | null {
-    const nowMinute = minuteOf(now);
-    let best: DueRow | null = null;
-    for (const cls of this.classes.list) {
-      if (cls.route !== queue || (options.verifiedOnly === true && !cls.verified)) continue;
-      const first = cls.firstLive();
-      const order = cls.order;
-      for (let i = first; i < order.length; i = cls.nextLive(i + 1)) {
-        const bucket = order[i]!;
-        if (bucket.minute > nowMinute || (best !== null && bucket.minute * MINUTE_MS >= best.dueMs)) break;
-        const found = this.firstRow(bucket, options.skip);
-        if (found !== null) {
-          best = found;
-          break;
-        }
-      }
-    }
-    return best;
+    return this.reads.oldestDue(queue, now, options);
   }
 
   /** The counting parts of the queue-state document (SPEC §5). Also advances the cameDue count. */
   state(now: number): QueueStateCounts {
-    this.classes.syncDue(now, this.flow);
-    return queueState(this.classes.list, now, this.flow);
+    return this.reads.state(now);
   }
 
   /** Closes the flow minute: counts rows whose due minute passed since the last call. Returns that count. */
   tick(now: number): number {
-    return this.classes.syncDue(now, this.flow);
+    return this.reads.tick(now);
   }
 
   describe(key: string, now: number): HeldDescription | null {
@@ -433,7 +273,7 @@ export class KeeperCore {
     const doomed: string[] = [];
     for (const cls of this.classes.list) {
       for (const bucket of cls.order) {
-        this.forEachRow(bucket, (key) => {
+        this.rows.eachKey(bucket, (key) => {
           if (shouldDrop(key)) doomed.push(key);
           return true;
         });
@@ -454,35 +294,8 @@ export class KeeperCore {
     return index < 0 ? null : this.rows.bucketOf(this.rows.slotAt(index));
   }
 
-  /** Calls `visit` for each row of `bucket` until it returns false. */
-  private forEachRow(bucket: Bucket, visit: (key: string) => boolean): void {
-    const rows = this.rows;
-    for (let chunk = bucket.head, fill = HeldRows.headFill(bucket); chunk !== -1; fill = CHUNK) {
-      for (let i = 0; i < fill; i++) if (!visit(rows.keyAt(chunk * CHUNK + i))) return;
-      chunk = rows.nextChunk(chunk);
-    }
-  }
-
   private bucketScore(cls: KeeperClass, minute: number, now: number): number {
     return scoreAt(minute * MINUTE_MS, cls.cadenceMs, cls.fromSitemap, cls.mark, now, this.scoreOptions);
-  }
-
-  private firstRow(bucket: Bucket, skip: ((key: string) => boolean) | undefined): DueRow | null {
-    let found: string | null = null;
-    this.forEachRow(bucket, (key) => {
-      if (skip !== undefined && skip(key)) return true;
-      found = key;
-      return false;
-    });
-    if (found === null) return null;
-    const cls = bucket.owner;
-    return {
-      key: found,
-      dueMs: bucket.minute * MINUTE_MS,
-      fromSitemap: cls.fromSitemap,
-      verified: cls.verified,
-      mark: cls.mark,
-    };
   }
 
   private countMove(from: Bucket, to: KeeperClass, minute: number, nowMinute: number): void {
@@ -493,18 +306,6 @@ export class KeeperCore {
       this.flow.count(nowMinute, 'rescheduled');
     }
   }
-}
-
-function topEntry(key: string, score: number, dueMs: number, held: HeldClass): TopEntry {
-  return {
-    key,
-    score,
-    dueMs,
-    fromSitemap: held.fromSitemap,
-    verified: held.verified,
-    route: held.route,
-    mark: held.mark,
-  };
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;

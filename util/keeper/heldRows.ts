@@ -123,6 +123,14 @@ export class HeldRows<B extends ChunkList> {
     return this.chunkNext[chunk]!;
   }
 
+  /** Calls `visit` with each key of `bucket`, newest chunk first, until it returns false. */
+  eachKey(bucket: B, visit: (key: string) => boolean): void {
+    for (let chunk = bucket.head, fill = HeldRows.headFill(bucket); chunk !== -1; fill = CHUNK) {
+      for (let i = 0; i < fill; i++) if (!visit(this.keyAt(chunk * CHUNK + i))) return;
+      chunk = this.nextChunk(chunk);
+    }
+  }
+
   /** Rows in a bucket's head chunk (the others are full). */
   static headFill(bucket: ChunkList): number {
     return ((bucket.count - 1) & (CHUNK - 1)) + 1;

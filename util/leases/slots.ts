@@ -1,6 +1,6 @@
-// The lease table's memory: layout, one-time header set-up, and consistent slot reads. The grant,
-// release and report rules live in util/leases/table.ts, the reconcile and expiry passes in
-// util/leases/upkeep.ts, on top of this.
+// The lease table's memory: layout, one-time header set-up, a key's window and its reach, and
+// consistent slot reads. The reconcile and expiry passes (util/leases/upkeep.ts), the grant rules
+// (util/leases/grants.ts) and release, reports and lookups (util/leases/table.ts) sit on top of this.
 //
 // Layout: a 16-word Int32 header, then slots of 16 Int32 words. Each slot's first word is its state word,
 // `(generation << 3) | state`. Every change to a slot first CASes the state word to BUSY (one writer

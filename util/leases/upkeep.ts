@@ -1,7 +1,8 @@
 // Lease table upkeep: the passes over every slot that keep the table honest without a caller asking —
 // expired leases seen once (for `requeued`), the occupancy gauge set back to the live count, dead and
-// abandoned slots emptied. The grant, release and report rules build on this in util/leases/table.ts;
-// `rewrite` lives here because an expiry and a release are both one slot transition through BUSY.
+// abandoned slots emptied. The grant rules (util/leases/grants.ts), then release and the reports
+// (util/leases/table.ts) build on this; `rewrite` lives here because an expiry and a release are both
+// one slot transition through BUSY.
 import {
   BUSY,
   EMPTY,

@@ -1,0 +1,184 @@
+// The keeper's publish selection (SPEC §2, issue 16): the best due rows by score, read as a heap merge
+// over the class heads, and the per-queue extras a publish adds for the ready set's sections. Reads the
+// held rows (util/keeper/heldRows.ts) and classes (util/keeper/classes.ts) that KeeperCore keeps; never
+// changes them. Pure: the clock is an argument.
+import { CHUNK, HeldRows } from './heldRows.js';
+import type { Bucket, KeeperClass } from './class.js';
+import { HeadHeap, type KeeperClasses } from './classes.js';
+import type { FlowLedger } from './flow.js';
+import type { HeldClass, PublishSelection, TopEntry, TopK, TopSkip, TopVisitor, TopWalk } from './types.js';
+import { type QueueShare, sectionQuotas } from './sections.js';
+import { MINUTE_MS, minuteOf } from '../time.js';
+
+/** The score every row of a class's minute bucket shares at `now` (with the keeper's current options). */
+export type BucketScore = (cls: KeeperClass, minute: number, now: number) => number;
+
+export class TopSelection {
+  constructor(
+    private readonly rows: HeldRows<Bucket>,
+    private readonly classes: KeeperClasses,
+    private readonly flow: FlowLedger,
+    private readonly score: BucketScore,
+  ) {}
+
+  /** The best `k` due rows by score, best first. `skip` (leased rows) costs no place. */
+  topK(k: number, now: number, skip?: TopSkip): TopK {
+    const entries: TopEntry[] = [];
+    const walk = this.walkTop(
+      k,
+      now,
+      (key, score, dueMs, held) => entries.push(topEntry(key, score, dueMs, held)),
+      skip,
+    );
+    return { entries, complete: walk.complete, skipped: walk.skipped };
+  }
+
+  /**
+   * `topK` without the entry objects: hands each of the best `k` due rows to `visit`, best first.
+   * Within a class an earlier minute never scores lower, so each class is read front to back and the
+   * classes are merged by the score of their current bucket: no row is scored, nothing is sorted.
+   * `skip` and `visit` must not change the keeper.
+   */
+  walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
+    if (!Number.isFinite(minuteOf(now))) return { visited: 0, complete: true, skipped: 0 };
+    return this.walkHeap(this.dueHeads(now), k, now, visit, skip);
+  }
+
+  /**
+   * What one publish writes (issue 16): the best `k` due rows (exactly `topK`), then up to `extraBudget`
+   * more rows for the queues the top under-represents, each queue's next best rows after its rows of
+   * the top (shares: util/keeper/sections.ts). Each queue's extras come from a merge of its own class
+   * heads, resumed where the top's walk stopped, so no row is read twice and no row is left out of the
+   * middle of a queue's order. The cost is bounded by k + extraBudget rows plus one pass over the classes.
+   */
+  publishSelection(k: number, extraBudget: number, now: number, skip?: TopSkip): PublishSelection {
+    const entries: TopEntry[] = [];
+    const extras: TopEntry[] = [];
+    const completeQueues = new Set<string>();
+    const nowMinute = minuteOf(now);
+    if (!Number.isFinite(nowMinute)) return { entries, complete: true, skipped: 0, extras, completeQueues };
+    const have = new Map<string, number>();
+    const heads = this.dueHeads(now);
+    const top = this.walkHeap(
+      heads,
+      k,
+      now,
+      (key, score, dueMs, held) => {
+        entries.push(topEntry(key, score, dueMs, held));
+        have.set(held.route, (have.get(held.route) ?? 0) + 1);
+      },
+      skip,
+    );
+    let skipped = top.skipped;
+    // Every class still in the heap has due rows left; the others were walked to their end.
+    const rest = new Map<string, HeadHeap>();
+    heads.forEach((cls, at, score, offset) => {
+      let heap = rest.get(cls.route);
+      if (heap === undefined) rest.set(cls.route, (heap = new HeadHeap()));
+      heap.push(cls, at, score, offset);
+    });
+    for (const route of have.keys()) if (!rest.has(route)) completeQueues.add(route);
+    if (rest.size > 0 && extraBudget > 0) {
+      this.classes.syncDue(now, this.flow);
+      const shares = new Map<string, QueueShare>();
+      for (const cls of this.classes.list) {
+        if (!rest.has(cls.route)) continue;
+        const share = shares.get(cls.route) ?? { due: 0, have: have.get(cls.route) ?? 0 };
+        share.due += cls.dueRows;
+        shares.set(cls.route, share);
+      }
+      for (const [route, quota] of sectionQuotas(shares, extraBudget)) {
+        const walk = this.walkHeap(
+          rest.get(route)!,
+          quota,
+          now,
+          (key, score, dueMs, held) => extras.push(topEntry(key, score, dueMs, held)),
+          skip,
+        );
+        skipped += walk.skipped;
+        if (walk.complete) completeQueues.add(route);
+      }
+    }
+    return { entries, complete: top.complete, skipped, extras, completeQueues };
+  }
+
+  /** A heap of every class's first due bucket. */
+  private dueHeads(now: number): HeadHeap {
+    const nowMinute = minuteOf(now);
+    const heap = new HeadHeap();
+    for (const cls of this.classes.list) {
+      const at = cls.firstLive();
+      const order = cls.order;
+      if (at < order.length && order[at]!.minute <= nowMinute) {
+        heap.push(cls, at, this.score(cls, order[at]!.minute, now));
+      }
+    }
+    return heap;
+  }
+
+  /**
+   * Merges the heads in `heap` best first, handing up to `k` unskipped rows to `visit`. Stopping early
+   * leaves the heap holding every class with rows left, the top one at the row where it stopped, so a
+   * later walk over (part of) it resumes exactly there.
+   */
+  private walkHeap(heap: HeadHeap, k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
+    let visited = 0;
+    let skipped = 0;
+    const nowMinute = minuteOf(now);
+    const rows = this.rows;
+    while (heap.size > 0) {
+      const cls = heap.topClass();
+      const at = heap.topAt();
+      const value = heap.topScore();
+      const bucket = cls.order[at]!;
+      const dueMs = bucket.minute * MINUTE_MS;
+      let chunk = bucket.head;
+      let fill = HeldRows.headFill(bucket);
+      let passed = heap.topOffset();
+      // Resuming mid-bucket: step over the rows an earlier walk passed, a whole chunk at a time.
+      let from = passed;
+      while (chunk !== -1 && from >= fill) {
+        from -= fill;
+        chunk = rows.nextChunk(chunk);
+        fill = CHUNK;
+      }
+      for (; chunk !== -1; fill = CHUNK, from = 0) {
+        const base = chunk * CHUNK;
+        for (let i = from; i < fill; i++, passed++) {
+          const slot = base + i;
+          const key = rows.keyAt(slot);
+          if (skip !== undefined && skip(key, rows.leaseHi(slot), rows.leaseLo(slot))) {
+            skipped++;
+            continue;
+          }
+          if (visited >= k) {
+            heap.setTopOffset(passed);
+            return { visited, complete: false, skipped };
+          }
+          visit(key, value, dueMs, cls);
+          visited++;
+        }
+        chunk = rows.nextChunk(chunk);
+      }
+      const next = cls.nextLive(at + 1);
+      if (next < cls.order.length && cls.order[next]!.minute <= nowMinute) {
+        heap.replaceTop(next, this.score(cls, cls.order[next]!.minute, now));
+      } else {
+        heap.pop();
+      }
+    }
+    return { visited, complete: true, skipped };
+  }
+}
+
+function topEntry(key: string, score: number, dueMs: number, held: HeldClass): TopEntry {
+  return {
+    key,
+    score,
+    dueMs,
+    fromSitemap: held.fromSitemap,
+    verified: held.verified,
+    route: held.route,
+    mark: held.mark,
+  };
+}
