@@ -3,28 +3,22 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/metrics/exposition.js';
 import { METRICS, REQUEST_ENDPOINTS, type MetricDef, type MetricName } from '../../util/metrics/catalogue.js';
 import { MetricStore } from '../../util/metrics/store.js';
 import { repoRoot } from '../harness.js';
+import { sourceFiles } from '../sourceFiles.js';
 import { lintExposition, parseExposition } from '../promLint.js';
 
 const CATALOGUE: Readonly<Record<string, MetricDef>> = METRICS;
-
-function sources(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const p = join(dir, name);
-    return statSync(p).isDirectory() ? sources(p) : name.endsWith('.ts') ? [p] : [];
-  });
-}
 
 /** Every metric key passed to an emitting call: count('x'), gauge('x'), observe('x'), metric?.('x'). */
 function emitted(): Array<{ file: string; name: string }> {
   const out: Array<{ file: string; name: string }> = [];
   const call = /\b(?:count|gauge|observe|record|metric\??\.?)\(\s*'([a-z_]+)'/g;
-  for (const file of [...sources(join(repoRoot, 'services')), join(repoRoot, 'resources.ts')]) {
+  for (const file of [...sourceFiles(join(repoRoot, 'services')), join(repoRoot, 'resources.ts')]) {
     for (const m of readFileSync(file, 'utf8').matchAll(call))
       out.push({ file: relative(repoRoot, file), name: m[1]! });
   }

@@ -10,9 +10,10 @@
 // matches nothing any more fails too, so the lists shrink with the code.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
 import { repoRoot } from '../harness.js';
+import { sourceFiles } from '../sourceFiles.js';
 
 /** `file name` → why this module-level value may live there. */
 const PROCESS_WIDE: Record<string, string> = {
@@ -45,16 +46,6 @@ const RAW_TIMERS: Record<string, { count: number; reason: string }> = {
     reason: 'the abort deadline of one delivery attempt, cleared when the attempt ends',
   },
 };
-
-function sources(dir: string): string[] {
-  const out: string[] = [];
-  for (const name of readdirSync(dir)) {
-    const p = join(dir, name);
-    if (statSync(p).isDirectory()) out.push(...sources(p));
-    else if (name.endsWith('.ts')) out.push(p);
-  }
-  return out;
-}
 
 /** Source lines without comments; a block comment keeps its line breaks so line numbers hold. */
 function codeLines(text: string): string[] {
@@ -110,10 +101,12 @@ function rawTimers(text: string): Finding[] {
   return found;
 }
 
-const files = [...sources(join(repoRoot, 'util')), ...sources(join(repoRoot, 'services'))].map((f) => ({
-  file: relative(repoRoot, f).split(sep).join('/'),
-  text: readFileSync(f, 'utf8'),
-}));
+const files = [...sourceFiles(join(repoRoot, 'util')), ...sourceFiles(join(repoRoot, 'services'))].map(
+  (f) => ({
+    file: relative(repoRoot, f).split(sep).join('/'),
+    text: readFileSync(f, 'utf8'),
+  }),
+);
 
 test('the scan finds a top-level let, a mutable collection and a raw timer, and passes read-only ones', () => {
   const src = [

@@ -1,9 +1,10 @@
 // One owner per table (STYLE.md): a source file other than the owner that names a table fails here.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { repoRoot } from '../harness.js';
+import { sourceFiles } from '../sourceFiles.js';
 
 /**
  * Every table of schema.graphql and the source files that may name it, one line a table. When an owner
@@ -24,20 +25,10 @@ const OWNERS: Record<string, readonly string[]> = {
   QueueNode: ['services/cluster/membership.ts'],
 };
 
-function sources(dir: string): string[] {
-  const out: string[] = [];
-  for (const name of readdirSync(dir)) {
-    const p = join(dir, name);
-    if (statSync(p).isDirectory()) out.push(...sources(p));
-    else if (name.endsWith('.ts')) out.push(p);
-  }
-  return out;
-}
-
 const all = [
   join(repoRoot, 'resources.ts'),
-  ...sources(join(repoRoot, 'util')),
-  ...sources(join(repoRoot, 'services')),
+  ...sourceFiles(join(repoRoot, 'util')),
+  ...sourceFiles(join(repoRoot, 'services')),
 ];
 
 /** Source without comments: a comment may name a table, only code can touch one. */
