@@ -4,6 +4,7 @@
 // keeper and the maintenance tick.
 import { DutyScheduler, realTimer } from './util/duties/scheduler.js';
 import { registerAdmin } from './services/http/routes/admin.js';
+import { registerChannel } from './services/http/routes/channel.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
@@ -157,6 +158,7 @@ const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, l
 registerFeeding(router, { fileTargets, deleteTargets, discoverUrls, deletePages });
 registerAdmin(router, { keeper: leadership, control, settings, readRow, revalidate });
 registerQueue(router, { claims, results, scope: fleetScope, metrics, control });
+registerChannel(router, { claims, results, scope: fleetScope, scheduler: duties });
 registerNotify(router, {
   sealKey,
   fleetsChanged: () => fleetScope.fleetsChanged(),
