@@ -22,6 +22,7 @@ test('an empty message adds no credits and carries no results', () => {
   assert.deepEqual(checkEnvelope({}, 0, limits), {
     results: [],
     credits: 0,
+    withdraw: false,
     queues: undefined,
     ref: undefined,
   });
@@ -55,4 +56,11 @@ test('a closed envelope: unknown fields, non-objects, too many results and odd r
   assert.equal(refusal({ ref: 'x'.repeat(201) }), 'invalid_body');
   assert.equal(refusal({ ref: 1.5 }), 'invalid_body');
   assert.equal(refusal({ ref: { a: 1 } }), 'invalid_body');
+});
+
+test('withdraw is a boolean and never comes with credits', () => {
+  assert.equal(checkEnvelope({ withdraw: true }, 20, limits).withdraw, true);
+  assert.equal(checkEnvelope({ withdraw: false, credits: 2 }, 0, limits).credits, 2);
+  assert.equal(refusal({ withdraw: 'yes' }), 'invalid_body');
+  assert.equal(refusal({ withdraw: true, credits: 1 }), 'invalid_credits');
 });

@@ -5,7 +5,7 @@ import { badRequest, echo } from '../http/errors.js';
 import { describeType, requireObject } from '../http/input.js';
 
 /** The fields a channel message may carry; any other is refused as unknown (the envelope is closed). */
-export const CHANNEL_FIELDS = ['results', 'credits', 'queues', 'ref'] as const;
+export const CHANNEL_FIELDS = ['results', 'credits', 'withdraw', 'queues', 'ref'] as const;
 
 /** A `ref` is echoed in the answer: a short string or an integer, nothing a client could grow. */
 const MAX_REF_CHARS = 200;
@@ -21,6 +21,8 @@ export interface ChannelEnvelope {
   results: unknown[];
   /** Credits added by this message (0 when absent). */
   credits: number;
+  /** Drop every credit outstanding: nothing more is pushed until new credits come (a fleet stopping). */
+  withdraw: boolean;
   /** The raw `queues` narrowing: undefined keeps the socket's scope, null resets it to all. */
   queues: unknown;
   ref: string | number | undefined;
@@ -29,8 +31,8 @@ export interface ChannelEnvelope {
 /**
  * Checks a parsed message against the envelope: an object of known fields; `results` an array of at
  * most maxResults (each result is checked on its own later, as in `job_results`); `credits` a
- * non-negative integer that keeps the socket's outstanding credits within maxCredits; `ref` a string or
- * a safe integer. Throws a 400 HttpError naming the first problem.
+ * non-negative integer that keeps the socket's outstanding credits within maxCredits; `withdraw` a
+ * boolean, never with credits; `ref` a string or a safe integer. Throws a 400 HttpError naming the first problem.
  */
 export function checkEnvelope(value: unknown, outstanding: number, limits: EnvelopeLimits): ChannelEnvelope {
   const obj = requireObject(value, CHANNEL_FIELDS, 'message');
@@ -52,6 +54,11 @@ export function checkEnvelope(value: unknown, outstanding: number, limits: Envel
       );
     credits = c;
   }
+  if (obj.withdraw !== undefined && typeof obj.withdraw !== 'boolean')
+    throw badRequest('invalid_body', `withdraw must be a boolean, not ${describeType(obj.withdraw)}`);
+  const withdraw = obj.withdraw === true;
+  if (withdraw && credits > 0)
+    throw badRequest('invalid_credits', 'a message withdraws its credits or adds some, not both');
   const ref = obj.ref;
   if (
     ref !== undefined &&
@@ -62,5 +69,5 @@ export function checkEnvelope(value: unknown, outstanding: number, limits: Envel
       'invalid_body',
       `ref must be a string of at most ${MAX_REF_CHARS} characters or an integer, not ${typeof ref === 'string' ? 'a longer string' : echo(ref)}`,
     );
-  return { results, credits, queues: obj.queues, ref: ref as string | number | undefined };
+  return { results, credits, withdraw, queues: obj.queues, ref: ref as string | number | undefined };
 }

@@ -183,7 +183,7 @@ class ChannelSession {
     }
     const answered =
       env.results.length > 0 ? await reportBatch(this.hub.deps.results, env.results, this.user) : [];
-    this.credits += env.credits;
+    this.credits = env.withdraw ? 0 : this.credits + env.credits;
     if (queues !== undefined) this.queues = queues ?? undefined;
     this.send({
       type: 'ack',
@@ -219,7 +219,8 @@ class ChannelSession {
       }
       this.credits -= r.jobs.length;
       this.lastStatus = r.status;
-      this.send({ type: 'jobs', jobs: r.jobs, status: r.status, credits: this.credits });
+      // `now` lets a fleet read the leases' expiresAt on its own clock (HTTP fleets use the Date header).
+      this.send({ type: 'jobs', jobs: r.jobs, status: r.status, credits: this.credits, now: Date.now() });
     }
   }
 }
