@@ -100,6 +100,16 @@ test('credits bound the pushed jobs: never more than the credits outstanding', a
   await until('the last 3 jobs', () => p.jobs.length >= 8);
   assert.equal(new Set(p.jobs.map((j) => j.id)).size, 8);
   assert.ok(p.jobs.every((j) => urls.includes(j.id)));
+  // Credits held while nothing is due, then withdrawn: rows filed afterwards go to another socket.
+  assert.equal((await p.ask({ credits: 4 })).credits, 4);
+  assert.equal((await p.ask({ withdraw: true })).credits, 0);
+  const q = await open();
+  t.after(() => reportAll(q, q.jobs));
+  await q.ask({ credits: 2 });
+  await fileDue('credits-late', 2);
+  await until('the late rows pushed to the other socket', () => q.jobs.length >= 2);
+  assert.equal((await p.ask({})).credits, 0);
+  assert.equal(p.jobs.length, 8, 'nothing pushed under withdrawn credits');
 });
 
 test('results sent on the channel reschedule their rows, and a retry is answered as a duplicate', async (t) => {
