@@ -4,6 +4,7 @@
 // keeper and the maintenance tick.
 import { DutyScheduler, realTimer } from './util/duties/scheduler.js';
 import { registerAdmin } from './services/http/routes/admin.js';
+import { registerChannel } from './services/http/routes/channel.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
@@ -169,6 +170,7 @@ registerAdmin(router, {
   revalidate: (url, at) => schedule.revalidate(url, at),
 });
 registerQueue(router, { claims, results, scope: fleetScope, metrics, control });
+registerChannel(router, { claims, results, scope: fleetScope, scheduler: duties });
 registerNotify(router, {
   sealKey,
   fleetsChanged: () => fleetScope.fleetsChanged(),

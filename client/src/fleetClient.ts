@@ -15,8 +15,16 @@ import {
 } from './fleetOptions.js';
 import { Renders } from './renders.js';
 import { ResultOutbox, type Pending } from './resultOutbox.js';
+import { ChannelLink } from './channelLink.js';
 import { describeError, Transport, type Answer } from './transport.js';
-import { consoleLogger, type Job, type Logger, type QueueStatus, type ResultAnswer } from './types.js';
+import {
+  consoleLogger,
+  type Job,
+  type Logger,
+  type QueueStatus,
+  type ResultAnswer,
+  type WireResult,
+} from './types.js';
 import { WakeEdges } from './wakeEdges.js';
 import type { AddressInfo } from 'node:net';
 
@@ -40,6 +48,8 @@ export class FleetClient {
 
   private readonly renders: Renders;
   private readonly outbox: ResultOutbox;
+  /** Channel mode: round trips over the persistent WebSocket (null: over HTTP). */
+  private readonly link: ChannelLink | null;
   private readonly count = zeroCounters();
   private stateNow: FleetState = 'new';
   private stateDetail = '';
@@ -104,6 +114,21 @@ export class FleetClient {
       wake: () => this.wakeUp(),
       stop: () => void this.stop(),
     });
+    this.link = opts.channel
+      ? new ChannelLink({
+          options: { ...opts, openTimeoutMs: opts.requestTimeoutMs ?? 30_000 },
+          onJobs: (jobs, skew) => {
+            for (const job of jobs) this.renders.start(job, skew, this.clock.now());
+            this.setState('running');
+            this.waker.wake();
+          },
+          onStatus: (s) =>
+            s === 'unready'
+              ? this.setState('waiting', 'the node is unready')
+              : this.setState('idle', s === 'paused' ? 'the node is paused' : 'nothing due'),
+          onClose: () => this.waker.wake(),
+        })
+      : null;
     this.renders = new Renders({
       clock: this.clock,
       render: opts.render,
@@ -184,6 +209,7 @@ export class FleetClient {
     }
     this.setState('stopping', `${this.renders.size} in flight, ${this.outbox.size} to report`);
     this.stopping = true;
+    this.link?.withdraw();
     if (opts.drainTimeoutMs !== undefined)
       this.drainTimer = this.clock.setTimer(() => {
         this.renders.abortAll('FleetStopping', 'the fleet stopped before the render finished');
@@ -210,7 +236,9 @@ export class FleetClient {
         await this.waker.wait(this.breaker.retryAt() - now);
         continue;
       }
-      const free = this.stopping ? 0 : Math.min(this.claimLimit, this.concurrency - this.renders.size);
+      // Channel mode: slots already credited are spoken for by jobs the server will push.
+      const busy = this.renders.size + (this.link?.owed ?? 0);
+      const free = this.stopping ? 0 : Math.min(this.claimLimit, this.concurrency - busy);
       const claimDue = free > 0 && now >= this.claimAt;
       // A pending result waits its short flush delay so finishing renders share one round trip; a claim
       // that is due waits with it rather than going out alone just before them.
@@ -237,6 +265,7 @@ export class FleetClient {
     // Every result went framed and nothing is to be claimed: there is no JSON call to make.
     if (!claiming && batch.length === 0) return;
     const wire = batch.map((p) => p.wire);
+    if (this.link) return this.linkExchange(batch, wire, limit);
     const path = claiming ? '/render_queue/next' : '/render_queue/job_results';
     const body = claiming
       ? { results: wire, limit, ...(this.opts.queues ? { queues: this.opts.queues } : {}) }
@@ -292,6 +321,21 @@ export class FleetClient {
       this.claimAt = now + backoffDelay(this.idle, this.idleAttempt++, this.random);
       this.setState('idle', status === 'paused' ? 'the node is paused' : 'nothing due');
     }
+    this.settleFirst();
+  }
+
+  /** A round trip over the channel: the same outcomes as HTTP's, without a claim answer (jobs are pushed). */
+  private async linkExchange(batch: Pending[], wire: WireResult[], credits: number): Promise<void> {
+    this.count.requests++;
+    const r = await this.link!.exchange(wire, credits);
+    const now = this.clock.now();
+    if ('failure' in r) return this.failed(now, r.failure);
+    if (this.breaker.success()) this.log.info('circuit closed', { where: this.where });
+    if ('refused' in r)
+      return this.refused(now, { status: r.refused.status, headers: {}, json: r.refused }, batch);
+    this.outbox.settle(batch, r.answers);
+    this.idleAttempt = 0;
+    this.claimAt = now;
     this.settleFirst();
   }
 
@@ -390,6 +434,7 @@ export class FleetClient {
     if (this.edgesClosed) return;
     this.edgesClosed = true;
     await this.edges.close();
+    this.link?.close();
     await this.transport.close();
   }
 }

@@ -49,6 +49,12 @@ export interface FleetClientOptions {
    * next claim as JSON. Default true; a server that answers 415 to the framing gets JSON from then on.
    */
   rawPages?: boolean;
+  /**
+   * Round trips over one persistent WebSocket (`/render_queue/channel`) instead of HTTP: results and
+   * free slots go as credits, and the server pushes jobs as they come due, so an idle fleet never polls.
+   * Pages in the raw-bytes framing still go to `job_result` over HTTP. Default false.
+   */
+  channel?: boolean;
   /** Run a Standard Webhooks receiver that wakes the loop. */
   webhook?: WebhookReceiverOptions;
   /** Subscribe to `queue_status/#` and wake when a node turns `queued`. */

@@ -1,6 +1,13 @@
 // @queue-keeper/fleet-client: a reference render fleet for queue-keeper (see the README, "Run a fleet").
 export { FleetClient, serverSkew } from './fleetClient.js';
 export { FleetRefusedError } from './fleetOptions.js';
+export {
+  ChannelMessageError,
+  FleetChannel,
+  type ChannelHandlers,
+  type ChannelLimits,
+  type ChannelOptions,
+} from './channel.js';
 export type { FleetClientOptions, FleetCounters, FleetSnapshot, FleetState } from './fleetOptions.js';
 export { toWire } from './wireResults.js';
 export type {

@@ -89,7 +89,7 @@ function unauthenticated(): HttpError {
 }
 
 /** Whether a user may call as `caller`: super_user may do everything, others need a configured role. */
-function authorize(user: HarperUser | undefined, caller: Caller, q: QueueKeeperConfig['queue']): void {
+export function authorize(user: HarperUser | undefined, caller: Caller, q: QueueKeeperConfig['queue']): void {
   if (!user) throw unauthenticated();
   if (caller === 'any') return;
   if (user.role?.permission?.super_user) return;

@@ -16,7 +16,8 @@ import { leaseFigures, liveFigures } from '../../metrics/healthFigures.js';
 import { timedRoute, type MetricValues } from '../../metrics/values.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../util/metrics/prometheus.js';
 
-const MAX_BATCH = 100;
+/** Results per `job_results`, `next` or channel message (API.md). */
+export const MAX_BATCH = 100;
 
 /** A caller's id as it may be echoed: only a string, truncated; anything else is null. */
 function echoId(id: unknown): string | null {
@@ -65,10 +66,10 @@ export interface QueueRouteDeps {
 }
 
 /**
- * Answers a batch of results in order (job_results and next): each stands alone, a bad entry is
+ * Answers a batch of results in order (job_results, next and the channel): each stands alone, a bad entry is
  * answered `invalid` and never blocks the others; ids are echoed only as truncated strings.
  */
-async function reportBatch(results: ResultService, list: unknown[], user: HarperUser | undefined) {
+export async function reportBatch(results: ResultService, list: unknown[], user: HarperUser | undefined) {
   const slots: Array<{ checked?: CheckedResult; invalid?: { id: string | null; error: string } }> = list.map(
     (r: unknown) => {
       try {
