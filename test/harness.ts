@@ -70,7 +70,7 @@ export interface FetchInit {
   auth?: Credentials | null;
   /** A new connection each time, so requests spread over workers. */
   fresh?: boolean;
-  /** Give up (reject) when no complete answer came within this many ms. */
+  /** Give up (reject) when the connection sits this many ms without an answer (default 120 s). */
   timeoutMs?: number;
 }
 
@@ -101,17 +101,46 @@ export interface HarperInstance {
   destroy: () => Promise<void>;
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
+/**
+ * Ports for test file slot `slot` (scripts/run-tests.mjs sets QK_TEST_SLOT for each file it runs side by
+ * side): a range of its own below Linux's ephemeral range (32768 up), so neither another file's Harper nor
+ * any outgoing connection is handed a port this file picked but has not bound yet. Undefined without a
+ * slot (a file run by hand): then the system picks.
+ */
+export function slotPortRange(slot: string | undefined): { from: number; to: number } | undefined {
+  if (slot === undefined || slot === '') return undefined;
+  const n = Number(slot);
+  if (!Number.isInteger(n) || n < 0 || n > 4) throw new Error(`QK_TEST_SLOT must be 0 to 4, not ${slot}`);
+  return { from: 12_000 + n * 4000, to: 12_000 + (n + 1) * 4000 };
+}
+
+/** Every port freePort has answered in this process: never handed out twice. */
+const handedOut = new Set<number>();
+
+function tryListen(port: number): Promise<number | undefined> {
+  return new Promise((resolvePort) => {
     const srv = createServer();
     srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
+    srv.once('error', () => resolvePort(undefined));
+    srv.listen(port, '127.0.0.1', () => {
       const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolvePort(port));
+      const got = typeof addr === 'object' && addr ? addr.port : undefined;
+      srv.close(() => resolvePort(got));
     });
   });
+}
+
+export async function freePort(): Promise<number> {
+  const range = slotPortRange(process.env.QK_TEST_SLOT);
+  for (let attempt = 0; attempt < 500; attempt++) {
+    const wanted = range ? range.from + Math.floor(Math.random() * (range.to - range.from)) : 0;
+    if (handedOut.has(wanted)) continue;
+    const port = await tryListen(wanted);
+    if (port === undefined || handedOut.has(port)) continue;
+    handedOut.add(port);
+    return port;
+  }
+  throw new Error(`no free 127.0.0.1 port found${range ? ` in ${range.from}-${range.to - 1}` : ''}`);
 }
 
 function harperBin(): string {
@@ -125,6 +154,9 @@ function harperBin(): string {
   }
   return join(dir, 'bin', 'harperdb.js');
 }
+
+/** How long a request may wait for its answer when the caller names no timeout (QK_TEST_REQUEST_TIMEOUT_MS). */
+export const DEFAULT_REQUEST_TIMEOUT_MS = Number(process.env.QK_TEST_REQUEST_TIMEOUT_MS) || 120_000;
 
 const keepAliveAgent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 
@@ -186,8 +218,10 @@ function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<Fe
         res.on('error', reject);
       },
     );
-    if (init.timeoutMs !== undefined)
-      req.setTimeout(init.timeoutMs, () => req.destroy(new Error(`no answer within ${init.timeoutMs} ms`)));
+    // Never unbounded: a Harper that accepts a request and never answers fails the step (a before()
+    // hook's setup among them) instead of hanging the run.
+    const timeoutMs = init.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     req.on('error', (err: NodeJS.ErrnoException) => {
       if (req.reusedSocket && err.code === 'ECONNRESET') Object.assign(err, { staleSocket: true });
       reject(err);

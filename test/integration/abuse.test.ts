@@ -13,12 +13,15 @@ const discoverer: Credentials = { username: 'ab-discover', password: 'ab-discove
 const fleet: Credentials = { username: 'ab-fleet', password: 'ab-fleet-pass' };
 const HOUR = 3_600_000;
 
-before(async () => {
-  h = await startHarper();
-  await h.addUser(feeder.username, feeder.password, 'render_feeder');
-  await h.addUser(discoverer.username, discoverer.password, 'render_discover');
-  await h.addUser(fleet.username, fleet.password, 'render_fleet');
-});
+before(
+  async () => {
+    h = await startHarper();
+    await h.addUser(feeder.username, feeder.password, 'render_feeder');
+    await h.addUser(discoverer.username, discoverer.password, 'render_discover');
+    await h.addUser(fleet.username, fleet.password, 'render_fleet');
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();

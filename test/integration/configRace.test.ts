@@ -12,9 +12,12 @@ import { until } from '../wait.js';
 
 let h: HarperInstance;
 
-before(async () => {
-  h = await startHarper({ env: { QUEUE_KEEPER_TEST_CONFIG_HOLD_MS: '300' } });
-});
+before(
+  async () => {
+    h = await startHarper({ env: { QUEUE_KEEPER_TEST_CONFIG_HOLD_MS: '300' } });
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();

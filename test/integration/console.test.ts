@@ -75,22 +75,25 @@ async function seed(): Promise<void> {
   });
 }
 
-before(async () => {
-  // Harper and Chromium boot side by side: each takes seconds, and the test's budget is ~40 s. If either
-  // fails, the other is stopped before the hook fails, so the run ends instead of hanging.
-  const [harper, chrome] = await startTogether<[HarperInstance, Browser]>(
-    { start: startHarper(), stop: (x) => x.destroy() },
-    { start: launchChromium(), stop: (x) => x.close() },
-  );
-  h = harper;
-  browser = chrome;
-  context = await browser.newContext({
-    httpCredentials: { username: ADMIN_USER, password: ADMIN_PASS },
-    viewport: { width: 1280, height: 900 },
-  });
-  mkdirSync(artifacts, { recursive: true });
-  await seed();
-});
+before(
+  async () => {
+    // Harper and Chromium boot side by side: each takes seconds, and the test's budget is ~40 s. If either
+    // fails, the other is stopped before the hook fails, so the run ends instead of hanging.
+    const [harper, chrome] = await startTogether<[HarperInstance, Browser]>(
+      { start: startHarper(), stop: (x) => x.destroy() },
+      { start: launchChromium(), stop: (x) => x.close() },
+    );
+    h = harper;
+    browser = chrome;
+    context = await browser.newContext({
+      httpCredentials: { username: ADMIN_USER, password: ADMIN_PASS },
+      viewport: { width: 1280, height: 900 },
+    });
+    mkdirSync(artifacts, { recursive: true });
+    await seed();
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await browser?.close();

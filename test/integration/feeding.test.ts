@@ -10,14 +10,17 @@ const discoverer: Credentials = { username: 'discoverer', password: 'discover-pa
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
 const nobody: Credentials = { username: 'nobody', password: 'nobody-pass' };
 
-before(async () => {
-  h = await startHarper();
-  await h.operation({ operation: 'add_role', role: 'no_queue_role', permission: { super_user: false } });
-  await h.addUser(feeder.username, feeder.password, 'render_feeder');
-  await h.addUser(discoverer.username, discoverer.password, 'render_discover');
-  await h.addUser(fleet.username, fleet.password, 'render_fleet');
-  await h.addUser(nobody.username, nobody.password, 'no_queue_role');
-});
+before(
+  async () => {
+    h = await startHarper();
+    await h.operation({ operation: 'add_role', role: 'no_queue_role', permission: { super_user: false } });
+    await h.addUser(feeder.username, feeder.password, 'render_feeder');
+    await h.addUser(discoverer.username, discoverer.password, 'render_discover');
+    await h.addUser(fleet.username, fleet.password, 'render_fleet');
+    await h.addUser(nobody.username, nobody.password, 'no_queue_role');
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();

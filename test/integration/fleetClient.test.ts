@@ -28,37 +28,40 @@ let siteBase = '';
 let fleetId = '';
 const clients: FleetClient[] = [];
 
-before(async () => {
-  site = http.createServer((req, res) => {
-    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-    res.end(`<!doctype html><html><body><h1>page ${req.url}</h1></body></html>`);
-  });
-  await new Promise<void>((r) => site.listen(0, '127.0.0.1', r));
-  siteBase = `http://127.0.0.1:${(site.address() as AddressInfo).port}`;
+before(
+  async () => {
+    site = http.createServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      res.end(`<!doctype html><html><body><h1>page ${req.url}</h1></body></html>`);
+    });
+    await new Promise<void>((r) => site.listen(0, '127.0.0.1', r));
+    siteBase = `http://127.0.0.1:${(site.address() as AddressInfo).port}`;
 
-  h = await startHarper();
-  await h.addUser(fleetUser.username, fleetUser.password, 'render_fleet');
-  const cfg = await h.fetch('/prerender_admin/config', {
-    body: {
-      queue: { keeper: { publishInterval: 200, stateInterval: 1000 }, statusSyncInterval: 250 },
-      render: {
-        routes: [
-          { name: 'site', match: 'prefix', path: '/p/' },
-          { name: 'other', match: 'prefix', path: '/o/' },
-        ],
+    h = await startHarper();
+    await h.addUser(fleetUser.username, fleetUser.password, 'render_fleet');
+    const cfg = await h.fetch('/prerender_admin/config', {
+      body: {
+        queue: { keeper: { publishInterval: 200, stateInterval: 1000 }, statusSyncInterval: 250 },
+        render: {
+          routes: [
+            { name: 'site', match: 'prefix', path: '/p/' },
+            { name: 'other', match: 'prefix', path: '/o/' },
+          ],
+        },
+        notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
+        stall: { after: 1000 },
+        maintenance: { tickInterval: 250 },
       },
-      notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
-      stall: { after: 1000 },
-      maintenance: { tickInterval: 250 },
-    },
-  });
-  assert.equal(cfg.status, 200, cfg.text);
-  const f = await h.fetch('/prerender_admin/fleets', {
-    body: { name: 'site-fleet', queues: ['site'], username: fleetUser.username },
-  });
-  assert.equal(f.status, 200, f.text);
-  fleetId = f.json.id;
-});
+    });
+    assert.equal(cfg.status, 200, cfg.text);
+    const f = await h.fetch('/prerender_admin/fleets', {
+      body: { name: 'site-fleet', queues: ['site'], username: fleetUser.username },
+    });
+    assert.equal(f.status, 200, f.text);
+    fleetId = f.json.id;
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   for (const c of clients) await c.stop({ drainTimeoutMs: 0 });

@@ -37,22 +37,25 @@ const users: Record<string, Credentials | null> = {
 type Who = keyof typeof users;
 let fleetId = '';
 
-before(async () => {
-  h = await startHarper();
-  await h.operation({ operation: 'add_role', role: 'fz_no_queue_role', permission: { super_user: false } });
-  await h.addUser(users.feeder!.username, users.feeder!.password, 'render_feeder');
-  await h.addUser(users.discover!.username, users.discover!.password, 'render_discover');
-  await h.addUser(users.fleet!.username, users.fleet!.password, 'render_fleet');
-  await h.addUser(users.nobody!.username, users.nobody!.password, 'fz_no_queue_role');
-  // Rows due in two days: claims answer [] and nothing the fuzz sends may change them.
-  const dueAt = Date.now() + 2 * 86_400_000;
-  const targets = Array.from({ length: 30 }, (_, i) => ({ url: `https://fuzz.example.com/p/${i}`, dueAt }));
-  const filed = await h.fetch('/render_queue/targets', { body: { targets } });
-  assert.equal(filed.json.upserted, 30, filed.text);
-  const f = await h.fetch('/prerender_admin/fleets', { body: { name: 'fuzz-fleet' } });
-  assert.equal(f.status, 200, f.text);
-  fleetId = f.json.id;
-});
+before(
+  async () => {
+    h = await startHarper();
+    await h.operation({ operation: 'add_role', role: 'fz_no_queue_role', permission: { super_user: false } });
+    await h.addUser(users.feeder!.username, users.feeder!.password, 'render_feeder');
+    await h.addUser(users.discover!.username, users.discover!.password, 'render_discover');
+    await h.addUser(users.fleet!.username, users.fleet!.password, 'render_fleet');
+    await h.addUser(users.nobody!.username, users.nobody!.password, 'fz_no_queue_role');
+    // Rows due in two days: claims answer [] and nothing the fuzz sends may change them.
+    const dueAt = Date.now() + 2 * 86_400_000;
+    const targets = Array.from({ length: 30 }, (_, i) => ({ url: `https://fuzz.example.com/p/${i}`, dueAt }));
+    const filed = await h.fetch('/render_queue/targets', { body: { targets } });
+    assert.equal(filed.json.upserted, 30, filed.text);
+    const f = await h.fetch('/prerender_admin/fleets', { body: { name: 'fuzz-fleet' } });
+    assert.equal(f.status, 200, f.text);
+    fleetId = f.json.id;
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   agent.destroy();

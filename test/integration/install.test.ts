@@ -45,7 +45,8 @@ function npm(args: string[], cwd: string) {
   const env: Record<string, string> = {};
   for (const [k, v] of Object.entries(process.env))
     if (v !== undefined && !k.toLowerCase().startsWith('npm_')) env[k] = v;
-  const r = spawnSync('npm', args, { cwd, env, encoding: 'utf8' });
+  // Bounded: an npm stuck on the network fails the setup instead of hanging it.
+  const r = spawnSync('npm', args, { cwd, env, encoding: 'utf8', timeout: 240_000 });
   return { ok: r.status === 0, out: `${r.stdout ?? ''}${r.stderr ?? ''}${r.error ? String(r.error) : ''}` };
 }
 
@@ -137,6 +138,37 @@ function makeHostApp(): string {
   return dir;
 }
 
+/**
+ * The bare app's health route, which answers `workersReady` the way queue-keeper's does, so the
+ * harness's readiness waits for both workers. That matters for the deploy test: a worker still booting
+ * scans hdb/components and links node_modules/harperdb into every folder it finds there, so a folder
+ * that deploy_component is unpacking at that moment gets node_modules/ next to the unpacked package/.
+ * Harper then either skips lifting package/ up and skips the install (500 "did not load any modules")
+ * or copies through the link (500 "cannot copy … to a subdirectory of self"). A worker has made that
+ * scan before it loads this file. (Reproduced: deploying as soon as the first worker answered failed
+ * 2 of 4 times, in both ways.)
+ */
+const BARE_HEALTH = `import harperdb from 'harperdb';
+const { server, tables } = harperdb;
+// Bit i is set once worker i has loaded this file (one buffer for the whole process).
+const loaded = new Int32Array(
+  tables.BareHealth.primaryStore.getUserSharedBuffer('bare-app:workers', new ArrayBuffer(4)),
+);
+if (server.workerIndex !== undefined) Atomics.or(loaded, 0, 1 << server.workerIndex);
+function workersReady() {
+  let n = 0;
+  for (let bits = Atomics.load(loaded, 0); bits; bits >>>= 1) n += bits & 1;
+  return n;
+}
+server.http((request, next) =>
+  request.pathname === '/host-health'
+    ? new Response(JSON.stringify({ ok: true, workersReady: workersReady() }), {
+        headers: { 'content-type': 'application/json' },
+      })
+    : next(request),
+);
+`;
+
 /** An app with only a health route, holding a copy of the package without its dist/. */
 function makeBareApp(): string {
   const dir = join(work, 'bare-app');
@@ -148,13 +180,19 @@ function makeBareApp(): string {
   );
   writeFileSync(
     join(dir, 'config.yaml'),
-    'rest: true\njsResource:\n  files: health.js\nqueue-keeper-unbuilt:\n  package: queue-keeper-unbuilt\n',
+    [
+      'rest: true',
+      'graphqlSchema:',
+      '  files: schema.graphql',
+      'jsResource:',
+      '  files: health.js',
+      'queue-keeper-unbuilt:',
+      '  package: queue-keeper-unbuilt',
+      '',
+    ].join('\n'),
   );
-  writeFileSync(
-    join(dir, 'health.js'),
-    "import harperdb from 'harperdb';\n" +
-      "harperdb.server.http((request, next) => (request.pathname === '/host-health' ? new Response('ok') : next(request)));\n",
-  );
+  writeFileSync(join(dir, 'schema.graphql'), 'type BareHealth @table {\n  id: ID @primaryKey\n}\n');
+  writeFileSync(join(dir, 'health.js'), BARE_HEALTH);
   const installed = join(hostApp, 'node_modules', 'queue-keeper');
   cpSync(installed, unbuilt, {
     recursive: true,
@@ -171,26 +209,29 @@ function timed<T>(what: string, fn: () => T): T {
   return v;
 }
 
-before(async () => {
-  tarball = timed('pack', packCheckout);
-  hostApp = timed('install', makeHostApp);
-  bareApp = makeBareApp();
-  const booting = Date.now();
-  const cache = npm(['config', 'get', 'cache'], work).out.trim();
-  [host, bare] = await startTogether<[HarperInstance, HarperInstance]>(
-    { start: startHarper({ componentDir: hostApp }), stop: (h) => h.destroy() },
-    {
-      // deploy_component runs npm inside Harper, whose HOME is private: point it at the real cache.
-      start: startHarper({
-        componentDir: bareApp,
-        readyPath: '/host-health',
-        env: { npm_config_cache: cache },
-      }),
-      stop: (h) => h.destroy(),
-    },
-  );
-  timings.push(`two boots ${((Date.now() - booting) / 1000).toFixed(1)} s`);
-});
+before(
+  async () => {
+    tarball = timed('pack', packCheckout);
+    hostApp = timed('install', makeHostApp);
+    bareApp = makeBareApp();
+    const booting = Date.now();
+    const cache = npm(['config', 'get', 'cache'], work).out.trim();
+    [host, bare] = await startTogether<[HarperInstance, HarperInstance]>(
+      { start: startHarper({ componentDir: hostApp }), stop: (h) => h.destroy() },
+      {
+        // deploy_component runs npm inside Harper, whose HOME is private: point it at the real cache.
+        start: startHarper({
+          componentDir: bareApp,
+          readyPath: '/host-health',
+          env: { npm_config_cache: cache },
+        }),
+        stop: (h) => h.destroy(),
+      },
+    );
+    timings.push(`two boots ${((Date.now() - booting) / 1000).toFixed(1)} s`);
+  },
+  { timeout: 300_000 },
+);
 
 after(async () => {
   await Promise.all([host?.destroy(), bare?.destroy()]);
@@ -273,6 +314,9 @@ test('a copy loaded without its build says so in one error line of hdb.log', asy
 });
 
 test('deploy_component with the tarball path installs the component into a running Harper, which serves it after the restart', async (t) => {
+  // Both workers are past their boot-time scan of hdb/components (see BARE_HEALTH).
+  const health = await bare.fetch('/host-health', { fresh: true });
+  assert.equal(health.json?.workersReady, 2, health.text);
   const t0 = Date.now();
   const deployed = (await bare.operation({
     operation: 'deploy_component',

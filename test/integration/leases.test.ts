@@ -66,27 +66,30 @@ async function freePortPair(): Promise<number> {
   }
 }
 
-before(async () => {
-  inspectorPort = await freePortPair();
-  h = await startHarper({
-    harperConfig: {
-      threads: {
-        count: 2,
-        debug: { startingPort: inspectorPort, port: await freePort(), host: '127.0.0.1' },
+before(
+  async () => {
+    inspectorPort = await freePortPair();
+    h = await startHarper({
+      harperConfig: {
+        threads: {
+          count: 2,
+          debug: { startingPort: inspectorPort, port: await freePort(), host: '127.0.0.1' },
+        },
       },
-    },
-  });
-  await h.addUser(fleet.username, fleet.password, 'render_fleet');
-  await configure({
-    queue: {
-      keeper: { publishInterval: PUBLISH_MS, stateInterval: 1000 },
-      jobLeaseTime: LEASE_MS,
-      // Far beyond any test: status must reach MQTT through its own path, never through this sync.
-      statusSyncInterval: 600_000,
-    },
-    render: { failureRetry: { fastRetries: 0 } },
-  });
-});
+    });
+    await h.addUser(fleet.username, fleet.password, 'render_fleet');
+    await configure({
+      queue: {
+        keeper: { publishInterval: PUBLISH_MS, stateInterval: 1000 },
+        jobLeaseTime: LEASE_MS,
+        // Far beyond any test: status must reach MQTT through its own path, never through this sync.
+        statusSyncInterval: 600_000,
+      },
+      render: { failureRetry: { fastRetries: 0 } },
+    });
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();

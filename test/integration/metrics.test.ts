@@ -20,18 +20,21 @@ const ROUTES = [
 ];
 const QUEUES = ['product', 'blog', 'late', 'unrouted'];
 
-before(async () => {
-  h = await startHarper();
-  await h.addUser(fleet.username, fleet.password, 'render_fleet');
-  const r = await h.fetch('/prerender_admin/config', {
-    body: {
-      queue: { keeper: { publishInterval: 200, stateInterval: 1000 } },
-      render: { routes: ROUTES },
-      maintenance: { tickInterval: 500 },
-    },
-  });
-  assert.equal(r.status, 200, r.text);
-});
+before(
+  async () => {
+    h = await startHarper();
+    await h.addUser(fleet.username, fleet.password, 'render_fleet');
+    const r = await h.fetch('/prerender_admin/config', {
+      body: {
+        queue: { keeper: { publishInterval: 200, stateInterval: 1000 } },
+        render: { routes: ROUTES },
+        maintenance: { tickInterval: 500 },
+      },
+    });
+    assert.equal(r.status, 200, r.text);
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();

@@ -38,44 +38,47 @@ const QUEUES = [
   'kill',
 ];
 
-before(async () => {
-  receiver = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const raw = Buffer.concat(chunks).toString('utf8');
-      const path = (req.url ?? '/').split('?')[0]!;
-      received.push({
-        path,
-        headers: req.headers as Record<string, string>,
-        raw,
-        body: JSON.parse(raw) as Received['body'],
-        at: Date.now(),
+before(
+  async () => {
+    receiver = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const raw = Buffer.concat(chunks).toString('utf8');
+        const path = (req.url ?? '/').split('?')[0]!;
+        received.push({
+          path,
+          headers: req.headers as Record<string, string>,
+          raw,
+          body: JSON.parse(raw) as Received['body'],
+          at: Date.now(),
+        });
+        if (path.startsWith('/fail')) res.writeHead(500).end();
+        else if (path.startsWith('/hang')) hanging.push(res);
+        else if (path.startsWith('/redirect')) res.writeHead(302, { location: `${base}/target` }).end();
+        else res.writeHead(204).end();
       });
-      if (path.startsWith('/fail')) res.writeHead(500).end();
-      else if (path.startsWith('/hang')) hanging.push(res);
-      else if (path.startsWith('/redirect')) res.writeHead(302, { location: `${base}/target` }).end();
-      else res.writeHead(204).end();
     });
-  });
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  base = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+    base = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}`;
 
-  h = await startHarper();
-  await h.addUser('feeder', 'feeder-pass', 'render_feeder');
-  await h.addUser('discoverer', 'discover-pass', 'render_discover');
-  await h.addUser('fleet-user', 'fleet-pass', 'render_fleet');
-  const r = await h.fetch('/prerender_admin/config', {
-    body: {
-      queue: { keeper: { publishInterval: 200 } },
-      render: { routes: QUEUES.map((q) => ({ name: q, match: 'prefix', path: `/${q}/` })) },
-      notify: { allowHttp: true, allowCidrs: ['127.0.0.1'], edgeCooldown: 1000, attemptTimeout: 1000 },
-      // Rows filed here are a minute old; keep the stall ledger out of these counts.
-      stall: { after: 3_600_000 },
-    },
-  });
-  assert.equal(r.status, 200, r.text);
-});
+    h = await startHarper();
+    await h.addUser('feeder', 'feeder-pass', 'render_feeder');
+    await h.addUser('discoverer', 'discover-pass', 'render_discover');
+    await h.addUser('fleet-user', 'fleet-pass', 'render_fleet');
+    const r = await h.fetch('/prerender_admin/config', {
+      body: {
+        queue: { keeper: { publishInterval: 200 } },
+        render: { routes: QUEUES.map((q) => ({ name: q, match: 'prefix', path: `/${q}/` })) },
+        notify: { allowHttp: true, allowCidrs: ['127.0.0.1'], edgeCooldown: 1000, attemptTimeout: 1000 },
+        // Rows filed here are a minute old; keep the stall ledger out of these counts.
+        stall: { after: 3_600_000 },
+      },
+    });
+    assert.equal(r.status, 200, r.text);
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   for (const res of hanging) res.destroy();

@@ -16,12 +16,15 @@ const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
 const MIN = 60_000;
 const KIB = 1024;
 
-before(async () => {
-  appDir = componentWithBotPage();
-  h = await startHarper({ componentDir: appDir });
-  await h.addUser(fleet.username, fleet.password, 'render_fleet');
-  await postConfig(h, { queue: { keeper: { publishInterval: 200, stateInterval: 1000 } } });
-});
+before(
+  async () => {
+    appDir = componentWithBotPage();
+    h = await startHarper({ componentDir: appDir });
+    await h.addUser(fleet.username, fleet.password, 'render_fleet');
+    await postConfig(h, { queue: { keeper: { publishInterval: 200, stateInterval: 1000 } } });
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();

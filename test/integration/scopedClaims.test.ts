@@ -17,31 +17,36 @@ interface Job {
   leaseToken: string;
 }
 
-before(async () => {
-  h = await startHarper();
-  for (const u of [bound, free, gone]) await h.addUser(u.username, u.password, 'render_fleet');
-  const r = await h.fetch('/prerender_admin/config', {
-    body: {
-      queue: { keeper: { publishInterval: 200 } },
-      render: {
-        routes: [
-          { name: 'product', match: 'prefix', path: '/p/' },
-          { name: 'blog', match: 'prefix', path: '/b/' },
-          { name: 'docs', match: 'prefix', path: '/d/' },
-        ],
+before(
+  async () => {
+    h = await startHarper();
+    for (const u of [bound, free, gone]) await h.addUser(u.username, u.password, 'render_fleet');
+    const r = await h.fetch('/prerender_admin/config', {
+      body: {
+        queue: { keeper: { publishInterval: 200 } },
+        render: {
+          routes: [
+            { name: 'product', match: 'prefix', path: '/p/' },
+            { name: 'blog', match: 'prefix', path: '/b/' },
+            { name: 'docs', match: 'prefix', path: '/d/' },
+          ],
+        },
       },
-    },
-  });
-  assert.equal(r.status, 200, r.text);
-  const f = await h.fetch('/prerender_admin/fleets', {
-    body: { name: 'products', queues: ['product', 'docs'], username: bound.username },
-  });
-  assert.equal(f.status, 200, f.text);
-  const g = await h.fetch('/prerender_admin/fleets', { body: { name: 'gone', username: gone.username } });
-  assert.equal(g.status, 200, g.text);
-  const del = await h.fetch(`/prerender_admin/fleets/${encodeURIComponent(g.json.id)}`, { method: 'DELETE' });
-  assert.equal(del.status, 200, del.text);
-});
+    });
+    assert.equal(r.status, 200, r.text);
+    const f = await h.fetch('/prerender_admin/fleets', {
+      body: { name: 'products', queues: ['product', 'docs'], username: bound.username },
+    });
+    assert.equal(f.status, 200, f.text);
+    const g = await h.fetch('/prerender_admin/fleets', { body: { name: 'gone', username: gone.username } });
+    assert.equal(g.status, 200, g.text);
+    const del = await h.fetch(`/prerender_admin/fleets/${encodeURIComponent(g.json.id)}`, {
+      method: 'DELETE',
+    });
+    assert.equal(del.status, 200, del.text);
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();

@@ -1,7 +1,7 @@
 // The stall ledger against a real Harper (2 worker threads) and a webhook receiver on 127.0.0.1:
 // due verified rows nobody claims wake the fleet once per backoff step up to the cap, a restart keeps
 // the ledger and wakes nobody twice, a claim brings the short delay back, and draining the queue
-// removes the ledger row. Small stall.* values keep the whole scenario around 45 s.
+// removes the ledger row. Small stall.* values keep the whole scenario around 35 s.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -11,7 +11,7 @@ import { startHarper, type Credentials, type HarperInstance } from '../harness.j
 import { sleep, until } from '../wait.js';
 
 const MIN = 60_000;
-const BACKOFF = [3000, 6000];
+const BACKOFF = [2000, 4000];
 const MAX_NUDGES = 3;
 const QUEUE = 'product';
 const FILLER_ROWS = 40_000;
@@ -51,37 +51,40 @@ function harper(): HarperInstance {
   return h;
 }
 
-before(async () => {
-  receiver = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const raw = Buffer.concat(chunks).toString('utf8');
-      const headers: Record<string, string> = {};
-      for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string') headers[k] = v;
-      deliveries.push({
-        webhookId: headers['webhook-id'] ?? '',
-        headers,
-        raw,
-        body: JSON.parse(raw) as WakeBody,
+before(
+  async () => {
+    receiver = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        const raw = Buffer.concat(chunks).toString('utf8');
+        const headers: Record<string, string> = {};
+        for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string') headers[k] = v;
+        deliveries.push({
+          webhookId: headers['webhook-id'] ?? '',
+          headers,
+          raw,
+          body: JSON.parse(raw) as WakeBody,
+        });
+        res.writeHead(204).end();
       });
-      res.writeHead(204).end();
     });
-  });
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  h = await startHarper();
-  await h.addUser(fleetUser.username, fleetUser.password, 'render_fleet');
-  const cfg = await h.fetch('/prerender_admin/config', {
-    body: {
-      notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
-      stall: { after: 1000, backoff: BACKOFF, maxNudges: MAX_NUDGES, sweepLimit: 4 },
-      maintenance: { tickInterval: 250 },
-      queue: { keeper: { publishInterval: 200 } },
-      render: { routes: [{ name: QUEUE, match: 'prefix', path: '/p/' }] },
-    },
-  });
-  assert.equal(cfg.status, 200, cfg.text);
-});
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+    h = await startHarper();
+    await h.addUser(fleetUser.username, fleetUser.password, 'render_fleet');
+    const cfg = await h.fetch('/prerender_admin/config', {
+      body: {
+        notify: { allowHttp: true, allowCidrs: ['127.0.0.1'] },
+        stall: { after: 1000, backoff: BACKOFF, maxNudges: MAX_NUDGES, sweepLimit: 4 },
+        maintenance: { tickInterval: 250 },
+        queue: { keeper: { publishInterval: 200 } },
+        render: { routes: [{ name: QUEUE, match: 'prefix', path: '/p/' }] },
+      },
+    });
+    assert.equal(cfg.status, 200, cfg.text);
+  },
+  { timeout: 180_000 },
+);
 
 after(async () => {
   await h?.destroy();
