@@ -19,7 +19,7 @@ const EMPTY_BACKOFF_MS = 10;
 /** A drain that grants nothing for this long is stuck: report what it got instead of hanging. */
 const STUCK_MS = 30_000;
 
-interface Granted {
+export interface Granted {
   id: string;
   leaseToken: string;
 }
@@ -29,6 +29,8 @@ export interface DrainOptions {
   withResults: boolean;
   /** When set, every grant's wall time minus this instant is recorded (due → started). */
   dueAt?: number;
+  /** Collect every grant here (claim-only runs hand their leases back afterwards, untimed). */
+  grants?: Granted[];
 }
 
 /** Files due rows and waits until the keeper counts them due, so the drain starts on a warm queue. */
@@ -42,6 +44,35 @@ export async function fileToClaim(h: HarperInstance, urls: string[], dueAt: numb
     Number((await overview(h)).keeper.dueCount) >= before + urls.length ? true : undefined,
   );
   return rate;
+}
+
+/**
+ * Reports every grant as rendered (100 per request, over all clients): the leases a claim-only run left
+ * are released, so the next measurement starts with an empty lease table. Answers results not accepted.
+ */
+export async function reportAll(clients: FleetClient[], grants: readonly Granted[]): Promise<number> {
+  let next = 0;
+  let refused = 0;
+  await Promise.all(
+    clients.map(async (c) => {
+      for (;;) {
+        const batch = grants.slice(next, next + 100);
+        next += batch.length;
+        if (batch.length === 0) return;
+        const r = await c.post('/render_queue/job_results', {
+          results: batch.map((j) => ({
+            id: j.id,
+            leaseToken: j.leaseToken,
+            outcome: 'rendered',
+            statusCode: 200,
+          })),
+        });
+        const answers = (r.json as { results?: Array<{ accepted: boolean }> } | undefined)?.results ?? [];
+        refused += batch.length - answers.filter((a) => a.accepted).length;
+      }
+    }),
+  );
+  return refused;
 }
 
 export async function drainClaims(h: HarperInstance, clients: FleetClient[], opts: DrainOptions) {
@@ -89,6 +120,7 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
           else seen.add(j.id);
           if (opts.dueAt !== undefined) dueMs.push(wall - opts.dueAt);
         }
+        opts.grants?.push(...jobs);
         granted += jobs.length;
         if (granted >= opts.target && Number.isNaN(targetAt)) targetAt = e;
         if (granted >= opts.target) done = true;

@@ -28,7 +28,7 @@ import {
   until,
   type FleetClient,
 } from './lib.js';
-import { drainClaims, fileToClaim } from './claim-drain.js';
+import { drainClaims, fileToClaim, reportAll, type Granted } from './claim-drain.js';
 
 const RUNS = Number(process.env.RUNS ?? 3);
 const JOBS = Number(process.env.JOBS ?? 100_000);
@@ -68,15 +68,21 @@ function nextMinute(leadMs: number): number {
 
 async function oursRound(h: HarperInstance, clients: FleetClient[], round: number) {
   const out: Record<string, unknown> = { system: 'queue-keeper', round, loadBefore: loadavg() };
+  out.leasesAtStart = (await overview(h)).leases.occupancy;
   // A: grants only.
   const aUrls = Array.from({ length: JOBS }, (_, i) => benchUrl(`a${round}`, i));
   out.fileRowsPerSec = Math.round(await fileToClaim(h, aUrls, Date.now() - 120_000));
-  const a = await drainClaims(h, clients, { target: JOBS, withResults: false });
+  const aGrants: Granted[] = [];
+  const a = await drainClaims(h, clients, { target: JOBS, withResults: false, grants: aGrants });
   out.A = { ...a, lastPublish: (await keeperStats(h))?.lastPublish };
+  // Independent rounds (issue 15 lever 6): A's leases are handed back, untimed, so B, C, D and the next
+  // round start with an empty lease table instead of 100,000 live leases.
+  out.aResultsRefused = await reportAll(clients, aGrants);
   await deleteAll(h, aUrls);
-  await until('claim-only rows dropped', async () =>
-    (await overview(h)).keeper.dueCount === 0 ? true : undefined,
-  );
+  await until('claim-only rows dropped and their leases released', async () => {
+    const o = await overview(h);
+    return o.keeper.dueCount === 0 && o.leases.occupancy === 0 ? true : undefined;
+  });
   // B: full drain.
   const bUrls = Array.from({ length: JOBS }, (_, i) => benchUrl(`b${round}`, i));
   await fileToClaim(h, bUrls, Date.now() - 120_000);

@@ -17,6 +17,12 @@ export interface ScratchOptions {
   profileDir?: string;
   /** Adds POST /prerender_admin/bench-read-path (admin): times the claim's point read and its parts on the worker. */
   readPathRoute?: boolean;
+  /**
+   * Records every keeper publish (top-K selection through the ready-set write, the window of
+   * `lastPublish.ms`): wall ms, the thread's on-CPU and run-queue ms from /proc/thread-self/schedstat, and
+   * the GC entries of the worker, appended as JSON lines to `<dir>/publishes-<threadId>.jsonl`.
+   */
+  publishProfileDir?: string;
 }
 
 const KEEPER_START = '.then(() => leadership.start())';
@@ -48,6 +54,57 @@ import { threadId as qkThreadId } from 'node:worker_threads';
     }
   }, 50);
   timer.unref();
+}
+`;
+}
+
+// Wraps the two halves of a publish on the worker that publishes (worker 0): KeeperCore.publishSelection
+// opens the window, ReadySet.publish closes it. schedstat's first two fields are the thread's time on a
+// CPU and waiting for one (ns): a publish's wall time minus its CPU time is the machine taking the core
+// away (or a GC on another thread's behalf); the GC entries say when the worker's own collector ran.
+function publishProfileSource(dir: string): string {
+  return `
+import { KeeperCore as QkPpCore } from './util/keeper/core.js';
+import { ReadySet as QkPpReady } from './util/handoff/readySet.js';
+import { appendFileSync as qkPpAppend, readFileSync as qkPpRead } from 'node:fs';
+import { PerformanceObserver as QkPpObserver } from 'node:perf_hooks';
+import { threadId as qkPpThread } from 'node:worker_threads';
+{
+  const dir = ${JSON.stringify(dir)};
+  const sched = () => {
+    try {
+      const f = qkPpRead('/proc/thread-self/schedstat', 'utf8').split(' ');
+      return [Number(f[0]), Number(f[1])];
+    } catch {
+      return [NaN, NaN];
+    }
+  };
+  const rows = [];
+  const gcs = [];
+  let open = null;
+  new QkPpObserver((list) => {
+    for (const e of list.getEntries()) gcs.push([e.startTime, e.duration, e.detail?.kind ?? -1]);
+  }).observe({ entryTypes: ['gc'] });
+  const flush = () =>
+    qkPpAppend(dir + '/publishes-' + qkPpThread + '.jsonl', JSON.stringify({ rows: rows.splice(0), gcs: gcs.splice(0) }) + '\\n');
+  const select = QkPpCore.prototype.publishSelection;
+  QkPpCore.prototype.publishSelection = function (...args) {
+    open = { t0: performance.now(), s0: sched() };
+    return select.apply(this, args);
+  };
+  const publish = QkPpReady.prototype.publish;
+  QkPpReady.prototype.publish = function (...args) {
+    const r = publish.apply(this, args);
+    if (open !== null) {
+      const s1 = sched();
+      const ms = performance.now() - open.t0;
+      rows.push([open.t0, ms, (s1[0] - open.s0[0]) / 1e6, (s1[1] - open.s0[1]) / 1e6, r.published]);
+      open = null;
+      if (rows.length >= 20) flush();
+    }
+    return r;
+  };
+  setInterval(() => rows.length > 0 && flush(), 2000).unref();
 }
 `;
 }
@@ -104,6 +161,7 @@ export function scratchComponent(opts: ScratchOptions): string {
   }
   if (opts.profileDir) src += profilerSource(opts.profileDir);
   if (opts.readPathRoute) src += READ_PATH_ROUTE;
+  if (opts.publishProfileDir) src += publishProfileSource(opts.publishProfileDir);
   writeFileSync(entry, src);
   return dir;
 }

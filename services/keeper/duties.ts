@@ -3,7 +3,10 @@
 // - load: subscribe, then walk; a failed load retries after 30 s, doubling to 10 min;
 // - publish tick every `queue.keeper.publishInterval` (leadership check, publish, requeued pass, status);
 // - the minute publish just after each minute boundary (rows come due on minute boundaries);
-// - the early publish, at most every 50 ms, when woken (a due-now write, the exhausted-set poke);
+// - the early publish, when woken (a due-now write, the exhausted-set poke, the refill watch), at most
+//   every 50 ms, and further apart when publishes are slow (never more than ~1/4 of worker 0's time);
+// - the refill watch, every 10 ms while the last publish left due rows out of the set (a burst): it
+//   asks for the early publish once a quarter of the set is left, so claims rarely find it empty;
 // - state document every `queue.keeper.stateInterval`;
 // - verification every `queue.keeper.verifyInterval` (0 = off, re-checked each minute; a failed walk
 //   retries in 30 s);
@@ -28,6 +31,12 @@ export const LOAD_BACKOFF_MAX_MS = 600_000;
 /** Verification off (interval 0) is re-checked this often. */
 const VERIFY_OFF_RECHECK_MS = 60_000;
 const POKE_MIN_MS = 50;
+/** An early publish waits at least this many times the last publish's own cost after the previous one. */
+const PUBLISH_COST_SPACING = 4;
+/** How often the refill watch looks at the set while a burst has due rows left out of it. */
+export const REFILL_POLL_MS = 10;
+/** The watch asks for a publish once this share of the published entries (or less) is left. */
+export const REFILL_AT_SHARE = 0.25;
 const MINUTE_MS = 60_000;
 /** The minute publish runs this long after the boundary, so `now` is surely past it on every clock read. */
 const MINUTE_SLACK_MS = 5;
@@ -36,6 +45,9 @@ export class KeeperDuties {
   private readonly scheduler: DutyScheduler;
   private readonly handles: DutyHandle[] = [];
   private readonly early: DutyHandle;
+  private readonly refill: DutyHandle;
+  /** The last publish left due, unleased rows out of the set: the refill watch runs. */
+  private watching = false;
   private readonly resubscribe: DutyHandle;
   private loadRetryMs = LOAD_BACKOFF_MS;
   private loadWait: number | null = 0;
@@ -50,7 +62,11 @@ export class KeeperDuties {
     this.scheduler = deps.scheduler;
     this.early = this.add(
       { name: 'keeper early publish', runOnce: (now) => this.publishForced(now) },
-      onWake((now, last) => (last ? Math.max(0, last.at + POKE_MIN_MS - now) : 0)),
+      onWake((now, last) => (last ? Math.max(0, last.at + this.earlySpacing() - now) : 0)),
+    );
+    this.refill = this.add(
+      { name: 'keeper refill watch', runOnce: () => this.refillOnce() },
+      { next: () => (this.watching ? REFILL_POLL_MS : null), wake: () => REFILL_POLL_MS },
     );
     this.resubscribe = this.add(
       { name: 'keeper resubscribe', runOnce: () => this.resubscribeOnce() },
@@ -67,6 +83,16 @@ export class KeeperDuties {
 
   publishSoon(): void {
     this.early.wake();
+  }
+
+  /**
+   * A publish just happened: `complete` says whether every due, unleased row made it into the set. An
+   * incomplete set (a burst larger than the set) starts the refill watch; a complete one stops it.
+   */
+  published(complete: boolean): void {
+    const was = this.watching;
+    this.watching = !complete;
+    if (this.watching && !was) this.refill.wake();
   }
 
   resubscribeSoon(): void {
@@ -91,6 +117,26 @@ export class KeeperDuties {
   async stop(): Promise<void> {
     this.stopped = true;
     await Promise.all(this.handles.map((h) => h.stop()));
+  }
+
+  /**
+   * The gap between early publishes: POKE_MIN_MS, or PUBLISH_COST_SPACING × the last publish's cost when
+   * that is longer (a publish skipping 100,000 leased rows took 213 ms; every 50 ms it would leave worker
+   * 0 no time for claims), never longer than the publish interval.
+   */
+  private earlySpacing(): number {
+    const cost = (this.svc.stats.lastPublish?.ms ?? 0) * PUBLISH_COST_SPACING;
+    const interval = this.deps.config().queue.keeper.publishInterval;
+    return Math.max(POKE_MIN_MS, Math.min(cost, interval));
+  }
+
+  /** The refill watch: once a quarter of an incomplete set is left, ask for the early publish. */
+  private refillOnce(): Counts {
+    if (!this.watching || !this.svc.serving) return {};
+    const set = this.deps.ready.snapshot();
+    if (set.remaining > set.count * REFILL_AT_SHARE) return {};
+    this.early.wake();
+    return { refill: 1 };
   }
 
   private publishForced(now: number): Counts {

@@ -15,6 +15,7 @@ import { KeeperVerifier, type VerifyResult } from './verification.js';
 import { HEAD_CHECK_ROWS, HeadCheck } from './headCheck.js';
 import { keeperStateDocument } from './stateDocument.js';
 import { endSubscription } from '../runtime/tableFollower.js';
+import { minuteOf } from '../../util/time.js';
 
 export type {
   EventStream,
@@ -28,6 +29,11 @@ export { WALK_CHUNK } from './types.js';
 export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
 
 const FORCED_PUBLISH_MS = 10_000;
+
+/** Whether the keeper holds a row due at `now`: its minute has begun (no finite time: due now). */
+function dueByMinute(nextRenderTime: number, now: number): boolean {
+  return !Number.isFinite(nextRenderTime) || minuteOf(nextRenderTime) <= minuteOf(now);
+}
 
 /** Which way a load walk runs: forward from the bottom, or top-down to where the forward walk stopped. */
 interface LoadWalk {
@@ -139,7 +145,7 @@ export class KeeperService {
     return this.duties.add(duty, cadence);
   }
 
-  /** An early publish, at most every 50 ms (a due-now write, the exhausted-set poke). */
+  /** An early publish, at most every 50 ms (a due-now write, the exhausted-set poke, the refill watch). */
   publishSoon(): void {
     if (this.serving) this.duties.publishSoon();
   }
@@ -172,9 +178,11 @@ export class KeeperService {
     const held = row && this.owns(key) ? row : null;
     const changed = this.core.apply(key, held, now);
     this.eventsApplied++;
-    // A live write made a row due now (filed due-now, revalidated, changed): publish early so it is
-    // claimable within ~50 ms instead of at the next interval (SPEC §10).
-    if (changed && held && held.nextRenderTime <= now && this.serving) this.publishSoon();
+    // A live write made a row due now (filed due-now, revalidated, changed, a result rescheduling into
+    // this minute): publish early so it is claimable within ~50 ms instead of at the next interval
+    // (SPEC §10). Due by the core's own rule (its minute has begun), or a row due later this minute
+    // would be held due and still wait a tick.
+    if (changed && held && this.serving && dueByMinute(held.nextRenderTime, now)) this.publishSoon();
   }
 
   /** Opens the subscription and consumes it in the background; resolves once subscribed. */
@@ -360,6 +368,7 @@ export class KeeperService {
     };
     this.deps.metric?.('keeper_publish_ms', ms);
     this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
+    this.duties.published(top.complete);
     this.headCheck(
       now,
       top.entries.slice(0, HEAD_CHECK_ROWS).map((e) => e.key),

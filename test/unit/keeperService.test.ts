@@ -242,10 +242,15 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
   });
   /** Every publish the keeper makes, by the clock it was made at. */
   const publishes: number[] = [];
+  // A publish's cost is real time (performance.now) and spaces early publishes apart; on the fake clock
+  // publishes cost what the test says (0 unless it sets `cost.publishMs`), not what the machine's load did.
+  const cost = { publishMs: 0 };
   const publishOnce = svc.publishOnce.bind(svc);
   svc.publishOnce = (t, force) => {
     publishes.push(t);
-    return publishOnce(t, force);
+    const published = publishOnce(t, force);
+    if (published && svc.stats.lastPublish) svc.stats.lastPublish.ms = cost.publishMs;
+    return published;
   };
   return {
     svc,
@@ -263,6 +268,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
     scheduler,
     configListeners,
     publishes,
+    cost,
     setOwner: (fn: (key: string) => boolean) => void (owner = fn),
     onClosed: (err?: unknown) => void closed.push(err ?? 'ended'),
     setHook: (h: Hook | null) => {
@@ -640,6 +646,73 @@ test('a live write that makes a row due now is published at once, and early publ
   await settle(() => k.svc.eventsApplied >= 4, 'the repeat applied');
   await k.clock.advance(100);
   assert.equal(k.publishes.length, 2, 'an unchanged row asks for nothing');
+});
+
+test('a live write due later in the minute that has begun is held due, so it is published at once', async () => {
+  const k = harness();
+  k.fill(3, () => NOW + HOUR);
+  await k.start();
+  k.clock.t = NOW + 10_000;
+  k.publishes.length = 0;
+  // A row stored with a time inside this minute (not minute-aligned, e.g. written by hand): the core
+  // holds it by its minute, so it is due now and claimable; waiting for the tick would be up to 1 s.
+  const due = NOW + 30_000;
+  k.table.put(keyOf(20), stored(due));
+  k.streams[0]!.push({ type: 'put', id: keyOf(20), value: stored(due) });
+  await settle(() => k.svc.core.has(keyOf(20)), 'the row held');
+  await k.clock.advance(0);
+  assert.deepEqual(k.publishes, [NOW + 10_000], 'published in the same instant');
+  assert.equal(k.ready.take(1)[0]?.key, keyOf(20));
+});
+
+test('a burst larger than the set is republished once a quarter of it is left, before any claim finds it empty', async () => {
+  const k = harness({ capacity: 100 });
+  k.fill(350, (i) => NOW - MINUTE - i * 1000);
+  await k.start();
+  k.publishes.length = 0;
+  assert.equal(k.svc.stats.lastPublish?.complete, false, '350 due rows, 100 published');
+  assert.equal(k.ready.take(74).length, 74);
+  await k.clock.advance(200);
+  assert.deepEqual(k.publishes, [], '26 of 100 left: no publish yet');
+  assert.equal(k.ready.take(1).length, 1);
+  await k.clock.advance(10);
+  assert.equal(k.publishes.length, 1, '25 of 100 left: the refill watch asked for a publish');
+  assert.equal(k.ready.snapshot().remaining, 100, 'a full set again, though no take came back empty');
+  // Only the 3 rows still due and unleased remain: a set holding them all stops the watch.
+  for (let i = 0; i < 347; i++) k.leased.add(keyOf(i));
+  assert.equal(k.svc.publishOnce(k.clock.t, true), true);
+  assert.equal(k.svc.stats.lastPublish?.complete, true);
+  const armed = k.clock.armed.length;
+  k.ready.take(3);
+  await k.clock.advance(1000);
+  assert.equal(k.publishes.length, 2, 'a complete set used up waits for the tick or a poke');
+  assert.ok(k.clock.armed.length < armed, 'the watch is no longer armed');
+});
+
+test('early publishes keep further apart than 50 ms when the last publish was slow', async () => {
+  const k = harness();
+  k.fill(3, () => NOW + HOUR);
+  await k.start();
+  k.publishes.length = 0;
+  const stream = k.streams[0]!;
+  const write = (i: number) => {
+    k.table.put(keyOf(i), stored(NOW - MINUTE));
+    stream.push({ type: 'put', id: keyOf(i), value: stored(NOW - MINUTE) });
+  };
+  write(30);
+  await settle(() => k.svc.core.has(keyOf(30)), 'the first due row held');
+  await k.clock.advance(0);
+  assert.deepEqual(k.publishes, [NOW]);
+  // As if that publish had skipped 100,000 leased rows: 4 × 60 ms before the next early one.
+  k.cost.publishMs = 60;
+  assert.equal(k.svc.publishOnce(NOW, true), true);
+  k.publishes.length = 0;
+  write(31);
+  await settle(() => k.svc.core.has(keyOf(31)), 'the second due row held');
+  await k.clock.advance(239);
+  assert.deepEqual(k.publishes, [], 'not before 240 ms');
+  await k.clock.advance(1);
+  assert.deepEqual(k.publishes, [NOW + 240]);
 });
 
 test('live, the keeper publishes every publish interval and just after each minute boundary', async () => {
