@@ -36,6 +36,7 @@ import {
   readRow,
   revalidate,
 } from './services/schedule/store.js';
+import { readClaimRow } from './services/schedule/rawRecords.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
 import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
@@ -112,7 +113,7 @@ const fleetScope = new FleetScope({
 const claims = new ClaimService({
   readySet,
   leases: leaseTable,
-  readRow,
+  readRow: readClaimRow,
   writeClaimMarks,
   isPaused: () => control.isPaused(),
   pauseKnown: () => control.pauseKnown(),

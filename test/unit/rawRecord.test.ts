@@ -7,9 +7,11 @@ import fc from 'fast-check';
 import { Packr } from 'msgpackr';
 import {
   CLAIM_FIELDS,
+  claimRowOf,
   NOT_DECODED,
   RawRecordReader,
   ROW_FIELDS,
+  scheduleRowOf,
   type TypedStruct,
 } from '../../util/schedule/rawRecord.js';
 import { toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
@@ -96,7 +98,7 @@ const typical = {
 
 test('a stored record reads back equal to the full decode, behind every header form Harper writes', () => {
   const packr = recordPackr();
-  const rows = new RawRecordReader(ROW_FIELDS);
+  const rows = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
   const headers: Header[] = [
     {},
     { localTime: 1_796_136_271_838.85, flags: 0 },
@@ -115,7 +117,12 @@ test('a stored record reads back equal to the full decode, behind every header f
 test('the claim reader reads the three claim fields and they equal the full row', () => {
   const packr = recordPackr();
   const bytes = stored(packr, typical, { localTime: 1.7e12, flags: 0 });
-  const got = new RawRecordReader(CLAIM_FIELDS).row(KEY, bytes, bytes.length, (packr as Packed).typedStructs);
+  const got = new RawRecordReader(CLAIM_FIELDS, claimRowOf).row(
+    KEY,
+    bytes,
+    bytes.length,
+    (packr as Packed).typedStructs,
+  );
   assert.ok(got && got !== NOT_DECODED);
   assert.deepEqual(
     {
@@ -133,12 +140,12 @@ test('the claim reader reads the three claim fields and they equal the full row'
 
 test('a stored nil (what a delete can leave) reads as no row', () => {
   const bytes = Uint8Array.from([...header({ localTime: 1.7e12, flags: 0 }), 0xc0]);
-  assert.equal(new RawRecordReader(ROW_FIELDS).row(KEY, bytes, bytes.length, []), undefined);
+  assert.equal(new RawRecordReader(ROW_FIELDS, scheduleRowOf).row(KEY, bytes, bytes.length, []), undefined);
 });
 
 test('what the reader cannot know answers NOT_DECODED: unknown struct, no structs yet, a plain map, a non-ASCII string, an object slot', () => {
   const packr = recordPackr();
-  const rows = new RawRecordReader(ROW_FIELDS);
+  const rows = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
   const bytes = stored(packr, typical);
   assert.equal(rows.row(KEY, bytes, bytes.length, []), NOT_DECODED);
   assert.equal(rows.row(KEY, bytes, bytes.length, undefined), NOT_DECODED);
@@ -156,13 +163,18 @@ test('bytes inside a larger reused buffer are read only up to the given end', ()
   const big = new Uint8Array(bytes.length + 64).fill(0xee);
   big.set(bytes, 16);
   const view = big.subarray(16);
-  const got = new RawRecordReader(ROW_FIELDS).row(KEY, view, bytes.length, (packr as Packed).typedStructs);
+  const got = new RawRecordReader(ROW_FIELDS, scheduleRowOf).row(
+    KEY,
+    view,
+    bytes.length,
+    (packr as Packed).typedStructs,
+  );
   assert.deepEqual(got, toScheduleRow(KEY, typical));
 });
 
 test('struct ids past 15 and past 239 (two- and three-byte struct headers) read back', () => {
   const packr = recordPackr();
-  const rows = new RawRecordReader(ROW_FIELDS);
+  const rows = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
   for (let i = 0; i < 300; i++) {
     const r = { ...typical, [`extra${i}`]: i, nextRenderTime: typical.nextRenderTime + i };
     const bytes = stored(packr, r, { localTime: 1.7e12, flags: 0 });
@@ -210,8 +222,8 @@ const anyHeader = fc.record(
 
 test('property: raw read of a random record is NOT_DECODED or exactly the full decode (row and claim fields)', () => {
   const packr = recordPackr();
-  const rows = new RawRecordReader(ROW_FIELDS);
-  const claims = new RawRecordReader(CLAIM_FIELDS);
+  const rows = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
+  const claims = new RawRecordReader(CLAIM_FIELDS, claimRowOf);
   let read = 0;
   fc.assert(
     fc.property(record, anyHeader, (r, h) => {
@@ -245,7 +257,7 @@ test('property: raw read of a random record is NOT_DECODED or exactly the full d
 
 test('property: records of the schema shape (numbers, null, booleans, ASCII outcome) are always read raw', () => {
   const packr = recordPackr();
-  const rows = new RawRecordReader(ROW_FIELDS);
+  const rows = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
   const maybe = <T>(a: fc.Arbitrary<T>) => fc.option(a, { nil: null });
   const schemaRecord = fc.record({
     cacheKey: fc.webUrl(),
@@ -273,7 +285,7 @@ test('property: records of the schema shape (numbers, null, booleans, ASCII outc
 
 test('property: arbitrary or cut-short bytes never throw', () => {
   const packr = recordPackr();
-  const rows = new RawRecordReader(ROW_FIELDS);
+  const rows = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
   const sample = stored(packr, typical, { localTime: 1.7e12, flags: 0 });
   fc.assert(
     fc.property(fc.uint8Array({ maxLength: 80 }), fc.nat(sample.length), (junk, cut) => {

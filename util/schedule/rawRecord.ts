@@ -31,6 +31,26 @@ export const ROW_FIELDS = [
 ] as const;
 export const CLAIM_FIELDS = ['nextRenderTime', 'effectiveInterval', 'fromSitemap'] as const;
 
+/** Field values in the order of ROW_FIELDS / CLAIM_FIELDS, as read from the slots. */
+type Values = readonly unknown[];
+
+// Rows are normalised by toScheduleRow itself, from an object of a fixed shape (fast to build).
+export const scheduleRowOf = (key: string, v: Values): ScheduleRow | undefined =>
+  toScheduleRow(key, {
+    nextRenderTime: v[0],
+    fromSitemap: v[1],
+    effectiveInterval: v[2],
+    verified: v[3],
+    urgentAt: v[4],
+    changedAt: v[5],
+    strikes: v[6],
+    lastOutcome: v[7],
+    lastRenderedAt: v[8],
+    lastStatusCode: v[9],
+  });
+export const claimRowOf = (key: string, v: Values): ClaimRow | undefined =>
+  toScheduleRow(key, { nextRenderTime: v[0], effectiveInterval: v[1], fromSitemap: v[2] });
+
 /** The bytes could not be read here for certain: read the row the full way. */
 export const NOT_DECODED: unique symbol = Symbol('not decoded');
 export type Decoded<T> = T | undefined | typeof NOT_DECODED;
@@ -81,6 +101,8 @@ interface Plan {
   /** Bytes of all slots: the string area starts here after the struct header. */
   slotsSize: number;
   slots: readonly Slot[];
+  /** Wanted fields this struct has no property for (they read as undefined, as on the full record). */
+  absent: readonly number[];
   /** False when a slot has a type or size this reader does not handle (a Date slot, say). */
   readable: boolean;
 }
@@ -107,33 +129,35 @@ function planFor(struct: TypedStruct, fields: readonly string[]): Plan {
   const slots = all
     .filter((s) => s.field >= 0)
     .map((s) => ({ ...s, after: s.type === NUMBER ? [] : refs.slice(refs.indexOf(s) + 1) }));
-  return { slotsSize: offset, slots, readable };
+  const absent = fields.map((_, i) => i).filter((i) => !slots.some((s) => s.field === i));
+  return { slotsSize: offset, slots, absent, readable };
 }
 
 /**
  * Decodes chosen fields of stored schedule records. One per store and field set: it caches a plan per
  * struct (the struct arrays are replaced, never changed, when Harper reloads its shared structures).
  */
-export class RawRecordReader {
+export class RawRecordReader<T> {
   private readonly plans = new WeakMap<TypedStruct, Plan>();
+  private lastStruct: TypedStruct | null = null;
+  private lastPlan: Plan | undefined = undefined;
   private view: DataView | null = null;
   private viewOf: Uint8Array | null = null;
   /** The values of the last decode, by wanted field (a property missing from the struct is undefined). */
   private readonly values: unknown[];
-  /** Reused record shape handed to toScheduleRow, so the row is normalised exactly as a full read is. */
-  private readonly scratch: Record<string, unknown> = {};
 
-  constructor(private readonly fields: readonly string[]) {
+  /** `build` makes the caller's row from the values of `fields`, in that order. */
+  constructor(
+    private readonly fields: readonly string[],
+    private readonly build: (key: string, values: Values) => T | undefined,
+  ) {
     this.values = fields.map(() => undefined);
   }
 
   /** The row (or undefined where a full read finds no record), or NOT_DECODED. */
-  row(key: string, bytes: Uint8Array, end: number, structs: readonly TypedStruct[] | undefined) {
+  row(key: string, bytes: Uint8Array, end: number, structs: readonly TypedStruct[] | undefined): Decoded<T> {
     const r = this.decode(bytes, end, structs);
-    if (r !== true) return r;
-    const v = this.scratch;
-    for (let i = 0; i < this.fields.length; i++) v[this.fields[i]!] = this.values[i];
-    return toScheduleRow(key, v);
+    return r === true ? this.build(key, this.values) : r;
   }
 
   /**
@@ -184,11 +208,13 @@ export class RawRecordReader {
     }
     const struct = structs[id];
     if (struct === undefined) return NOT_DECODED;
-    let plan = this.plans.get(struct);
+    let plan = struct === this.lastStruct ? this.lastPlan : this.plans.get(struct);
     if (plan === undefined) {
       plan = planFor(struct, this.fields);
       this.plans.set(struct, plan);
     }
+    this.lastStruct = struct;
+    this.lastPlan = plan;
     if (!plan.readable) return NOT_DECODED;
     const refStart = p + plan.slotsSize;
     if (refStart > end) return NOT_DECODED;
@@ -198,8 +224,9 @@ export class RawRecordReader {
     }
     const view = this.view!;
     const values = this.values;
-    values.fill(undefined);
-    for (const s of plan.slots) {
+    for (let i = 0; i < plan.absent.length; i++) values[plan.absent[i]!] = undefined;
+    for (let i = 0; i < plan.slots.length; i++) {
+      const s = plan.slots[i]!;
       const at = p + s.offset;
       let v: unknown;
       if (s.type === NUMBER) v = readNumber(view, bytes, at, s.size);
@@ -209,7 +236,8 @@ export class RawRecordReader {
         else {
           if (s.type === OBJECT_DATA) return NOT_DECODED;
           let stop = end - refStart;
-          for (const next of s.after) {
+          for (let j = 0; j < s.after.length; j++) {
+            const next = s.after[j]!;
             const r = readRef(view, bytes, p + next.offset, next.size);
             if (r === UNKNOWN) return NOT_DECODED;
             if (typeof r === 'number') {
