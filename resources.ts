@@ -31,6 +31,7 @@ import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
 import { readRow, ScheduleOwner } from './services/schedule/store.js';
+import { readClaimRow } from './services/schedule/rawRecords.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
 import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
@@ -114,7 +115,7 @@ const fleetScope = new FleetScope({
 const claims = new ClaimService({
   readySet,
   leases: leaseTable,
-  readRow,
+  readRow: readClaimRow,
   writeClaimMarks,
   isPaused: () => control.isPaused(),
   pauseKnown: () => control.pauseKnown(),

@@ -14,7 +14,8 @@ import { log, threads, workerIndex } from '../runtime/harper.js';
 import { KeeperService, type ScheduleSource } from './service.js';
 import { nodeStatusNow } from './servingView.js';
 import { count, record } from '../metrics/values.js';
-import { readRow, subscribeSchedule, walkSchedule } from '../schedule/store.js';
+import { readRow, subscribeSchedule } from '../schedule/store.js';
+import { walkScheduleRaw } from '../schedule/rawRecords.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
 import type { NodeControl } from '../status/control.js';
 
@@ -26,7 +27,7 @@ const LEADERSHIP_WAIT_MS = 1000;
 
 const source: ScheduleSource = {
   subscribe: () => subscribeSchedule(),
-  walk: (opts) => walkSchedule(opts),
+  walk: (opts) => walkScheduleRaw(opts),
   read: (key) => readRow(key),
 };
 

@@ -7,7 +7,8 @@ import { nameHash } from '../../util/leases/token.js';
 import type { LeaseTable } from '../../util/leases/table.js';
 import type { ReadyEntry, ReadySet } from '../../util/handoff/readySet.js';
 import type { MetricName } from '../../util/metrics/catalogue.js';
-import { classifyUrl, type ScheduleRow } from '../../util/schedule/rules.js';
+import { classifyUrl } from '../../util/schedule/rules.js';
+import type { ClaimRow } from '../../util/schedule/rawRecord.js';
 import { requireObject } from '../../util/http/input.js';
 import type { HarperUser } from '../runtime/harper.js';
 import type { QueueScope } from './fleetScope.js';
@@ -55,8 +56,11 @@ export interface ClaimDeps {
   /** The node's ready set and lease table (shared memory; a getter, as they are sized at first use). */
   readySet: () => Pick<ReadySet, 'take' | 'takeSection' | 'section'>;
   leases: () => Pick<LeaseTable, 'isLeased' | 'grant'>;
-  /** A local point read of the schedule row. */
-  readRow: (key: string) => ScheduleRow | undefined;
+  /**
+   * A local point read of the fields a claim uses, as stored now (undefined: no row). Wired to the raw
+   * read (services/schedule/rawRecords.ts), which answers exactly what a full readRow does.
+   */
+  readRow: (key: string) => ClaimRow | undefined;
   /** Records the queues' last claim instant (never moves a mark back). Not awaited by the claim. */
   writeClaimMarks: (queues: readonly string[], now: number) => Promise<void>;
   isPaused: () => boolean;

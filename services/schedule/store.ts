@@ -27,6 +27,8 @@ const LOCK_WAIT_MS = 10_000;
 
 // Looked up per use (two property reads), so the module holds no state of its own.
 const schedule = (): HarperTable => table('render_schedule', 'RenderSchedule');
+/** The primary store for rawRecords.ts's raw reads (this file stays the table's one owner). */
+export const schedulePrimaryStore = () => schedule().primaryStore;
 
 function toRecord(row: ScheduleRow): Record<string, unknown> {
   return { ...row };
