@@ -28,9 +28,10 @@ interface BinaryStore extends RawStore {
 
 const binaryStore = () => schedulePrimaryStore() as BinaryStore;
 
-// One reader per field set on this worker (it caches a plan per struct; it holds no rows).
-const claimReader = new RawRecordReader(CLAIM_FIELDS, claimRowOf);
-const rowReader = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
+// Process-wide: one reader per field set on this thread. Each caches only a decode plan per shared
+// struct (the store's structures, themselves process-wide); it holds no rows and no request's state.
+const processWideClaimReader = new RawRecordReader(CLAIM_FIELDS, claimRowOf);
+const processWideRowReader = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
 
 /**
  * The claim's point read: due time, cadence and sitemap flag of the row as stored now, or undefined
@@ -41,7 +42,7 @@ export function readClaimRow(key: string): ClaimRow | undefined {
   const store = binaryStore();
   const bytes = store.getBinaryFast(key);
   if (bytes === undefined) return undefined;
-  const row = claimReader.row(key, bytes, bytes.length, store.decoder?.typedStructs);
+  const row = processWideClaimReader.row(key, bytes, bytes.length, store.decoder?.typedStructs);
   return row === NOT_DECODED ? readRow(key) : row;
 }
 
@@ -80,7 +81,7 @@ export function* walkScheduleRaw(
     const raw = bytes as Uint8Array | null;
     bytes = null;
     let row: Decoded<ScheduleRow> = NOT_DECODED;
-    if (raw !== null) row = rowReader.row(key, raw, size, store.decoder?.typedStructs);
+    if (raw !== null) row = processWideRowReader.row(key, raw, size, store.decoder?.typedStructs);
     yield { key, row: row === NOT_DECODED ? readRow(key) : row };
   }
 }

@@ -23,6 +23,10 @@ const PROCESS_WIDE: Record<string, string> = {
     'process-wide shared buffers: the NodeLocal store they come from',
   'services/runtime/sharedBuffers.ts obtained': "process-wide shared buffers: this thread's handle on each",
   'services/metrics/values.ts processWideMetrics': 'the metric cells every worker adds into (shared buffers)',
+  'services/schedule/rawRecords.ts processWideClaimReader':
+    "this thread's decode plans per shared struct for the claim's fields; no rows",
+  'services/schedule/rawRecords.ts processWideRowReader':
+    "this thread's decode plans per shared struct for the walk's fields; no rows",
   'util/leases/token.ts processWideRandomPool': "this thread's CSPRNG bytes: one pool serves every grant",
   'util/leases/slots.ts napCell': 'never written: the SharedArrayBuffer word Atomics.wait naps on',
   'util/handoff/stateDoc.ts packr': 'a codec without shared structures: each message carries its own',
