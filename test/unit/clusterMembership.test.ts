@@ -144,6 +144,7 @@ test('the connection watch keeps since when a peer has been down, forgets it on 
   const watch = new ConnectionWatch({
     clusterStatus: () => answer(),
     sleep: (ms) => new Promise((r) => clock.set(r, ms)),
+    log: quiet,
   });
   assert.deepEqual([...(await watch.downSince(T0))], [['node-b', T0]]);
   clock.t = T0 + 1000;
