@@ -3,7 +3,7 @@
 // jobs/s and duplicate grants. Then FAIL_ROWS more due rows, node-c stopped by pid (SIGTERM), and the
 // time until each of node-c's rows is granted on node-a or node-b.
 // Run: npx tsc -p tsconfig.json && node dist/bench/cluster-drain.js
-//      (ROWS=30000 CLIENTS=4 FAIL_ROWS=3000 THREADS=1 TICK=1000 by default)
+//      (ROWS=30000 CLIENTS=4 FAIL_ROWS=3000 THREADS=1 TICK=1000 LOG_LEVEL=warn by default)
 import { Ownership } from '../util/cluster/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../test/harness.js';
 import { benchUrl, fileAll, loadavg, machine, sleep } from './lib.js';
@@ -26,6 +26,50 @@ interface Node {
 async function held(n: Node): Promise<number | null> {
   const r = await n.h.fetch('/prerender_admin/overview');
   return r.status === 200 ? ((r.json.keeper?.stats?.rows as number | undefined) ?? null) : null;
+}
+
+/**
+ * On a miss, what a node's table has, how many events its keeper applied and its last walk: rows that
+ * replicated but were never delivered read tbl > held with no walk since; rows not yet replicated read
+ * tbl < the count filed. Plus its last keeper/cluster log lines.
+ */
+async function factsOf(n: Node): Promise<string> {
+  const s = await n.h.fetch('/prerender_admin/queue-state');
+  const rows = await n.h
+    .operation({ operation: 'sql', sql: 'SELECT COUNT(*) AS c FROM render_schedule.RenderSchedule' })
+    .then((r: Array<{ c: number }>) => r[0]?.c)
+    .catch(() => '?');
+  const k = s.status === 200 ? s.json.trust.keeper : null;
+  const logs = n.h
+    .output()
+    .split('\n')
+    .filter((l) => /keeper|cluster|membership|replicat/i.test(l))
+    .slice(-12)
+    .join('\n  ');
+  return (
+    `${n.name}: tbl=${rows} held=${k?.rows} events=${k?.apply?.events} ` +
+    `lastVerify=${JSON.stringify(k?.lastVerify)}\n  ${logs}`
+  );
+}
+
+/** Every node sees a fresh beat from every node, each publishing the same three-node view. */
+async function settled(nodes: Node[]): Promise<boolean> {
+  const want = NAMES.join(',');
+  for (const n of nodes) {
+    const beats: Array<{ id: string; view: string[] | null; beatAt: number }> = await n.h.operation({
+      operation: 'search_by_value',
+      database: 'render_queue',
+      table: 'QueueNode',
+      search_attribute: 'id',
+      search_value: '*',
+      get_attributes: ['id', 'view', 'beatAt'],
+    });
+    for (const m of NAMES) {
+      const b = beats.find((x) => x.id === m);
+      if (!b || Date.now() - b.beatAt > 5000 || (b.view ?? []).join(',') !== want) return false;
+    }
+  }
+  return true;
 }
 
 async function waitFor(what: string, fn: () => Promise<boolean>, ms: number): Promise<void> {
@@ -69,7 +113,7 @@ async function main(): Promise<void> {
       const repl = await freePort();
       const h = await startHarper({
         threads: THREADS,
-        logLevel: 'warn',
+        logLevel: process.env.LOG_LEVEL ?? 'warn',
         harperConfig: {
           replication: {
             hostname: name,
@@ -95,6 +139,9 @@ async function main(): Promise<void> {
     await link(c, b);
     for (const n of nodes)
       await n.h.fetch('/prerender_admin/config', { body: { maintenance: { tickInterval: TICK } } });
+    // Filing while the links are still coming up (Harper's initial full copies) left 681 of 30,000 rows
+    // missing on node-c's table for 120 s in one run: wait until every node holds by one 3-node view.
+    await waitFor('all three nodes to see each other and hold by one view', () => settled(nodes), 120_000);
 
     const urls = Array.from({ length: ROWS }, (_, i) => benchUrl('cluster', i));
     await fileAll(
@@ -107,8 +154,11 @@ async function main(): Promise<void> {
       `each node to hold its share (${shares.join('/')}; last seen ${lastHeld.join('/')})`,
       async () => (lastHeld = await Promise.all(nodes.map(held))).every((h, i) => h === shares[i]),
       120_000,
-    ).catch((e: unknown) => {
-      throw new Error(`${String(e)}: expected ${shares.join('/')}, held ${lastHeld.join('/')}`);
+    ).catch(async (e: unknown) => {
+      const seen = await Promise.all(nodes.map(factsOf));
+      throw new Error(
+        `${String(e)}: expected ${shares.join('/')}, held ${lastHeld.join('/')}\n${seen.join('\n')}`,
+      );
     });
     const grants = new Map<string, number>();
     const t0 = performance.now();

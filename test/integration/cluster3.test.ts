@@ -250,9 +250,10 @@ test('a stopped node loses nothing: its rows are claimable on the other two, and
   const ofC = urls.filter((u) => all3.ownerOf(u) === 'node-c');
   await until('node-c to hold its rows', async () => (await holdersOf(ofC[0]!, ['node-c'])).length === 1);
   const c = nodes.get('node-c')!;
+  const two = ['node-a', 'node-b'] as const;
+  const logFrom = new Map(two.map((n) => [n, node(n).output().length]));
   const stoppedAt = Date.now();
   await c.inst.stop(); // by pid (SIGTERM), keeps its root
-  const two = ['node-a', 'node-b'] as const;
   const total = filed.size;
   await until(
     'node-a and node-b to hold every row between them',
@@ -265,6 +266,19 @@ test('a stopped node loses nothing: its rows are claimable on the other two, and
   );
   const pickedUp = Date.now() - stoppedAt;
   t.diagnostic(`node-c's ${ofC.length} due rows held on node-a/node-b ${pickedUp} ms after the stop`);
+  // Its sockets closed with the process: each survivor lets it go by the connection signal (cluster_status
+  // asked in-process on worker 0), ~3 s plus a tick and a walk, not by the 15 s heartbeat window.
+  for (const n of two) {
+    const since = node(n).output().slice(logFrom.get(n));
+    const lines = since.split('\n').filter((l) => /cluster: .*node-c/.test(l));
+    t.diagnostic(`${n}: ${lines.map((l) => l.replace(/^.*cluster: /, '')).join(' | ')}`);
+    assert.match(since, /cluster: node-c left \(connection\)/, `${n} let node-c go by its closed socket`);
+  }
+  const window = beatStaleAfterMs(1000);
+  assert.ok(
+    pickedUp < window - 3000,
+    `picked up ${pickedUp} ms after the stop, not clear of the ${window} ms window`,
+  );
   // Claimable there, each once.
   const grants = new Map<string, number>();
   await until(

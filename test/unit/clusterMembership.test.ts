@@ -3,7 +3,7 @@
 // connection watch turns cluster_status answers into "down since" times (a second departure signal).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { NodeBeat } from '../../util/cluster/holding.js';
+import { beatStaleAfterMs, type NodeBeat } from '../../util/cluster/holding.js';
 import { DutyScheduler } from '../../util/duties/scheduler.js';
 import { ConnectionWatch, LOOK_TIMEOUT_MS, peersDown } from '../../util/cluster/connections.js';
 import { ClusterMembership, ReplicationPeers, type ConnectionView } from '../../util/cluster/membership.js';
@@ -144,6 +144,7 @@ test('the connection watch keeps since when a peer has been down, forgets it on 
   const watch = new ConnectionWatch({
     clusterStatus: () => answer(),
     sleep: (ms) => new Promise((r) => clock.set(r, ms)),
+    log: quiet,
   });
   assert.deepEqual([...(await watch.downSince(T0))], [['node-b', T0]]);
   clock.t = T0 + 1000;
@@ -177,4 +178,53 @@ test('the membership counts a peer gone within the quick window once its connect
   downSince.set('node-b', T0 + 500);
   assert.deepEqual((await c.membership.presence()).missing, ['node-b']);
   assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a']);
+});
+
+test('a peer whose socket flaps while its beats keep arriving is never dropped, and one that stops beating leaves by the connection', async () => {
+  const clock = new FakeClock(T0);
+  let connected = true;
+  const logged: string[] = [];
+  const watch = new ConnectionWatch({
+    clusterStatus: async () => status({ 'node-b': connected }),
+    sleep: (ms) => new Promise((r) => clock.set(r, ms)),
+    log: { info: (m: unknown) => logged.push(String(m)), warn: () => undefined },
+  });
+  const c = cluster({ interval: 1000, connections: watch });
+  const step = 250;
+  // A minute of a socket down 4 s, up 0.5 s, down again…, with node-b beating every second throughout
+  // (its beats arrive 0.8 s late): both signals are needed, the connection alone never drops it.
+  for (let t = 0; t <= 60_000; t += step) {
+    c.clock.t = clock.t = T0 + t;
+    connected = t % 4500 >= 4000;
+    c.beats.set('node-b', {
+      node: 'node-b',
+      beatAt: T0 + Math.max(0, Math.floor((t - 800) / 1000) * 1000),
+      view: null,
+    });
+    assert.deepEqual((await c.membership.presence()).missing, [], `node-b present at ${t} ms`);
+  }
+  assert.equal(c.membership.departures().size, 0);
+  assert.ok(logged.some((l) => /node-b's render_queue socket down/.test(l)));
+  // Then it stops: the socket stays down and no beat comes. It leaves after the quick window, not 15 s.
+  const lastBeat = c.beats.get('node-b')!.beatAt;
+  connected = false;
+  let leftAt = -1;
+  for (let t = 60_000 + step; t <= 80_000 && leftAt < 0; t += step) {
+    c.clock.t = clock.t = T0 + t;
+    if ((await c.membership.presence()).missing.includes('node-b')) leftAt = T0 + t;
+  }
+  assert.ok(leftAt > 0, 'node-b left');
+  assert.ok(leftAt - lastBeat <= 4000, `left ${leftAt - lastBeat} ms after its last beat`);
+  assert.equal(c.membership.departures().get('node-b')?.kind, 'connection');
+});
+
+test('a peer whose beats stop while Harper still reports its socket connected leaves by the heartbeat window only', async () => {
+  const c = cluster({ interval: 1000, connections: { downSince: async () => new Map() } });
+  c.beats.set('node-b', { node: 'node-b', beatAt: T0, view: null });
+  assert.deepEqual((await c.membership.presence()).missing, []);
+  c.clock.t = T0 + beatStaleAfterMs(1000);
+  assert.deepEqual((await c.membership.presence()).missing, [], 'a hung peer with its socket open: 15 s');
+  c.clock.t += 1;
+  assert.deepEqual((await c.membership.presence()).missing, ['node-b']);
+  assert.equal(c.membership.departures().get('node-b')?.kind, 'heartbeat');
 });

@@ -15,6 +15,8 @@ const LOOK_EVERY_MS = 250;
  * so a cluster_status asked by someone else meanwhile can leave ours unanswered for good.
  */
 export const LOOK_TIMEOUT_MS = 2000;
+/** A failing look is logged at most this often (a Harper without replication fails every look). */
+const LOOK_WARN_EVERY_MS = 60_000;
 
 /** Which peers' beat sockets are down, from one cluster_status answer; unknown shapes say nothing. */
 export function peersDown(status: unknown): Set<string> {
@@ -36,6 +38,8 @@ export interface ConnectionWatchDeps {
   clusterStatus: () => Promise<unknown>;
   /** A one-shot wait (the look's timeout). */
   sleep: (ms: number) => Promise<void>;
+  /** Each peer's socket going down or coming back is said once; a failing look at most once a minute. */
+  log: { info(...a: unknown[]): void; warn(...a: unknown[]): void };
 }
 
 /** Tracks since when each peer's beat socket has been down, from looks at cluster_status. */
@@ -43,6 +47,7 @@ export class ConnectionWatch implements ConnectionView {
   private readonly since = new Map<string, number>();
   private lastLookAt = -Infinity;
   private looking: Promise<void> | null = null;
+  private lastWarnAt = -Infinity;
 
   constructor(private readonly deps: ConnectionWatchDeps) {}
 
@@ -63,12 +68,29 @@ export class ConnectionWatch implements ConnectionView {
         this.deps.sleep(LOOK_TIMEOUT_MS).then(() => Promise.reject(new Error('cluster_status timed out'))),
       ]);
       down = peersDown(status);
-    } catch {
+    } catch (e) {
       // Unknown is not down: the heartbeat window alone decides.
       this.since.clear();
+      if (now - this.lastWarnAt >= LOOK_WARN_EVERY_MS) {
+        this.lastWarnAt = now;
+        this.deps.log.warn(
+          `cluster: cluster_status gave no answer (${e instanceof Error ? e.message : String(e)}); ` +
+            'peers leave by the heartbeat window alone',
+        );
+      }
       return;
     }
-    for (const name of [...this.since.keys()]) if (!down.has(name)) this.since.delete(name);
-    for (const name of down) if (!this.since.has(name)) this.since.set(name, now);
+    for (const name of [...this.since.keys()])
+      if (!down.has(name)) {
+        this.since.delete(name);
+        this.deps.log.info(
+          `cluster: cluster_status reports ${name}'s ${BEAT_DATABASE} socket connected again`,
+        );
+      }
+    for (const name of down)
+      if (!this.since.has(name)) {
+        this.since.set(name, now);
+        this.deps.log.info(`cluster: cluster_status reports ${name}'s ${BEAT_DATABASE} socket down`);
+      }
   }
 }

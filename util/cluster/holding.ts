@@ -48,6 +48,31 @@ export interface ConnectionSignal {
   beatEveryMs: number;
 }
 
+/** Why a peer with a beat is not present (null while it is): which of the two windows let it go. */
+export type Absence =
+  { kind: 'heartbeat'; beatAgeMs: number } | { kind: 'connection'; beatAgeMs: number; downForMs: number };
+
+/**
+ * One peer's beat against the windows: gone by the heartbeat when its beat is older than the full
+ * window; gone by the connection when its connection has been down for the quick window and its beat is
+ * as old. Anything else (a socket down while beats still arrive, a beat lagging with the socket up) is
+ * present.
+ */
+export function absenceOf(
+  beat: NodeBeat,
+  now: number,
+  staleAfterMs: number,
+  connection?: ConnectionSignal,
+): Absence | null {
+  const beatAgeMs = now - beat.beatAt;
+  if (beatAgeMs > staleAfterMs) return { kind: 'heartbeat', beatAgeMs };
+  const downSince = connection?.downSince.get(beat.node);
+  if (downSince === undefined) return null;
+  const quick = quickStaleAfterMs(connection!.beatEveryMs);
+  const downForMs = now - downSince;
+  return beatAgeMs > quick && downForMs >= quick ? { kind: 'connection', beatAgeMs, downForMs } : null;
+}
+
 /**
  * The configured peers whose heartbeat is fresh. Configured means listed in Harper's node table: a beat
  * from a node that was removed no longer makes it a member. With a connection signal, a peer whose
@@ -62,14 +87,9 @@ export function presentPeers(
   connection?: ConnectionSignal,
 ): NodeBeat[] {
   const wanted = new Set(configured.filter((n) => n !== self));
-  const quick = connection ? quickStaleAfterMs(connection.beatEveryMs) : Infinity;
-  return beats.filter((b) => {
-    if (b.node === self || !wanted.has(b.node)) return false;
-    const age = now - b.beatAt;
-    if (age > staleAfterMs) return false;
-    const downSince = connection?.downSince.get(b.node);
-    return downSince === undefined || age <= quick || now - downSince < quick;
-  });
+  return beats.filter(
+    (b) => b.node !== self && wanted.has(b.node) && absenceOf(b, now, staleAfterMs, connection) === null,
+  );
 }
 
 /**

@@ -4,7 +4,14 @@
 // down (util/cluster/connections.ts). The heartbeat is a duty on the scheduler it is given. The Harper
 // side (tables, the QueueNode rows, the config) is services/cluster/membership.ts.
 import type { Counts, DutyHandle, DutyScheduler } from '../duties/scheduler.js';
-import { HoldingView, beatStaleAfterMs, presentPeers, type NodeBeat } from './holding.js';
+import {
+  HoldingView,
+  absenceOf,
+  beatStaleAfterMs,
+  presentPeers,
+  type Absence,
+  type NodeBeat,
+} from './holding.js';
 
 /** Beats at most once a second: a replicated write per beat per node, for a 15 s departure window. */
 export const MIN_BEAT_MS = 1000;
@@ -63,6 +70,9 @@ export interface MembershipDeps {
   log: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
 }
 
+/** Why a peer that was present left: one of the two windows, or Harper no longer lists it. */
+export type Departure = (Absence | { kind: 'unconfigured' } | { kind: 'no-beat' }) & { at: number };
+
 export interface PeerPresence {
   configured: string[];
   present: NodeBeat[];
@@ -76,6 +86,9 @@ export class ClusterMembership {
   private beat: DutyHandle | null = null;
   private readonly startedAt: number;
   private lastWarnAt = -Infinity;
+  /** The peers present at the last look (a departure is a peer in here that is no longer present). */
+  private wasPresent = new Set<string>();
+  private readonly lastDepartures = new Map<string, Departure>();
 
   constructor(private readonly deps: MembershipDeps) {
     this.startedAt = deps.now();
@@ -135,7 +148,24 @@ export class ClusterMembership {
       : undefined;
     const present = presentPeers(self, configured, beats, now, this.staleAfterMs(), connection);
     const seen = new Set(present.map((b) => b.node));
+    for (const node of this.wasPresent) {
+      if (seen.has(node)) continue;
+      const beat = beats.find((b) => b.node === node);
+      const why: Absence | { kind: 'unconfigured' } | { kind: 'no-beat' } = !configured.includes(node)
+        ? { kind: 'unconfigured' }
+        : !beat
+          ? { kind: 'no-beat' }
+          : (absenceOf(beat, now, this.staleAfterMs(), connection) ?? { kind: 'no-beat' });
+      this.lastDepartures.set(node, { ...why, at: now });
+      this.deps.log.info(`cluster: ${node} left (${why.kind}): ${describe(why, this.staleAfterMs())}`);
+    }
+    this.wasPresent = seen;
     return { configured, present, missing: configured.filter((n) => !seen.has(n)) };
+  }
+
+  /** The last departure of each peer that left since this membership started, and why. */
+  departures(): ReadonlyMap<string, Departure> {
+    return this.lastDepartures;
   }
 
   /**
@@ -148,5 +178,26 @@ export class ClusterMembership {
     const view = new HoldingView(this.deps.self(), present);
     this.applied = view.nodes;
     return view;
+  }
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+function describe(
+  why: Absence | { kind: 'unconfigured' } | { kind: 'no-beat' },
+  staleAfterMs: number,
+): string {
+  switch (why.kind) {
+    case 'heartbeat':
+      return `its last beat is ${seconds(why.beatAgeMs)} old (heartbeat window ${seconds(staleAfterMs)})`;
+    case 'connection':
+      return (
+        `cluster_status has reported its replication socket down for ${seconds(why.downForMs)} ` +
+        `and its last beat is ${seconds(why.beatAgeMs)} old`
+      );
+    case 'unconfigured':
+      return 'it is no longer in system.hdb_nodes';
+    case 'no-beat':
+      return 'its heartbeat row is gone';
   }
 }
