@@ -53,6 +53,31 @@ interface Drain {
   [k: string]: unknown;
 }
 
+/** The figures of one finished drain (what every mode reports). */
+function drainOf(
+  d: {
+    granted: number;
+    distinct: number;
+    dups: number;
+    notAccepted: number;
+    accepted: number;
+    target: number;
+    spanMs: number;
+  },
+  cpu: Record<string, unknown>,
+): Drain {
+  return {
+    jobs: d.granted,
+    distinct: d.distinct,
+    dups: d.dups,
+    notAccepted: d.notAccepted,
+    complete: d.accepted >= d.target,
+    jobsPerSec: Math.round((d.accepted / d.spanMs) * 1000),
+    spanMs: Math.round(d.spanMs),
+    ...cpu,
+  };
+}
+
 /** `uptime`'s line as the machine printed it (the load the numbers were taken under). */
 function uptime(): string {
   try {
@@ -121,16 +146,7 @@ async function channelDrain(h: HarperInstance, target: number): Promise<Drain> {
   });
   const spanMs = (Number.isNaN(lastResult) ? performance.now() : lastResult) - t0;
   for (const ws of sockets) ws.close();
-  return {
-    jobs: granted,
-    distinct: seen.size,
-    dups,
-    notAccepted,
-    complete: accepted >= target,
-    jobsPerSec: Math.round((accepted / spanMs) * 1000),
-    spanMs: Math.round(spanMs),
-    ...meter(),
-  };
+  return drainOf({ granted, distinct: seen.size, dups, notAccepted, accepted, target, spanMs }, meter());
 }
 
 async function nextDrain(h: HarperInstance, target: number): Promise<Drain> {
@@ -177,16 +193,7 @@ async function nextDrain(h: HarperInstance, target: number): Promise<Drain> {
   );
   const spanMs = (Number.isNaN(lastResult) ? performance.now() : lastResult) - t0;
   await Promise.all(clients.map((c) => c.close()));
-  return {
-    jobs: granted,
-    distinct: seen.size,
-    dups,
-    notAccepted,
-    complete: accepted >= target,
-    jobsPerSec: Math.round((accepted / spanMs) * 1000),
-    spanMs: Math.round(spanMs),
-    ...meter(),
-  };
+  return drainOf({ granted, distinct: seen.size, dups, notAccepted, accepted, target, spanMs }, meter());
 }
 
 async function claimDrain(h: HarperInstance, target: number): Promise<Drain> {
