@@ -45,3 +45,13 @@ export async function fileTargets(
   assert.deepEqual(answer.rejected, [], 'every target filed is accepted');
   return answer;
 }
+
+/** A job as `claim`, `/next` and the channel grant it (API.md). */
+export interface ClaimedJob {
+  id: string;
+  url: string;
+  queue: string;
+  isFromSitemap: boolean;
+  expiresAt: number;
+  leaseToken: string;
+}

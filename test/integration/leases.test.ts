@@ -22,7 +22,7 @@ import {
   type FetchResult,
   type HarperInstance,
 } from '../harness.js';
-import { fileTargets, postConfig } from '../api.js';
+import { fileTargets, postConfig, type ClaimedJob } from '../api.js';
 import { sleep, until } from '../wait.js';
 import { parseToken } from '../../util/leases/token.js';
 
@@ -35,14 +35,7 @@ const MIN = 60_000;
 const LEASE_MS = 5000;
 const PUBLISH_MS = 200;
 
-interface Job {
-  id: string;
-  url: string;
-  queue: string;
-  isFromSitemap: boolean;
-  expiresAt: number;
-  leaseToken: string;
-}
+type Job = ClaimedJob;
 /** The grant instant a lease token starts with (server clock, ms). */
 const at = (job: Job): number => parseToken(job.leaseToken)!.grantedAt;
 
