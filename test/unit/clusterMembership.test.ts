@@ -169,6 +169,22 @@ test('the connection watch keeps since when a peer has been down, forgets it on 
   assert.deepEqual([...looked!], [], 'a silent look counts as nothing known');
 });
 
+test('a node with no configured peers never asks for the connection state', async () => {
+  let looks = 0;
+  const c = cluster({
+    peers: [],
+    connections: {
+      downSince: async () => {
+        looks++;
+        return new Map();
+      },
+    },
+  });
+  assert.deepEqual((await c.membership.presence()).configured, []);
+  assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a']);
+  assert.equal(looks, 0);
+});
+
 test('the membership counts a peer gone within the quick window once its connection is down and its beat stopped', async () => {
   const downSince = new Map<string, number>();
   const c = cluster({ interval: 1000, connections: { downSince: async () => downSince } });

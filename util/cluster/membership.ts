@@ -143,9 +143,12 @@ export class ClusterMembership {
     const self = this.deps.self();
     const configured = await this.deps.configuredPeers();
     const beats = await this.deps.readBeats();
-    const connection = this.deps.connections
-      ? { downSince: await this.deps.connections.downSince(now), beatEveryMs: this.beatEveryMs() }
-      : undefined;
+    // Alone (no configured peers) there is no connection to watch: cluster_status is not asked (on a
+    // Harper without replication every look fails, and would warn once a minute for nothing).
+    const connection =
+      this.deps.connections && configured.length > 0
+        ? { downSince: await this.deps.connections.downSince(now), beatEveryMs: this.beatEveryMs() }
+        : undefined;
     const present = presentPeers(self, configured, beats, now, this.staleAfterMs(), connection);
     const seen = new Set(present.map((b) => b.node));
     for (const node of this.wasPresent) {
