@@ -31,7 +31,7 @@ import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
 import { readRow, ScheduleOwner } from './services/schedule/store.js';
-import { readClaimRow } from './services/schedule/rawRecords.js';
+import { readClaimRow, readScheduleRow } from './services/schedule/rawRecords.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
 import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
@@ -64,7 +64,7 @@ const count = metrics.count.bind(metrics);
 const now = () => Date.now();
 
 // ------------------------------------------------------------------ the schedule's writes
-const schedule = new ScheduleOwner({ config, timer: realTimer, sleep });
+const schedule = new ScheduleOwner({ config, timer: realTimer, sleep, read: readScheduleRow });
 
 // ------------------------------------------------------------------ notify (the keeper's events go here)
 const sealKey = new SealKey({ read: () => process.env.QUEUE_KEEPER_SECRET_KEY, log });

@@ -47,6 +47,19 @@ export function readClaimRow(key: string): ClaimRow | undefined {
 }
 
 /**
+ * readRow over the raw value: the whole row as stored now (same snapshot, same answer), decoded from the
+ * stored bytes instead of through Harper's record build. The schedule writes read every key twice under
+ * its lock — before deciding, and back after the commit — so this is two of a result's three reads.
+ */
+export function readScheduleRow(key: string): ScheduleRow | undefined {
+  const store = binaryStore();
+  const bytes = store.getBinaryFast(key);
+  if (bytes === undefined) return undefined;
+  const row = processWideRowReader.row(key, bytes, bytes.length, store.decoder?.typedStructs);
+  return row === NOT_DECODED ? readRow(key) : row;
+}
+
+/**
  * walkSchedule (store.ts) over the raw values: the same keys in the same order, each row equal to what
  * walkSchedule yields. The store's getRange runs on a view whose decoder only notes where the value's
  * bytes are (lmdb-js passes its reused buffer when the decoder copies), and the row is decoded here.

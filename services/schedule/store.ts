@@ -69,6 +69,11 @@ export interface ScheduleOwnerDeps {
   timer: SchedulerTimer;
   /** The one-shot waits of a commit: a retry's backoff and a turn for a commit to show. */
   sleep: (ms: number) => Promise<void>;
+  /**
+   * The point read under the locks (before deciding, and back after the commit); readRow unless
+   * resources.ts hands in the raw reader (rawRecords.ts readScheduleRow), which answers the same.
+   */
+  read?: (key: string) => ScheduleRow | undefined;
 }
 
 /**
@@ -78,10 +83,12 @@ export interface ScheduleOwnerDeps {
 export class ScheduleOwner {
   private readonly writes: ScheduleWrites;
   private readonly resultBatches: GroupCommit<ResultWrite, ResultApplied>;
+  private readonly read: (key: string) => ScheduleRow | undefined;
 
   constructor(private readonly deps: ScheduleOwnerDeps) {
+    this.read = deps.read ?? readRow;
     const store: ScheduleStore = {
-      read: readRow,
+      read: (key) => this.read(key),
       locked: async (keys, fn) => {
         const r = await withKeyLocks(schedule().primaryStore, 'schedule', keys, LOCK_WAIT_MS, fn);
         if (!r.locked)
@@ -167,7 +174,7 @@ export class ScheduleOwner {
     for (let look = 0; look < 5; look++) {
       store.resetReadTxn?.();
       pending = writes.filter((w) => {
-        const now = readRow(w.key);
+        const now = this.read(w.key);
         return w.row ? now === undefined || !sameSchedule(now, w.row) : now !== undefined;
       });
       if (pending.length === 0) return pending;

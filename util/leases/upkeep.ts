@@ -64,6 +64,9 @@ export class LeaseUpkeep extends LeaseSlots {
       const state = word & STATE_MASK;
       if (state !== LEASED && state !== EXPIRED) continue;
       if (Atomics.load(a, base + S_REPORT) !== REPORT_NONE) continue;
+      // Most live leases are not due to end: one word says so without the slot's consistent read (a
+      // torn look only defers a lease to the next pass; the read below decides for the ones left).
+      if (fromSharedSeconds(Atomics.load(a, base + S_EXPIRY)) > now) continue;
       const read = this.read(base, false);
       if (read !== word || this.reportRead !== REPORT_NONE || fromSharedSeconds(this.expiryRead) > now)
         continue;
