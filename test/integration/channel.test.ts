@@ -1,13 +1,16 @@
 // The persistent channel (issue 15 lever 4) against a real Harper (2 worker threads): refused without
 // valid credentials, credits bound what is pushed, results reschedule rows as job_results does, a bad
 // message is answered with an error frame and changes nothing, and two sockets drain a set of rows
-// filed after they gave credits with no job granted twice and none left.
+// filed after they gave credits with no job granted twice and none left. Sockets holding credits while
+// nothing is due claim about once per safety interval (not at every publish), and still get a row filed due.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { configForTest, fileTargets, postConfig } from '../api.js';
 import { ChannelPeer, type ChannelJob } from '../channelPeer.js';
 import { until } from '../wait.js';
+import { setTimeout as delay } from 'node:timers/promises';
+import { CHANNEL_SAFETY_MS } from '../../util/channel/wait.js';
 
 let h: HarperInstance;
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
@@ -207,4 +210,59 @@ test('two sockets drain rows filed after their credits: no job granted twice, no
   for (const u of urls) assert.ok((await row(u))!.nextRenderTime > Date.now(), `${u} is no longer due`);
   const claim = await h.fetch('/render_queue/claim', { body: { limit: 25 }, auth: fleet });
   assert.equal((claim.json as ChannelJob[]).filter(mine).length, 0, 'nothing of it is left to claim');
+});
+
+/** Claims the channel has made on this node so far (every worker counts into the same cell). */
+async function channelClaims(): Promise<number> {
+  const r = await h.fetch('/prerender_admin/metrics');
+  assert.equal(r.status, 200, r.text);
+  const m = /^queue_keeper_channel_claims_total (\d+)$/m.exec(r.text);
+  assert.ok(m, 'the scrape has queue_keeper_channel_claims_total');
+  return Number(m[1]);
+}
+
+test('sockets holding credits while nothing is due claim about once per safety interval, and get a row filed due', async (t) => {
+  // Only this test's sockets hold credits (the drain test's two still do).
+  for (const p of peers.splice(0)) p.close();
+  const SOCKETS = 4;
+  const mine: ChannelPeer[] = [];
+  for (let i = 0; i < SOCKETS; i++) {
+    const p = await open();
+    await p.ask({ credits: 2 });
+    // The first claim grants nothing: the socket now waits, and nothing is due on the node.
+    assert.equal((await p.next((f) => f.type === 'status')).status, 'empty');
+    mine.push(p);
+  }
+  // The keeper publishes every 200 ms in this file, so ~10 generations pass in the window: none of them
+  // has anything in it, so none is worth a claim; only the safety claims run.
+  const t0 = performance.now();
+  const before = await channelClaims();
+  await delay(2000);
+  const idle = (await channelClaims()) - before;
+  const elapsed = performance.now() - t0;
+  const bound = SOCKETS * (Math.floor(elapsed / CHANNEL_SAFETY_MS) + 1);
+  t.diagnostic(`${idle} claims in ${Math.round(elapsed)} ms by ${SOCKETS} idle sockets`);
+  assert.ok(
+    idle <= bound,
+    `${idle} claims in ${Math.round(elapsed)} ms by ${SOCKETS} idle sockets (at most ${bound})`,
+  );
+  assert.ok(
+    mine.every((p) => p.jobs.length === 0),
+    'nothing pushed while nothing is due',
+  );
+  // A row filed due while they wait: the publish that carries it wakes them, and one socket gets it.
+  const t1 = performance.now();
+  const [url] = await fileDue('wake', 1);
+  await until('the row pushed to a waiting socket', () => mine.some((p) => p.jobs.some((j) => j.id === url)));
+  const woken = (await channelClaims()) - before - idle;
+  const since = performance.now() - t1;
+  const wokenBound = SOCKETS * (Math.floor(since / CHANNEL_SAFETY_MS) + 2);
+  t.diagnostic(`${woken} claims to push the row filed due, ${Math.round(since)} ms after filing`);
+  assert.ok(
+    woken <= wokenBound,
+    `${woken} claims to push one row in ${Math.round(since)} ms (at most ${wokenBound})`,
+  );
+  const holder = mine.find((p) => p.jobs.length > 0)!;
+  assert.equal(holder.jobs.length, 1);
+  await reportAll(holder, holder.jobs);
 });

@@ -121,6 +121,12 @@ export const METRICS = {
     unit: 'jobs',
     help: 'Keys held instead of granted after repeated unreported leases.',
   },
+  channel_claims: {
+    name: 'queue_keeper_channel_claims_total',
+    kind: 'counter',
+    unit: 'claims',
+    help: 'Claims the persistent channel made for its sockets, granting or not.',
+  },
   request_ms: {
     name: 'queue_keeper_request_duration_seconds',
     kind: 'histogram',

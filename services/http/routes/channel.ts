@@ -11,12 +11,15 @@
 // 3003 (its 403). Each refusal sends one `{error, code}` frame first.
 import { HttpError } from '../../../util/http/errors.js';
 import { checkEnvelope, type ChannelEnvelope } from '../../../util/channel/envelope.js';
-import type { Counts, DutyHandle, DutyScheduler } from '../../../util/duties/scheduler.js';
+import { ChannelWaits, type EmptyClaim, type WaitView } from '../../../util/channel/wait.js';
+import type { DutyHandle, DutyScheduler } from '../../../util/duties/scheduler.js';
+import { nameHash } from '../../../util/leases/token.js';
 import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import type { ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';
 import { log, server, type HarperUser } from '../../runtime/harper.js';
+import { count, type MetricName } from '../../metrics/values.js';
 import { readySet } from '../../runtime/sharedStructures.js';
 import { crossSiteProblem, parseJsonBody } from '../requestChecks.js';
 import { authorize, reply, type Router } from '../router.js';
@@ -34,14 +37,10 @@ const CLOSE_INTERNAL = 1011;
 
 /**
  * How often a waiting socket's worker looks at the ready set's generation: a few atomic loads, so a
- * publish reaches held credits within this; the duty is armed only while some socket waits.
+ * publish reaches held credits within this; the duty is armed only while some socket waits. Who is
+ * claimed for again, and the slow safety claim, are util/channel/wait.ts's.
  */
 export const CHANNEL_POLL_MS = 5;
-/**
- * A waiting socket claims again at least this often even when no publish came: a resume, or a keeper
- * turning serving, changes what a claim answers without a new generation.
- */
-export const CHANNEL_RETRY_MS = 250;
 /** Messages read ahead of the one being applied; past this the socket is paused (TCP backpressure). */
 const MAX_QUEUED_MESSAGES = 16;
 
@@ -79,8 +78,10 @@ export interface ChannelDeps {
   scope: Pick<FleetScope, 'claimScope' | 'checkReporter'>;
   /** This worker's duty scheduler: the wait for a publish is a duty on it. */
   scheduler: Pick<DutyScheduler, 'add'>;
-  /** The active ready-set generation (default: the node's ready set). */
-  readyGeneration?: () => number;
+  /** What the wait reads of the ready set (default: the node's ready set). */
+  ready?: () => WaitView;
+  /** Counts into the node's metrics (default: the node's cells); every claim made is `channel_claims`. */
+  count?: (name: MetricName, n: number) => void;
   /** Harper's `server.ws` (default: the runtime's). */
   ws?: (listener: WsListener, opts: Record<string, unknown>) => void;
 }
@@ -98,9 +99,6 @@ class ChannelSession {
   private pumpQueued = false;
   private lastStatus: string | null = null;
   closed = false;
-  /** While waiting: the generation the last empty claim saw, and when it ran. */
-  waitGeneration = 0;
-  waitSince = 0;
 
   constructor(
     private readonly hub: ChannelHub,
@@ -200,6 +198,7 @@ class ChannelSession {
    */
   private async pump(): Promise<void> {
     const { deps } = this.hub;
+    this.hub.waits.delete(this);
     while (this.credits > 0 && !this.closed) {
       let scope;
       try {
@@ -210,11 +209,16 @@ class ChannelSession {
       }
       if (this.closed) return;
       const limit = Math.min(this.credits, config().queue.maxClaimLimit);
+      // Read before the claim: a publish landing while it runs still wakes this socket.
+      const generation = this.hub.waits.generation();
       const r = deps.claims.claim(limit, this.caller, scope);
+      this.hub.count('channel_claims', 1);
       if (r.jobs.length === 0) {
         if (r.status !== this.lastStatus) this.send({ type: 'status', status: r.status });
         this.lastStatus = r.status;
-        this.hub.wait(this);
+        // A paused or unready claim returns before it takes anything off the set.
+        const took = r.status !== 'paused' && r.status !== 'unready';
+        this.hub.wait(this, { generation, scope: scope ? [...scope].map(nameHash) : null, took });
         return;
       }
       this.credits -= r.jobs.length;
@@ -243,45 +247,26 @@ function refOf(e: unknown, raw: Buffer): string | number | undefined {
 
 /** This worker's channel sockets and the duty that wakes the waiting ones when the ready set changes. */
 export class ChannelHub {
-  private readonly waiting = new Set<ChannelSession>();
+  readonly waits: ChannelWaits;
   private readonly duty: DutyHandle;
-  private readonly generation: () => number;
+  readonly count: (name: MetricName, n: number) => void;
 
   constructor(readonly deps: ChannelDeps) {
-    this.generation = deps.readyGeneration ?? (() => readySet().snapshot().generation);
+    this.count = deps.count ?? count;
+    this.waits = new ChannelWaits(deps.ready ?? readySet);
     this.duty = deps.scheduler.add(
-      { name: 'channel-wait', runOnce: (now) => this.runOnce(now) },
+      { name: 'channel-wait', runOnce: (now) => this.waits.runOnce(now) },
       {
-        next: () => (this.waiting.size > 0 ? CHANNEL_POLL_MS : null),
+        next: () => (this.waits.size > 0 ? CHANNEL_POLL_MS : null),
         wake: () => CHANNEL_POLL_MS,
       },
     );
   }
 
-  /** A socket's claim granted nothing: it waits for the next publish (or its retry time). */
-  wait(s: ChannelSession): void {
-    s.waitGeneration = this.generation();
-    s.waitSince = Date.now();
-    this.waiting.add(s);
+  /** A socket's claim granted nothing: it waits until the set may have something for it. */
+  wait(s: ChannelSession, claim: EmptyClaim): void {
+    this.waits.add(s, claim, Date.now());
     this.duty.wake();
-  }
-
-  /** Wakes the waiting sockets whose generation moved on or whose retry time came. */
-  runOnce(now: number): Counts {
-    if (this.waiting.size === 0) return {};
-    const generation = this.generation();
-    let woken = 0;
-    for (const s of this.waiting) {
-      if (s.closed || s.credits === 0) {
-        this.waiting.delete(s);
-        continue;
-      }
-      if (s.waitGeneration === generation && now - s.waitSince < CHANNEL_RETRY_MS) continue;
-      this.waiting.delete(s);
-      s.schedulePump();
-      woken++;
-    }
-    return woken > 0 ? { woken } : {};
   }
 
   /** A socket Harper upgraded on our path: refused unless its upgrade request passes the fleet checks. */
@@ -299,7 +284,7 @@ export class ChannelHub {
       if (session) {
         // Its leases are not released: they expire after queue.jobLeaseTime and the keeper requeues them.
         session.closed = true;
-        this.waiting.delete(session);
+        this.waits.delete(session);
       }
     });
     ws.on('error', (e) => log.debug('channel socket error', e.message));
