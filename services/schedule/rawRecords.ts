@@ -33,17 +33,22 @@ const binaryStore = () => schedulePrimaryStore() as BinaryStore;
 const processWideClaimReader = new RawRecordReader(CLAIM_FIELDS, claimRowOf);
 const processWideRowReader = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
 
+/** One key's stored bytes through `reader`; what it cannot read for certain goes through readRow. */
+function pointRead<T>(reader: RawRecordReader<T>, key: string): T | ScheduleRow | undefined {
+  const store = binaryStore();
+  const bytes = store.getBinaryFast(key);
+  if (bytes === undefined) return undefined;
+  const row = reader.row(key, bytes, bytes.length, store.decoder?.typedStructs);
+  return row === NOT_DECODED ? readRow(key) : row;
+}
+
 /**
  * The claim's point read: due time, cadence and sitemap flag of the row as stored now, or undefined
  * when there is no row. Same snapshot and same answer as readRow (a row rescheduled or deleted after
  * the keeper published reads as such), for ~1 field decode instead of a whole record.
  */
 export function readClaimRow(key: string): ClaimRow | undefined {
-  const store = binaryStore();
-  const bytes = store.getBinaryFast(key);
-  if (bytes === undefined) return undefined;
-  const row = processWideClaimReader.row(key, bytes, bytes.length, store.decoder?.typedStructs);
-  return row === NOT_DECODED ? readRow(key) : row;
+  return pointRead(processWideClaimReader, key);
 }
 
 /**
@@ -52,11 +57,7 @@ export function readClaimRow(key: string): ClaimRow | undefined {
  * its lock — before deciding, and back after the commit — so this is two of a result's three reads.
  */
 export function readScheduleRow(key: string): ScheduleRow | undefined {
-  const store = binaryStore();
-  const bytes = store.getBinaryFast(key);
-  if (bytes === undefined) return undefined;
-  const row = processWideRowReader.row(key, bytes, bytes.length, store.decoder?.typedStructs);
-  return row === NOT_DECODED ? readRow(key) : row;
+  return pointRead(processWideRowReader, key);
 }
 
 /**
