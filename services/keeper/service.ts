@@ -5,9 +5,9 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
-import { KeeperCore } from '../../util/keeper/core.js';
+import { KeeperCore, type HeldFields } from '../../util/keeper/core.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
-import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
+import { classifyUrl, toScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
 import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './types.js';
 import { WALK_CHUNK } from './types.js';
@@ -231,13 +231,6 @@ export class KeeperService {
     endSubscription(s);
   }
 
-  private applyWalked(key: string, row: ScheduleRow | undefined, now: number): void {
-    // Events win: a key an event touched since the walk began keeps the event's value.
-    if (this.touched?.has(key) || !row) return;
-    if (!this.owns(key)) return;
-    this.core.apply(key, row, now);
-  }
-
   /**
    * Walks the table in chunks, applying rows no event has touched; publishes while loading. On a key
    * that does not decode it reads the rest from the top down; if that also stops short the load ends
@@ -296,20 +289,33 @@ export class KeeperService {
     tally: { rows: number },
     now: () => number,
   ): Promise<void> {
+    const source = this.deps.source;
+    const core = this.core;
+    const touched = this.touched;
+    const ownsAll = this.deps.owns === undefined;
+    let read = 0;
+    // One call per key, before the walk reads the next. `fields` may be one object the walk reuses:
+    // KeeperCore.apply reads it during the call only.
+    const visit = (key: string, fields: HeldFields | undefined): void => {
+      // Events win: a key an event touched since the walk began keeps the event's value.
+      if (fields !== undefined && !(touched !== null && touched.size > 0 && touched.has(key))) {
+        if (ownsAll || this.owns(key)) core.apply(key, fields, now());
+      }
+      tally.rows++;
+      read++;
+      cursor.last = key;
+    };
     for (;;) {
-      let read = 0;
-      for (const { key, row } of this.deps.source.walk({
+      read = 0;
+      const range = {
         start: cursor.last,
         end: walk.end,
         reverse: walk.reverse,
         exclusiveStart: cursor.last !== undefined,
         limit: WALK_CHUNK,
-      })) {
-        this.applyWalked(key, row, now());
-        tally.rows++;
-        read++;
-        cursor.last = key;
-      }
+      };
+      if (source.walkHeld !== undefined) source.walkHeld(range, visit);
+      else for (const { key, row } of source.walk(range)) visit(key, row);
       if (read === 0) return;
       this.serving = true;
       // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was

@@ -4,6 +4,8 @@
 // cannot read for certain is read through store.ts's full path, so both answer exactly what readRow and
 // walkSchedule answer. The table itself is reached only through store.ts (its owner).
 import type { ScheduleRow } from '../../util/schedule/rules.js';
+import { HELD_FIELDS, HeldFieldsSink } from '../../util/keeper/heldFields.js';
+import type { HeldFields } from '../../util/keeper/types.js';
 import {
   CLAIM_FIELDS,
   claimRowOf,
@@ -44,6 +46,52 @@ export function readClaimRow(key: string): ClaimRow | undefined {
   if (bytes === undefined) return undefined;
   const row = processWideClaimReader.row(key, bytes, bytes.length, store.decoder?.typedStructs);
   return row === NOT_DECODED ? readRow(key) : row;
+}
+
+/**
+ * The keeper's load walk: walkSchedule's keys in its order, each handed to `visit` with the fields the
+ * keeper holds (HeldFields, equal to those of the row walkSchedule yields, or undefined where it
+ * yields none). No row object is built: the fields come in one object reused for every key, valid only
+ * during that visit. A visit that throws ends the walk, as does an unreadable key. Returns the keys visited.
+ */
+export function walkScheduleHeld(
+  opts: WalkOptions,
+  visit: (key: string, fields: HeldFields | undefined) => void,
+): number {
+  const store = binaryStore();
+  // One reader per walk (a chunk of the load): its plan per struct is made on the first row.
+  const sink = new HeldFieldsSink();
+  const reader = new RawRecordReader(HELD_FIELDS, (_key, v) => sink.fill(v));
+  let bytes: Uint8Array | null = null;
+  let size = 0;
+  const noteBytes = {
+    decode(b: Uint8Array, n: number): boolean {
+      bytes = b;
+      size = n;
+      return true;
+    },
+  };
+  // As in walkScheduleRaw: Harper's getRange calls lmdb-js's with this view as `this`.
+  const view = Object.create(store, {
+    decoder: { value: noteBytes },
+    decoderCopies: { value: true },
+  }) as BinaryStore;
+  let visited = 0;
+  for (const { key } of view.getRange({
+    start: opts.start,
+    end: opts.end,
+    reverse: opts.reverse ?? false,
+    limit: opts.limit,
+    exclusiveStart: opts.exclusiveStart,
+  })) {
+    if (typeof key !== 'string') continue;
+    const raw = bytes as Uint8Array | null;
+    bytes = null;
+    const fields = raw === null ? NOT_DECODED : reader.row(key, raw, size, store.decoder?.typedStructs);
+    visit(key, fields === NOT_DECODED ? readRow(key) : fields);
+    visited++;
+  }
+  return visited;
 }
 
 /**

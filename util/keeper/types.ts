@@ -3,11 +3,17 @@
 import type { ScheduleRow as FullScheduleRow } from '../schedule/rules.js';
 import type { Mark, ScoreOptions } from './score.js';
 
-/** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
-export type ScheduleRow = Pick<
+/**
+ * The fields of a `RenderSchedule` row the keeper places it by, normalised as `toScheduleRow` does.
+ * `KeeperCore.apply` and `matches` read them during the call only: a caller may hand one reused object.
+ */
+export type HeldFields = Pick<
   FullScheduleRow,
-  'cacheKey' | 'nextRenderTime' | 'fromSitemap' | 'effectiveInterval' | 'verified' | 'urgentAt' | 'changedAt'
+  'nextRenderTime' | 'fromSitemap' | 'effectiveInterval' | 'verified' | 'urgentAt' | 'changedAt'
 >;
+
+/** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
+export type ScheduleRow = HeldFields & Pick<FullScheduleRow, 'cacheKey'>;
 
 export interface Classification {
   /** The queue name: the matching route's name, `unrouted` when none matches. */
