@@ -5,6 +5,7 @@
 // walkSchedule answer. The table itself is reached only through store.ts (its owner).
 import type { ScheduleRow } from '../../util/schedule/rules.js';
 import { HELD_FIELDS, HeldFieldsSink } from '../../util/keeper/heldFields.js';
+import { printableKey } from '../../util/schedule/rawKey.js';
 import type { HeldFields } from '../../util/keeper/types.js';
 import {
   CLAIM_FIELDS,
@@ -22,6 +23,8 @@ import { readRow, schedulePrimaryStore, type WalkOptions } from './store.js';
 
 /** What lmdb-js and Harper's RecordEncoder give beyond RawStore (lmdb-js 3.5, harperdb 4.7.29). */
 interface BinaryStore extends RawStore {
+  /** Decodes a key from lmdb-js's key buffer (ordered-binary's readKey for this store). */
+  readKey(bytes: Uint8Array, start: number, end: number): unknown;
   /** The stored bytes in lmdb-js's reused buffer (valid until the next read), or undefined. */
   getBinaryFast(key: string): Uint8Array | undefined;
   /** The record decoder; its typedStructs are the shared structures records refer to. */
@@ -71,10 +74,25 @@ export function walkScheduleHeld(
       return true;
     },
   };
-  // As in walkScheduleRaw: Harper's getRange calls lmdb-js's with this view as `this`.
+  // Printable-ASCII keys are copied flat (printableKey); the first one is also decoded the store's own
+  // way, and if the two ever differ (another key encoding) the walk decodes every key the store's way.
+  let keyCheck: 'unchecked' | 'same' | 'differs' = 'unchecked';
+  const readKey = (b: Uint8Array, start: number, end: number): unknown => {
+    const flat = keyCheck === 'differs' ? undefined : printableKey(b, start, end);
+    if (flat === undefined) return store.readKey(b, start, end);
+    if (keyCheck === 'unchecked') {
+      const own = store.readKey(b, start, end);
+      keyCheck = own === flat ? 'same' : 'differs';
+      return own;
+    }
+    return flat;
+  };
+  // As in walkScheduleRaw: Harper's getRange calls lmdb-js's with this view as `this` (and lmdb-js
+  // decodes each key with `this.readKey`).
   const view = Object.create(store, {
     decoder: { value: noteBytes },
     decoderCopies: { value: true },
+    readKey: { value: readKey },
   }) as BinaryStore;
   let visited = 0;
   for (const { key } of view.getRange({
