@@ -5,7 +5,8 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
-import { KeeperCore, type HeldFields } from '../../util/keeper/core.js';
+import { KeeperCore, type HeldFields, type PublishWalk, type TopSkip } from '../../util/keeper/core.js';
+import { flagBits } from '../../util/handoff/readySet.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import { classifyUrl, toScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
@@ -348,18 +349,31 @@ export class KeeperService {
     }
     const t0 = performance.now();
     const leasedHash = this.deps.isLeasedHash;
-    // The global top, then extra rows for the queues it under-represents (their ready-set sections).
-    // (At most the set's own capacity: it is fixed at first allocation, and a row left past it would cut
-    // its queue's section short.)
-    const top = this.core.publishSelection(
-      Math.min(cfg.queue.ready.capacity, this.deps.ready.capacity),
-      this.deps.ready.extraCapacity,
-      now,
-      leasedHash ? (_k, hi, lo) => leasedHash(hi, lo, now) : (k) => this.deps.isLeased(k, now),
-    );
-    const r = this.deps.ready.publish(top.entries, now, {
-      entries: top.extras,
-      complete: top.completeQueues,
+    const skip: TopSkip = leasedHash
+      ? (_k, hi, lo) => leasedHash(hi, lo, now)
+      : (k) => this.deps.isLeased(k, now);
+    // The global top, then extra rows for the queues it under-represents (their ready-set sections),
+    // walked straight into the ready set's slot: no entry objects. (At most the set's own capacity: it
+    // is fixed at first allocation, and a row left past it would cut its queue's section short.)
+    const k = Math.min(cfg.queue.ready.capacity, this.deps.ready.capacity);
+    const head: string[] = [];
+    let top: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
+    const r = this.deps.ready.publishWith(now, (w) => {
+      top = this.core.publishWalk(
+        k,
+        this.deps.ready.extraCapacity,
+        now,
+        {
+          top: (key, score, dueMs, held) => {
+            if (head.length < HEAD_CHECK_ROWS) head.push(key);
+            w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
+          },
+          extra: (key, score, dueMs, held) =>
+            w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
+        },
+        skip,
+      );
+      return top.completeQueues;
     });
     const ms = performance.now() - t0;
     // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
@@ -375,10 +389,7 @@ export class KeeperService {
     this.deps.metric?.('keeper_publish_ms', ms);
     this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
     this.duties.published(top.complete);
-    this.headCheck(
-      now,
-      top.entries.slice(0, HEAD_CHECK_ROWS).map((e) => e.key),
-    );
+    this.headCheck(now, head);
     return true;
   }
 

@@ -22,6 +22,8 @@ import type {
   HeldValue,
   KeeperOptions,
   PublishSelection,
+  PublishSink,
+  PublishWalk,
   TopK,
   TopSkip,
   TopVisitor,
@@ -159,6 +161,11 @@ export class KeeperCore {
   /** What one publish writes: the best `k` due rows, then up to `extraBudget` section extras. */
   publishSelection(k: number, extraBudget: number, now: number, skip?: TopSkip): PublishSelection {
     return this.selection.publishSelection(k, extraBudget, now, skip);
+  }
+
+  /** `publishSelection` without the entry objects: the rows go to `sink` as they are selected. */
+  publishWalk(k: number, extraBudget: number, now: number, sink: PublishSink, skip?: TopSkip): PublishWalk {
+    return this.selection.publishWalk(k, extraBudget, now, sink, skip);
   }
 
   /** Due counts per queue and each queue's oldest due verified row; walks class heads, not rows. */

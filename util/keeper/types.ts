@@ -51,11 +51,25 @@ export interface TopK {
 }
 
 /** What a publish writes: the global top (a `TopK`), then the queues' section extras. */
-export interface PublishSelection extends TopK {
+export interface PublishSelection extends TopK, PublishWalk {
   /** Rows past the top for under-represented queues; each queue's best first, queue after queue. */
   extras: TopEntry[];
+}
+
+/** `PublishSelection` without its rows (they went to a `PublishSink`). */
+export interface PublishWalk {
+  /** True only when every due row that was not skipped is in the top. */
+  complete: boolean;
+  /** Due rows passed over because `skip` said so (top and extras). */
+  skipped: number;
   /** Queues with a row in the selection and no due, unskipped row left out of it. */
   completeQueues: Set<string>;
+}
+
+/** Receives a publish's rows as they are selected: the top best first, then each queue's extras. */
+export interface PublishSink {
+  top: TopVisitor;
+  extra: TopVisitor;
 }
 
 /** What every row of one keeper class shares. */
