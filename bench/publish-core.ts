@@ -11,7 +11,6 @@ import { keyHash } from '../util/keyHash.js';
 import { LeaseTable } from '../util/leases/table.js';
 import { ReadySet } from '../util/handoff/readySet.js';
 import { MINUTE_MS } from '../util/time.js';
-import { PerformanceObserver } from 'node:perf_hooks';
 import { summarize } from './lib.js';
 import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
 
@@ -51,23 +50,13 @@ function time(fn: () => void) {
   return { p50: s.p50, p99: s.p99 };
 }
 
-/** CPU µs per run (process.cpuUsage over RUNS runs) and the GC pauses the runs triggered. */
+/** CPU ms per run (process.cpuUsage over RUNS runs, after 20 warm-up runs). */
 function cpuOf(fn: () => void) {
   for (let i = 0; i < 20; i++) fn();
-  const gcs: number[] = [];
-  const obs = new PerformanceObserver((list) => {
-    for (const e of list.getEntries()) gcs.push(e.duration);
-  });
-  obs.observe({ entryTypes: ['gc'] });
   const c0 = process.cpuUsage();
   for (let i = 0; i < RUNS; i++) fn();
   const c = process.cpuUsage(c0);
-  obs.disconnect();
-  return {
-    cpuMsPerRun: Math.round(((c.user + c.system) / 1000 / RUNS) * 1000) / 1000,
-    gcPauses: gcs.length,
-    gcMs: Math.round(gcs.reduce((a, b) => a + b, 0) * 10) / 10,
-  };
+  return { cpuMsPerRun: Math.round(((c.user + c.system) / 1000 / RUNS) * 1000) / 1000 };
 }
 
 const core = new KeeperCore({
