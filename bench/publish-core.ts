@@ -4,6 +4,7 @@
 // keeper's publishOnce takes: dueSummary, topK with and without the lease-skip predicate, the lease
 // check alone (keyHash + probe), keyHash alone, and the ready-set write.
 // Run: npx tsc -p tsconfig.json && node dist/bench/publish-core.js [rows=1000000] [leased=600]
+//      keeperPublish* is publishOnce's own shape (selection + write) in whichever form the build has.
 //      (add --cpu-prof --cpu-prof-dir=/tmp/qk-prof to see the same split in a profile)
 import { KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
 import { keyHash } from '../util/keyHash.js';
@@ -49,6 +50,15 @@ function time(fn: () => void) {
   return { p50: s.p50, p99: s.p99 };
 }
 
+/** CPU ms per run (process.cpuUsage over RUNS runs, after 20 warm-up runs). */
+function cpuOf(fn: () => void) {
+  for (let i = 0; i < 20; i++) fn();
+  const c0 = process.cpuUsage();
+  for (let i = 0; i < RUNS; i++) fn();
+  const c = process.cpuUsage(c0);
+  return { cpuMsPerRun: Math.round(((c.user + c.system) / 1000 / RUNS) * 1000) / 1000 };
+}
+
 const core = new KeeperCore({
   classify,
   score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
@@ -69,6 +79,50 @@ const skip = (k: string) => leases.isLeased(k, NOW);
 // What the keeper does since the row stores its keyHash: no re-hash of each candidate.
 const skipStored = (_k: string, hi: number, lo: number) => leases.isLeasedHash(hi, lo, NOW);
 let sink = 0;
+// What KeeperService.publishOnce does, in whichever form this build has: the selection walked straight
+// into the ready set (publishWalk + publishWith), or built as entry arrays first (publishSelection + publish).
+type Streaming = {
+  publishWalk?: (k: number, extra: number, now: number, sink: unknown, skip?: unknown) => unknown;
+};
+type StreamingSet = { publishWith?: (now: number, fill: (w: never) => Iterable<string>) => unknown };
+const streamCore = core as unknown as Streaming;
+const streamSet = ready as unknown as StreamingSet;
+const keeperForm = streamCore.publishWalk && streamSet.publishWith ? 'publishWalk+publishWith' : 'arrays';
+const flagsOf = (h: { fromSitemap: boolean; verified: boolean; mark: string }) =>
+  (h.fromSitemap ? 1 << 24 : 0) |
+  (h.verified ? 1 << 25 : 0) |
+  (h.mark === 'urgent' ? 1 << 26 : h.mark === 'changed' ? 1 << 27 : 0);
+type Held = { fromSitemap: boolean; verified: boolean; mark: string; route: string };
+type Writer = {
+  top(k: string, s: number, d: number, f: number, r: string): void;
+  extra(k: string, s: number, d: number, f: number, r: string): void;
+};
+function keeperPublish(): number {
+  if (keeperForm === 'arrays') {
+    const sel = core.publishSelection(CAPACITY, ready.extraCapacity, NOW, skipStored);
+    const r = ready.publish(sel.entries, NOW, { entries: sel.extras, complete: sel.completeQueues });
+    return r.published + sel.entries.slice(0, 20).length;
+  }
+  const head: string[] = [];
+  const r = streamSet.publishWith!(NOW, (w: Writer) => {
+    const walk = streamCore.publishWalk!(
+      CAPACITY,
+      ready.extraCapacity,
+      NOW,
+      {
+        top: (key: string, score: number, dueMs: number, held: Held) => {
+          if (head.length < 20) head.push(key);
+          w.top(key, score, dueMs, flagsOf(held), held.route);
+        },
+        extra: (key: string, score: number, dueMs: number, held: Held) =>
+          w.extra(key, score, dueMs, flagsOf(held), held.route),
+      },
+      skipStored,
+    ) as { completeQueues: Set<string> };
+    return walk.completeQueues;
+  }) as { published: number };
+  return r.published + head.length;
+}
 const top = core.topK(CAPACITY, NOW, skip).entries;
 const keys = top.map((e) => e.key);
 
@@ -98,6 +152,9 @@ console.log(
       sink += core.dueSummary(NOW).due;
       sink += ready.publish(core.topK(CAPACITY, NOW, skipStored).entries, NOW).published;
     }),
+    keeperForm,
+    keeperPublishMs: time(() => (sink += keeperPublish())),
+    keeperPublishCpu: cpuOf(() => (sink += keeperPublish())),
     sink: sink > 0,
   }),
 );

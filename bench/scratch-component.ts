@@ -87,13 +87,19 @@ import { threadId as qkPpThread } from 'node:worker_threads';
   }).observe({ entryTypes: ['gc'] });
   const flush = () =>
     qkPpAppend(dir + '/publishes-' + qkPpThread + '.jsonl', JSON.stringify({ rows: rows.splice(0), gcs: gcs.splice(0) }) + '\\n');
+  // The publish's window: selection through the ready-set write. Since issue 15 lever 9 the keeper's
+  // selection runs inside publishWith; before, it was publishSelection, then publish.
+  const streaming = typeof QkPpReady.prototype.publishWith === 'function';
   const select = QkPpCore.prototype.publishSelection;
-  QkPpCore.prototype.publishSelection = function (...args) {
-    open = { t0: performance.now(), s0: sched() };
-    return select.apply(this, args);
-  };
-  const publish = QkPpReady.prototype.publish;
-  QkPpReady.prototype.publish = function (...args) {
+  if (!streaming)
+    QkPpCore.prototype.publishSelection = function (...args) {
+      open = { t0: performance.now(), s0: sched() };
+      return select.apply(this, args);
+    };
+  const name = streaming ? 'publishWith' : 'publish';
+  const publish = QkPpReady.prototype[name];
+  QkPpReady.prototype[name] = function (...args) {
+    if (streaming) open = { t0: performance.now(), s0: sched() };
     const r = publish.apply(this, args);
     if (open !== null) {
       const s1 = sched();

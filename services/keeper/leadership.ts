@@ -15,7 +15,7 @@ import { KeeperService, type ScheduleSource } from './service.js';
 import { nodeStatusNow } from './servingView.js';
 import { count, record } from '../metrics/values.js';
 import { readRow, subscribeSchedule } from '../schedule/store.js';
-import { walkScheduleRaw } from '../schedule/rawRecords.js';
+import { walkScheduleHeld, walkScheduleRaw } from '../schedule/rawRecords.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
 import type { NodeControl } from '../status/control.js';
 
@@ -28,6 +28,7 @@ const LEADERSHIP_WAIT_MS = 1000;
 const source: ScheduleSource = {
   subscribe: () => subscribeSchedule(),
   walk: (opts) => walkScheduleRaw(opts),
+  walkHeld: (opts, visit) => void walkScheduleHeld(opts, visit),
   read: (key) => readRow(key),
 };
 

@@ -5,9 +5,10 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
-import { KeeperCore } from '../../util/keeper/core.js';
+import { KeeperCore, type HeldFields, type PublishWalk, type TopSkip } from '../../util/keeper/core.js';
+import { flagBits } from '../../util/handoff/readySet.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
-import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
+import { classifyUrl, toScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
 import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './types.js';
 import { WALK_CHUNK } from './types.js';
@@ -231,13 +232,6 @@ export class KeeperService {
     endSubscription(s);
   }
 
-  private applyWalked(key: string, row: ScheduleRow | undefined, now: number): void {
-    // Events win: a key an event touched since the walk began keeps the event's value.
-    if (this.touched?.has(key) || !row) return;
-    if (!this.owns(key)) return;
-    this.core.apply(key, row, now);
-  }
-
   /**
    * Walks the table in chunks, applying rows no event has touched; publishes while loading. On a key
    * that does not decode it reads the rest from the top down; if that also stops short the load ends
@@ -296,20 +290,33 @@ export class KeeperService {
     tally: { rows: number },
     now: () => number,
   ): Promise<void> {
+    const source = this.deps.source;
+    const core = this.core;
+    const touched = this.touched;
+    const ownsAll = this.deps.owns === undefined;
+    let read = 0;
+    // One call per key, before the walk reads the next. `fields` may be one object the walk reuses:
+    // KeeperCore.apply reads it during the call only.
+    const visit = (key: string, fields: HeldFields | undefined): void => {
+      // Events win: a key an event touched since the walk began keeps the event's value.
+      if (fields !== undefined && !(touched !== null && touched.size > 0 && touched.has(key))) {
+        if (ownsAll || this.owns(key)) core.apply(key, fields, now());
+      }
+      tally.rows++;
+      read++;
+      cursor.last = key;
+    };
     for (;;) {
-      let read = 0;
-      for (const { key, row } of this.deps.source.walk({
+      read = 0;
+      const range = {
         start: cursor.last,
         end: walk.end,
         reverse: walk.reverse,
         exclusiveStart: cursor.last !== undefined,
         limit: WALK_CHUNK,
-      })) {
-        this.applyWalked(key, row, now());
-        tally.rows++;
-        read++;
-        cursor.last = key;
-      }
+      };
+      if (source.walkHeld !== undefined) source.walkHeld(range, visit);
+      else for (const { key, row } of source.walk(range)) visit(key, row);
       if (read === 0) return;
       this.serving = true;
       // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
@@ -342,18 +349,31 @@ export class KeeperService {
     }
     const t0 = performance.now();
     const leasedHash = this.deps.isLeasedHash;
-    // The global top, then extra rows for the queues it under-represents (their ready-set sections).
-    // (At most the set's own capacity: it is fixed at first allocation, and a row left past it would cut
-    // its queue's section short.)
-    const top = this.core.publishSelection(
-      Math.min(cfg.queue.ready.capacity, this.deps.ready.capacity),
-      this.deps.ready.extraCapacity,
-      now,
-      leasedHash ? (_k, hi, lo) => leasedHash(hi, lo, now) : (k) => this.deps.isLeased(k, now),
-    );
-    const r = this.deps.ready.publish(top.entries, now, {
-      entries: top.extras,
-      complete: top.completeQueues,
+    const skip: TopSkip = leasedHash
+      ? (_k, hi, lo) => leasedHash(hi, lo, now)
+      : (k) => this.deps.isLeased(k, now);
+    // The global top, then extra rows for the queues it under-represents (their ready-set sections),
+    // walked straight into the ready set's slot: no entry objects. (At most the set's own capacity: it
+    // is fixed at first allocation, and a row left past it would cut its queue's section short.)
+    const k = Math.min(cfg.queue.ready.capacity, this.deps.ready.capacity);
+    const head: string[] = [];
+    let top: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
+    const r = this.deps.ready.publishWith(now, (w) => {
+      top = this.core.publishWalk(
+        k,
+        this.deps.ready.extraCapacity,
+        now,
+        {
+          top: (key, score, dueMs, held) => {
+            if (head.length < HEAD_CHECK_ROWS) head.push(key);
+            w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
+          },
+          extra: (key, score, dueMs, held) =>
+            w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
+        },
+        skip,
+      );
+      return top.completeQueues;
     });
     const ms = performance.now() - t0;
     // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
@@ -369,10 +389,7 @@ export class KeeperService {
     this.deps.metric?.('keeper_publish_ms', ms);
     this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
     this.duties.published(top.complete);
-    this.headCheck(
-      now,
-      top.entries.slice(0, HEAD_CHECK_ROWS).map((e) => e.key),
-    );
+    this.headCheck(now, head);
     return true;
   }
 

@@ -1,7 +1,7 @@
 // What the keeper service is given and what it reports (services/keeper/service.ts is the lifecycle).
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type { Counts, DutyScheduler } from '../../util/duties/scheduler.js';
-import type { DueSummary, KeeperCore } from '../../util/keeper/core.js';
+import type { DueSummary, HeldFields, KeeperCore } from '../../util/keeper/core.js';
 import type { KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import type { ReadySet } from '../../util/handoff/readySet.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
@@ -18,18 +18,26 @@ export interface EventStream extends AsyncIterable<ScheduleEvent> {
   return?: () => unknown;
 }
 
+export interface WalkRange {
+  start?: string;
+  end?: string;
+  reverse?: boolean;
+  limit?: number;
+  exclusiveStart?: boolean;
+}
+
 export interface ScheduleSource {
   subscribe(): Promise<EventStream>;
-  walk(opts: {
-    start?: string;
-    end?: string;
-    reverse?: boolean;
-    limit?: number;
-    exclusiveStart?: boolean;
-  }): Iterable<{
+  walk(opts: WalkRange): Iterable<{
     key: string;
     row: ScheduleRow | undefined;
   }>;
+  /**
+   * The load's walk: `walk`'s keys in its order, each handed to `visit` with the held fields of its
+   * row (undefined where `walk` yields no row), possibly in one object reused for every key. Without
+   * it the load reads `walk`.
+   */
+  walkHeld?(opts: WalkRange, visit: (key: string, fields: HeldFields | undefined) => void): void;
   read(key: string): ScheduleRow | undefined;
   /** Start a fresh read snapshot so point reads see the latest commits. */
   refreshReads?(): void;

@@ -4,6 +4,9 @@
 // cannot read for certain is read through store.ts's full path, so both answer exactly what readRow and
 // walkSchedule answer. The table itself is reached only through store.ts (its owner).
 import type { ScheduleRow } from '../../util/schedule/rules.js';
+import { HELD_FIELDS, HeldFieldsSink } from '../../util/keeper/heldFields.js';
+import { printableKey } from '../../util/schedule/rawKey.js';
+import type { HeldFields } from '../../util/keeper/types.js';
 import {
   CLAIM_FIELDS,
   claimRowOf,
@@ -20,6 +23,8 @@ import { readRow, schedulePrimaryStore, type WalkOptions } from './store.js';
 
 /** What lmdb-js and Harper's RecordEncoder give beyond RawStore (lmdb-js 3.5, harperdb 4.7.29). */
 interface BinaryStore extends RawStore {
+  /** Decodes a key from lmdb-js's key buffer (ordered-binary's readKey for this store). */
+  readKey(bytes: Uint8Array, start: number, end: number): unknown;
   /** The stored bytes in lmdb-js's reused buffer (valid until the next read), or undefined. */
   getBinaryFast(key: string): Uint8Array | undefined;
   /** The record decoder; its typedStructs are the shared structures records refer to. */
@@ -58,6 +63,67 @@ export function readClaimRow(key: string): ClaimRow | undefined {
  */
 export function readScheduleRow(key: string): ScheduleRow | undefined {
   return pointRead(processWideRowReader, key);
+}
+
+/**
+ * The keeper's load walk: walkSchedule's keys in its order, each handed to `visit` with the fields the
+ * keeper holds (HeldFields, equal to those of the row walkSchedule yields, or undefined where it
+ * yields none). No row object is built: the fields come in one object reused for every key, valid only
+ * during that visit. A visit that throws ends the walk, as does an unreadable key. Returns the keys visited.
+ */
+export function walkScheduleHeld(
+  opts: WalkOptions,
+  visit: (key: string, fields: HeldFields | undefined) => void,
+): number {
+  const store = binaryStore();
+  // One reader per walk (a chunk of the load): its plan per struct is made on the first row.
+  const sink = new HeldFieldsSink();
+  const reader = new RawRecordReader(HELD_FIELDS, (_key, v) => sink.fill(v));
+  let bytes: Uint8Array | null = null;
+  let size = 0;
+  const noteBytes = {
+    decode(b: Uint8Array, n: number): boolean {
+      bytes = b;
+      size = n;
+      return true;
+    },
+  };
+  // Printable-ASCII keys are copied flat (printableKey); the first one is also decoded the store's own
+  // way, and if the two ever differ (another key encoding) the walk decodes every key the store's way.
+  let keyCheck: 'unchecked' | 'same' | 'differs' = 'unchecked';
+  const readKey = (b: Uint8Array, start: number, end: number): unknown => {
+    const flat = keyCheck === 'differs' ? undefined : printableKey(b, start, end);
+    if (flat === undefined) return store.readKey(b, start, end);
+    if (keyCheck === 'unchecked') {
+      const own = store.readKey(b, start, end);
+      keyCheck = own === flat ? 'same' : 'differs';
+      return own;
+    }
+    return flat;
+  };
+  // As in walkScheduleRaw: Harper's getRange calls lmdb-js's with this view as `this` (and lmdb-js
+  // decodes each key with `this.readKey`).
+  const view = Object.create(store, {
+    decoder: { value: noteBytes },
+    decoderCopies: { value: true },
+    readKey: { value: readKey },
+  }) as BinaryStore;
+  let visited = 0;
+  for (const { key } of view.getRange({
+    start: opts.start,
+    end: opts.end,
+    reverse: opts.reverse ?? false,
+    limit: opts.limit,
+    exclusiveStart: opts.exclusiveStart,
+  })) {
+    if (typeof key !== 'string') continue;
+    const raw = bytes as Uint8Array | null;
+    bytes = null;
+    const fields = raw === null ? NOT_DECODED : reader.row(key, raw, size, store.decoder?.typedStructs);
+    visit(key, fields === NOT_DECODED ? readRow(key) : fields);
+    visited++;
+  }
+  return visited;
 }
 
 /**

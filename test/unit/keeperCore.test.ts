@@ -409,6 +409,48 @@ describe('KeeperCore.apply', () => {
   });
 });
 
+describe('KeeperCore.apply with only the held fields', () => {
+  it('takes the six held fields without a cacheKey, from one object reused for every row', () => {
+    const fresh = keeper();
+    const reused = keeper();
+    const fields = {
+      nextRenderTime: 0,
+      fromSitemap: false,
+      effectiveInterval: null as number | null,
+      verified: true,
+      urgentAt: null as number | null,
+      changedAt: null as number | null,
+    };
+    const keys: string[] = [];
+    for (let i = 0; i < 200; i++) {
+      const key = `https://x.example/${['blog', 'news', 'p'][i % 3]}/${i}`;
+      keys.push(key);
+      const r = row(key, NOW + (i % 7) * HOUR - 3 * HOUR, {
+        fromSitemap: i % 2 === 0,
+        effectiveInterval: i % 5 === 0 ? 7 * DAY : null,
+        verified: i % 4 !== 0,
+        urgentAt: i % 11 === 0 ? NOW : null,
+        changedAt: i % 13 === 0 ? NOW : null,
+      });
+      fresh.apply(key, r, NOW);
+      Object.assign(fields, { ...r, cacheKey: undefined });
+      delete (fields as Record<string, unknown>).cacheKey;
+      reused.apply(key, fields, NOW);
+    }
+    // The object now holds the last row; every other key still holds its own.
+    fields.nextRenderTime = NOW + 40 * DAY;
+    fields.urgentAt = NOW;
+    for (const key of keys) {
+      assert.deepEqual(reused.heldValue(key), fresh.heldValue(key), key);
+      assert.deepEqual(reused.describe(key, NOW), fresh.describe(key, NOW), key);
+    }
+    assert.deepEqual(
+      reused.topK(50, NOW).entries.map((e) => e.key),
+      fresh.topK(50, NOW).entries.map((e) => e.key),
+    );
+  });
+});
+
 describe('KeeperCore.describe, heldValue and matches', () => {
   it('describes a held row in table terms with its score', () => {
     const core = keeper();

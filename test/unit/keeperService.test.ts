@@ -180,7 +180,7 @@ function withConfig(base: QueueKeeperConfig, partial: unknown): QueueKeeperConfi
 
 type Hook = (yieldNo: number) => void | Promise<void>;
 
-function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
+function harness(opts: { capacity?: number; streamsHonourEnd?: boolean; heldWalk?: boolean } = {}) {
   const capacity = opts.capacity ?? 100;
   let cfg = withConfig(defaultConfig(), { queue: { ready: { capacity } } });
   const table = new FakeTable();
@@ -218,6 +218,15 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean } = {}) {
     walk: (o) => table.walk(o),
     read: (key) => table.read(key),
   };
+  // As the real load walk does (walkScheduleHeld): one fields object, overwritten for every key.
+  if (opts.heldWalk === true) {
+    const fields = { ...toScheduleRow('', stored(0))!, cacheKey: undefined };
+    delete fields.cacheKey;
+    source.walkHeld = (o, visit) => {
+      for (const { key, row } of table.walk(o))
+        visit(key, row && Object.assign(fields, row, { cacheKey: undefined }));
+    };
+  }
   const svc = new KeeperService({
     source,
     ready,
@@ -312,22 +321,27 @@ async function settle(done: () => boolean, what: string): Promise<void> {
 const put = (key: string, value: Stored): ScheduleEvent => ({ id: key, type: 'put', value });
 
 // Race guard: `touched?.has(key)` in applyWalked. Removing it lets the walk's stale value win (checked).
-test('a write during the load is not reverted by the walk: events win', async () => {
-  const h = harness();
-  h.fill(2500, () => NOW + 2 * HOUR); // not due, so no head check reads K behind the walk's back
-  const k = keyOf(2200); // in the third chunk
-  h.table.freezeWalks(); // the walk reads a snapshot taken before the write below
-  h.setHook(async (n) => {
-    if (n !== 1) return;
-    h.table.put(k, stored(NOW + 5 * HOUR));
-    h.streams[0]!.push(put(k, stored(NOW + 5 * HOUR)));
-    await settle(() => h.svc.eventsApplied === 1, 'the event for K is applied');
+for (const [heldWalk, how] of [
+  [false, ''],
+  [true, ' (held-fields walk)'],
+] as const) {
+  test(`a write during the load is not reverted by the walk: events win${how}`, async () => {
+    const h = harness({ heldWalk });
+    h.fill(2500, () => NOW + 2 * HOUR); // not due, so no head check reads K behind the walk's back
+    const k = keyOf(2200); // in the third chunk
+    h.table.freezeWalks(); // the walk reads a snapshot taken before the write below
+    h.setHook(async (n) => {
+      if (n !== 1) return;
+      h.table.put(k, stored(NOW + 5 * HOUR));
+      h.streams[0]!.push(put(k, stored(NOW + 5 * HOUR)));
+      await settle(() => h.svc.eventsApplied === 1, 'the event for K is applied');
+    });
+    await h.start();
+    assert.equal(h.svc.phase, 'live');
+    assert.equal(h.svc.core.size, 2500);
+    assert.equal(h.svc.core.describe(k, NOW)?.dueMs, NOW + 5 * HOUR);
   });
-  await h.start();
-  assert.equal(h.svc.phase, 'live');
-  assert.equal(h.svc.core.size, 2500);
-  assert.equal(h.svc.core.describe(k, NOW)?.dueMs, NOW + 5 * HOUR);
-});
+}
 
 test('250,000 re-sent events for unchanged rows are absorbed without moving the version', async () => {
   const n = 250_000;
@@ -343,37 +357,68 @@ test('250,000 re-sent events for unchanged rows are absorbed without moving the 
   assert.equal(h.svc.core.version, version);
 });
 
-test('a forward walk that breaks at a key is finished from the top down and the load stays exact', async () => {
-  const h = harness();
-  h.fill(2500, () => NOW + HOUR);
-  h.table.faults.set(keyOf(1500), 'forwardCursor');
-  await h.start();
-  assert.equal(h.svc.core.size, 2500);
-  assert.equal(h.svc.partial, false);
-  assert.equal(h.svc.phase, 'live');
-  assert.equal(h.svc.exact(), true);
-  assert.equal(h.signal.read().complete, true);
-  assert.equal(h.errors.length, 1, 'the broken forward walk is logged once');
-});
+for (const [heldWalk, how] of [
+  [false, ''],
+  [true, ' (held-fields walk)'],
+] as const) {
+  test(`a forward walk that breaks at a key is finished from the top down and the load stays exact${how}`, async () => {
+    const h = harness({ heldWalk });
+    h.fill(2500, () => NOW + HOUR);
+    h.table.faults.set(keyOf(1500), 'forwardCursor');
+    await h.start();
+    assert.equal(h.svc.core.size, 2500);
+    assert.equal(h.svc.partial, false);
+    assert.equal(h.svc.phase, 'live');
+    assert.equal(h.svc.exact(), true);
+    assert.equal(h.signal.read().complete, true);
+    assert.equal(h.errors.length, 1, 'the broken forward walk is logged once');
+  });
+}
 
-test('a key that does not decode ends the load partial, live on every other row with exact false', async () => {
-  const h = harness();
-  h.fill(2500, () => NOW + HOUR);
-  const bad = keyOf(1500);
-  h.table.faults.set(bad, 'key'); // both walks stop at it: the top-down walk stops short too
-  await h.start();
-  assert.equal(h.svc.partial, true);
-  assert.equal(h.svc.exact(), false);
-  assert.equal(h.svc.phase, 'live');
-  assert.equal(h.svc.serving, true);
-  assert.equal(h.signal.read().live, true);
-  assert.equal(h.signal.read().complete, false);
-  // Rows on either side of the bad key in its chunk were read before the throw and must be kept.
-  assert.equal(h.svc.core.size, 2499);
-  assert.equal(h.svc.core.has(bad), false);
-  assert.equal(h.svc.core.has(keyOf(1499)), true);
-  assert.equal(h.svc.core.has(keyOf(1501)), true);
-  assert.equal(h.errors.length, 2, 'both stops are logged');
+for (const [heldWalk, how] of [
+  [false, ''],
+  [true, ' (held-fields walk)'],
+] as const) {
+  test(`a key that does not decode ends the load partial, live on every other row with exact false${how}`, async () => {
+    const h = harness({ heldWalk });
+    h.fill(2500, () => NOW + HOUR);
+    const bad = keyOf(1500);
+    h.table.faults.set(bad, 'key'); // both walks stop at it: the top-down walk stops short too
+    await h.start();
+    assert.equal(h.svc.partial, true);
+    assert.equal(h.svc.exact(), false);
+    assert.equal(h.svc.phase, 'live');
+    assert.equal(h.svc.serving, true);
+    assert.equal(h.signal.read().live, true);
+    assert.equal(h.signal.read().complete, false);
+    // Rows on either side of the bad key in its chunk were read before the throw and must be kept.
+    assert.equal(h.svc.core.size, 2499);
+    assert.equal(h.svc.core.has(bad), false);
+    assert.equal(h.svc.core.has(keyOf(1499)), true);
+    assert.equal(h.svc.core.has(keyOf(1501)), true);
+    assert.equal(h.errors.length, 2, 'both stops are logged');
+  });
+}
+
+test('a load through the held-fields walk, one object reused for every key, holds each row as walked', async () => {
+  const rows = (i: number) =>
+    stored(NOW - (i % 90) * MINUTE, {
+      fromSitemap: i % 2 === 0,
+      effectiveInterval: i % 5 === 0 ? 7 * 24 * HOUR : null,
+      verified: i % 4 !== 0,
+      urgentAt: i % 11 === 0 ? NOW : null,
+      changedAt: i % 13 === 0 ? NOW : null,
+    });
+  const viaWalk = harness();
+  const viaHeld = harness({ heldWalk: true });
+  for (const h of [viaWalk, viaHeld]) {
+    h.fill(2500, () => 0);
+    for (let i = 0; i < 2500; i++) h.table.put(keyOf(i), rows(i));
+    await h.start();
+  }
+  assert.equal(viaHeld.svc.core.size, 2500);
+  for (let i = 0; i < 2500; i++)
+    assert.deepEqual(viaHeld.svc.core.heldValue(keyOf(i)), viaWalk.svc.core.heldValue(keyOf(i)), keyOf(i));
 });
 
 test('claims are served from the first chunk while the load goes on', async () => {

@@ -15,6 +15,7 @@ import {
   type TypedStruct,
 } from '../../util/schedule/rawRecord.js';
 import { toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
+import { HELD_FIELDS, HeldFieldsSink } from '../../util/keeper/heldFields.js';
 
 /** A Packr configured as Harper's record encoder is (OpenDBIObject: randomAccessStructure, freezeData). */
 function recordPackr() {
@@ -252,6 +253,35 @@ test('property: raw read of a random record is NOT_DECODED or exactly the full d
     { numRuns: 3000 },
   );
   // Most random records hold no Date, object or non-ASCII string in a field read: they must be read raw.
+  assert.ok(read > 1000, `only ${read} of 3000 random records were read raw`);
+});
+
+test('property: the keeper load reader (six held fields into one reused object) equals the full decode', () => {
+  const packr = recordPackr();
+  const sink = new HeldFieldsSink();
+  const held = new RawRecordReader(HELD_FIELDS, (_key, v) => sink.fill(v));
+  const heldOf = (row: ScheduleRow | undefined) =>
+    row && {
+      nextRenderTime: row.nextRenderTime,
+      fromSitemap: row.fromSitemap,
+      effectiveInterval: row.effectiveInterval,
+      verified: row.verified,
+      urgentAt: row.urgentAt,
+      changedAt: row.changedAt,
+    };
+  let read = 0;
+  fc.assert(
+    fc.property(record, (r) => {
+      const bytes = stored(packr, r, {});
+      const want = heldOf(fullRead(packr, KEY, packr.pack(r)));
+      const got = held.row(KEY, bytes, bytes.length, (packr as Packed).typedStructs);
+      if (got === NOT_DECODED) return;
+      // Copied at once: the next read overwrites the object.
+      assert.deepEqual(got && { ...got }, want);
+      read++;
+    }),
+    { numRuns: 3000 },
+  );
   assert.ok(read > 1000, `only ${read} of 3000 random records were read raw`);
 });
 

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import {
+  flagBits,
   ReadySet,
   MIN_KEY_BYTES_PER_SLOT,
   type ReadyEntry,
@@ -186,6 +187,45 @@ test('a second publisher is refused while the first holds the slot', () => {
   });
   assert.equal(finish(first).published, 3);
   assert.deepEqual(keysOf(intruder.take(1)), ['https://ex.test/a/0']);
+});
+
+test('publishWith writes rows handed one by one exactly as publish writes the same entries', () => {
+  const rows = entries('w', 12).map((e, i) => ({ ...e, route: i % 3 === 0 ? 'news' : 'blog' }));
+  const extras = entries('x', 5).map((e) => ({ ...e, route: 'news' }));
+  const [arrays, arraysReader] = twoViews(8);
+  const [stream, streamReader] = twoViews(8);
+  const a = arrays.publish(rows, NOW, { entries: extras, complete: new Set(['news', 'blog']) });
+  const flags = (e: ReadyEntryInput) => flagBits(e.fromSitemap, e.verified, e.mark);
+  const b = stream.publishWith(NOW, (w) => {
+    for (const e of rows) w.top(e.key, e.score, e.dueMs, flags(e), e.route);
+    for (const e of extras) w.extra(e.key, e.score, e.dueMs, flags(e), e.route);
+    return ['news', 'blog'];
+  });
+  assert.deepEqual(b, a);
+  assert.deepEqual(streamReader.take(20), arraysReader.take(20));
+  assert.deepEqual(stream.section(nameHash('news')), arrays.section(nameHash('news')));
+  assert.deepEqual(
+    streamReader.takeSection(nameHash('news'), 20),
+    arraysReader.takeSection(nameHash('news'), 20),
+  );
+});
+
+test('publishWith still runs the fill when another writer holds the slot, and writes nothing', () => {
+  const [keeper, intruder] = twoViews();
+  const first = keeper.publishSteps(entries('a', 3), NOW);
+  stepTo(first, 'acquired');
+  let handed = 0;
+  const r = intruder.publishWith(NOW, (w) => {
+    for (const e of entries('b', 3)) {
+      w.top(e.key, e.score, e.dueMs, 0, undefined);
+      handed++;
+    }
+    return [];
+  });
+  assert.equal(handed, 3);
+  assert.equal(r.busy, true);
+  assert.equal(finish(first).published, 3);
+  assert.deepEqual(keysOf(intruder.take(3)), keysOf(entries('a', 3) as ReadyEntry[]));
 });
 
 test('a publisher that died mid-write is replaced after 10 s, not before, and cannot write once replaced', () => {

@@ -232,10 +232,15 @@ export function pick<T>(pair: readonly [T, T], slot: number): T {
 
 /** Encodes an entry's flags above its key length in its meta word. */
 export function flagsOf(e: ReadyEntryInput): number {
+  return flagBits(e.fromSitemap, e.verified, e.mark);
+}
+
+/** flagsOf from the three fields themselves (a publish that streams rows has no entry object). */
+export function flagBits(fromSitemap: boolean, verified: boolean, mark: ReadyMark): number {
   return (
-    (e.fromSitemap ? FLAG_SITEMAP : 0) |
-    (e.verified ? FLAG_VERIFIED : 0) |
-    (e.mark === 'urgent' ? FLAG_URGENT : e.mark === 'changed' ? FLAG_CHANGED : 0)
+    (fromSitemap ? FLAG_SITEMAP : 0) |
+    (verified ? FLAG_VERIFIED : 0) |
+    (mark === 'urgent' ? FLAG_URGENT : mark === 'changed' ? FLAG_CHANGED : 0)
   );
 }
 

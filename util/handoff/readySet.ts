@@ -38,6 +38,7 @@ import { ReadySections, type ReadyExtras, type SectionView } from './readySectio
 import { runToEnd } from './steps.js';
 
 export {
+  flagBits,
   MAX_SECTIONS,
   MIN_KEY_BYTES_PER_SLOT,
   extraCapacityFor,
@@ -74,7 +75,115 @@ export interface ReadySnapshot {
 /** Step names of the interleavable publish; tests pause between them. */
 export type PublishStep = 'acquired' | 'written' | 'flipped' | 'released';
 
+/**
+ * Takes one publish row by row, as the keeper's selection walks (no entry objects): the global top
+ * best first, then the extras, each queue's best first. `flags` is flagBits(fromSitemap, verified, mark).
+ */
+export interface ReadyWriter {
+  top(key: string, score: number, dueMs: number, flags: number, route: string | undefined): void;
+  extra(key: string, score: number, dueMs: number, flags: number, route: string | undefined): void;
+}
+
 const CLAMP_ATTEMPTS = 4;
+
+/**
+ * Writes one slot of a publish: the global top at 0..count, extras from `capacity` on, keys packed in
+ * the slot's key region. The top ends at the first key that does not fit (the set stays a prefix of
+ * the keeper's order), and the queues of the top rows left out (`cut`) get no extras; an extra that
+ * does not fit ends its queue's run. A writer that finds the slot taken over (its lock gone) writes
+ * nothing more (`lost`).
+ */
+class SlotWriter implements ReadyWriter {
+  count = 0;
+  extraCount = 0;
+  lost: boolean;
+  /** Queues with a row of the global top left unpublished. */
+  readonly cut = new Set<number>();
+  private used = 0;
+  private extraUsed = 0;
+  private topClosed = false;
+  private readonly seqAt: number;
+  private readonly scores: Float64Array;
+  private readonly meta: Int32Array;
+  private readonly keys: Buffer;
+
+  constructor(
+    private readonly buf: ReadyBuffer,
+    private readonly queueHash: (route: string) => number,
+    slot: number,
+    private readonly lock: number,
+  ) {
+    this.lost = lock < 0;
+    this.seqAt = SLOT_HEADER[slot]! + S_SEQ;
+    this.scores = pick(buf.scores, slot);
+    this.meta = pick(buf.meta, slot);
+    this.keys = pick(buf.keys, slot);
+  }
+
+  top(key: string, score: number, dueMs: number, flags: number, route: string | undefined): void {
+    if (!this.holds()) return;
+    const queue = route === undefined ? 0 : this.queueHash(route);
+    if (!this.topClosed && this.count < this.buf.capacity) {
+      const length = this.fits(key, this.used, this.buf.keyBytesPerSlot);
+      if (length >= 0) {
+        this.put(this.count, key, length, this.used, score, dueMs, flags, queue);
+        this.used += length;
+        this.count++;
+        return;
+      }
+      this.topClosed = true;
+    }
+    this.cut.add(queue);
+  }
+
+  extra(key: string, score: number, dueMs: number, flags: number, route: string | undefined): void {
+    if (!this.holds() || this.extraCount >= this.buf.extraCapacity) return;
+    const queue = route === undefined ? 0 : this.queueHash(route);
+    if (this.cut.has(queue)) return;
+    const length = this.fits(key, this.extraUsed, this.buf.extraKeyBytes);
+    if (length < 0) {
+      this.cut.add(queue);
+      return;
+    }
+    const at = this.buf.capacity + this.extraCount;
+    this.put(at, key, length, this.buf.keyBytesPerSlot + this.extraUsed, score, dueMs, flags, queue);
+    this.extraUsed += length;
+    this.extraCount++;
+  }
+
+  /** A writer that stalled past WRITER_STALL_SEC was replaced; it must stop writing the moment it notices. */
+  private holds(): boolean {
+    if (!this.lost && Atomics.load(this.buf.header, this.seqAt) !== this.lock) this.lost = true;
+    return !this.lost;
+  }
+
+  /** The key's UTF-8 length when it fits in `keyBytes` after `used`, else -1 (never truncated). */
+  private fits(key: string, used: number, keyBytes: number): number {
+    const length = Buffer.byteLength(key, 'utf8');
+    return length > MAX_KEY_BYTES || used + length > keyBytes ? -1 : length;
+  }
+
+  private put(
+    p: number,
+    key: string,
+    length: number,
+    keyAt: number,
+    score: number,
+    dueMs: number,
+    flags: number,
+    queue: number,
+  ): void {
+    // Byte length equal to string length means pure ASCII, which latin1 copies without UTF-8 encoding
+    // (~25% faster on 5,000 URL-sized keys) and which reads back identically as UTF-8.
+    this.keys.write(key, keyAt, length, length === key.length ? 'latin1' : 'utf8');
+    this.scores[p] = score;
+    const m = p * META_INTS;
+    this.meta[m] = Number.isFinite(dueMs) ? sharedSecondsAtOrBefore(dueMs) : DUE_UNKNOWN;
+    this.meta[m + 1] = keyAt;
+    this.meta[m + 2] = length | flags;
+    this.meta[m + 3] = queue;
+  }
+}
 
 export class ReadySet {
   readonly capacity: number;
@@ -168,23 +277,40 @@ export class ReadySet {
     return h;
   }
 
-  private queueOf(e: ReadyEntryInput): number {
-    return e.route === undefined ? 0 : this.queueHash(e.route);
-  }
-
   /** The raw shared cursor (for the overview and for tests that check it never runs away). */
   cursorPosition(): number {
     return Atomics.load(this.buf.header, H_CURSOR);
   }
 
   /**
+   * publish() without the entry arrays: `fill` hands the rows to the writer (the global top first,
+   * then the extras) and returns the queues whose section is complete. `fill` always runs, also when
+   * another writer holds the slot (then nothing is written and the result says busy).
+   */
+  publishWith(now: number, fill: (w: ReadyWriter) => Iterable<string>): PublishResult {
+    return runToEnd(this.publishFilled(now, fill));
+  }
+
+  /**
    * publish() as resumable steps. Production code calls publish(); tests drive this to interleave a
    * publish with takes step by step.
    */
-  *publishSteps(
+  publishSteps(
     entries: readonly ReadyEntryInput[],
     now: number,
     extras?: ReadyExtras,
+  ): Generator<PublishStep, PublishResult, void> {
+    return this.publishFilled(now, (w) => {
+      for (const e of entries) w.top(e.key, e.score, e.dueMs, flagsOf(e), e.route);
+      if (extras === undefined) return [];
+      for (const e of extras.entries) w.extra(e.key, e.score, e.dueMs, flagsOf(e), e.route);
+      return extras.complete;
+    });
+  }
+
+  private *publishFilled(
+    now: number,
+    fill: (w: ReadyWriter) => Iterable<string>,
   ): Generator<PublishStep, PublishResult, void> {
     const h = this.buf.header;
     const nowSec = sharedSecondsAtOrBefore(now);
@@ -198,33 +324,18 @@ export class ReadySet {
       generation: this.buf.activeGeneration(),
       busy: true,
     });
-    if (lock < 0) return busy();
+    const writer = new SlotWriter(this.buf, (route) => this.queueHash(route), slot, lock);
+    if (lock < 0) {
+      fill(writer); // writes nothing: the caller's walk still runs, as it does for a publish that lands
+      return busy();
+    }
     yield 'acquired';
 
-    const limit = Math.min(entries.length, this.capacity);
-    const count = this.writeEntries(slot, entries, 0, limit, 0, this.keyBytesPerSlot, lock, null);
-    if (count < 0) return busy();
-    // Queues with a row of the global top left unpublished (the key region ran out) get no extras: a
-    // section stays a prefix of its queue's order, as the global top is of the keeper's.
-    const cut = new Set<number>();
-    for (let i = count; i < entries.length; i++) cut.add(this.queueOf(entries[i]!));
-    const extraCount =
-      extras === undefined
-        ? 0
-        : this.writeEntries(
-            slot,
-            extras.entries,
-            this.capacity,
-            this.extraCapacity,
-            this.keyBytesPerSlot,
-            this.buf.extraKeyBytes,
-            lock,
-            cut,
-          );
-    if (extraCount < 0) return busy();
+    const completeQueues = fill(writer);
+    if (writer.lost) return busy();
+    const { count, extraCount, cut } = writer;
     const complete = new Set<number>();
-    if (extras !== undefined)
-      for (const q of extras.complete) if (!cut.has(this.queueHash(q))) complete.add(this.queueHash(q));
+    for (const q of completeQueues) if (!cut.has(this.queueHash(q))) complete.add(this.queueHash(q));
     const sectionCount = this.sections.write(slot, count, extraCount, complete);
     yield 'written';
 
@@ -250,59 +361,6 @@ export class ReadySet {
     // Every section cursor moves to this generation's tag at position 0 (a take may already have done it).
     this.sections.resetCursors(generation);
     return { published: count, extras: extraCount, sections: sectionCount, generation, busy: false };
-  }
-
-  /**
-   * Writes `list` into the slot at positions from..from+limit, keys from `keysFrom` within `keyBytes`.
-   * Without `cut` (the global top) it stops at the first key that does not fit; with it, such a key
-   * ends its queue's run (its queue joins `cut`) and later queues go on. Returns the count written,
-   * or -1 when the slot was taken over by another writer.
-   */
-  private writeEntries(
-    slot: number,
-    list: readonly ReadyEntryInput[],
-    from: number,
-    limit: number,
-    keysFrom: number,
-    keyBytes: number,
-    lock: number,
-    cut: Set<number> | null,
-  ): number {
-    const h = this.buf.header;
-    const seqAt = SLOT_HEADER[slot]! + S_SEQ;
-    const scores = pick(this.buf.scores, slot);
-    const meta = pick(this.buf.meta, slot);
-    const keys = pick(this.buf.keys, slot);
-    let used = 0;
-    let count = 0;
-    for (let i = 0; i < list.length && count < limit; i++) {
-      // A writer that stalled past WRITER_STALL_SEC was replaced; it must stop writing the moment it notices.
-      if (Atomics.load(h, seqAt) !== lock) return -1;
-      const e = list[i]!;
-      const queue = this.queueOf(e);
-      if (cut !== null && cut.has(queue)) continue;
-      const length = Buffer.byteLength(e.key, 'utf8');
-      // A key is never truncated or skipped: the global top ends at the first key that does not fit, so
-      // the set stays a prefix of the keeper's order; an extra that does not fit ends its queue's run.
-      if (length > MAX_KEY_BYTES || used + length > keyBytes) {
-        if (cut === null) break;
-        cut.add(queue);
-        continue;
-      }
-      // Byte length equal to string length means pure ASCII, which latin1 copies without UTF-8 encoding
-      // (~25% faster on 5,000 URL-sized keys) and which reads back identically as UTF-8.
-      keys.write(e.key, keysFrom + used, length, length === e.key.length ? 'latin1' : 'utf8');
-      const p = from + count;
-      scores[p] = e.score;
-      const m = p * META_INTS;
-      meta[m] = Number.isFinite(e.dueMs) ? sharedSecondsAtOrBefore(e.dueMs) : DUE_UNKNOWN;
-      meta[m + 1] = keysFrom + used;
-      meta[m + 2] = length | flagsOf(e);
-      meta[m + 3] = queue;
-      used += length;
-      count++;
-    }
-    return count;
   }
 
   /** take() as resumable steps; see publishSteps. */

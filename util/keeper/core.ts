@@ -18,10 +18,12 @@ import type {
   DueRow,
   DueSummary,
   HeldDescription,
+  HeldFields,
   HeldValue,
   KeeperOptions,
   PublishSelection,
-  ScheduleRow,
+  PublishSink,
+  PublishWalk,
   TopK,
   TopSkip,
   TopVisitor,
@@ -90,9 +92,10 @@ export class KeeperCore {
   /**
    * Upserts (row) or deletes (null) one row; idempotent. Returns whether anything held changed.
    * A row without a finite nextRenderTime is held as due in the minute of `now`: it is then claimed
-   * with its lateness climbing from 0 rather than silently never coming due.
+   * with its lateness climbing from 0 rather than silently never coming due. `row` is read during the
+   * call only (a load walk hands one reused object for every row).
    */
-  apply(key: string, row: ScheduleRow | null, now: number): boolean {
+  apply(key: string, row: HeldFields | null, now: number): boolean {
     if (row !== null && !roundTrips(key)) {
       // Claims read keys back from the ready set's UTF-8 bytes, where a lone surrogate became U+FFFD:
       // such a row can never be read, leased or granted, and held it would top every set forever.
@@ -160,6 +163,11 @@ export class KeeperCore {
     return this.selection.publishSelection(k, extraBudget, now, skip);
   }
 
+  /** `publishSelection` without the entry objects: the rows go to `sink` as they are selected. */
+  publishWalk(k: number, extraBudget: number, now: number, sink: PublishSink, skip?: TopSkip): PublishWalk {
+    return this.selection.publishWalk(k, extraBudget, now, sink, skip);
+  }
+
   /** Due counts per queue and each queue's oldest due verified row; walks class heads, not rows. */
   dueSummary(now: number): DueSummary {
     return this.reads.dueSummary(now);
@@ -220,7 +228,7 @@ export class KeeperCore {
    * Whether the held entry equals what `apply(key, row)` would store (null: whether nothing is held).
    * A row without a finite due time matches any held minute, since apply places it by its own clock.
    */
-  matches(key: string, row: ScheduleRow | null): boolean {
+  matches(key: string, row: HeldFields | null): boolean {
     const bucket = this.bucketOfKey(key);
     if (row === null || bucket === null) return row === null && bucket === null;
     const cls = bucket.owner;
@@ -308,9 +316,7 @@ export class KeeperCore {
   }
 }
 
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 /** Does `key` come back unchanged from UTF-8 (no lone surrogate)? Only such keys can be claimed. */
 function roundTrips(key: string): boolean {
-  return !LONE_SURROGATE.test(key);
+  return (key as unknown as { isWellFormed(): boolean }).isWellFormed();
 }

@@ -6,7 +6,17 @@ import { CHUNK, HeldRows } from './heldRows.js';
 import type { Bucket, KeeperClass } from './class.js';
 import { HeadHeap, type KeeperClasses } from './classes.js';
 import type { FlowLedger } from './flow.js';
-import type { HeldClass, PublishSelection, TopEntry, TopK, TopSkip, TopVisitor, TopWalk } from './types.js';
+import type {
+  HeldClass,
+  PublishSelection,
+  PublishSink,
+  PublishWalk,
+  TopEntry,
+  TopK,
+  TopSkip,
+  TopVisitor,
+  TopWalk,
+} from './types.js';
 import { type QueueShare, sectionQuotas } from './sections.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
 
@@ -54,21 +64,52 @@ export class TopSelection {
   publishSelection(k: number, extraBudget: number, now: number, skip?: TopSkip): PublishSelection {
     const entries: TopEntry[] = [];
     const extras: TopEntry[] = [];
+    const walk = this.publishWalk(
+      k,
+      extraBudget,
+      now,
+      {
+        top: (key, score, dueMs, held) => entries.push(topEntry(key, score, dueMs, held)),
+        extra: (key, score, dueMs, held) => extras.push(topEntry(key, score, dueMs, held)),
+      },
+      skip,
+    );
+    return { entries, extras, ...walk };
+  }
+
+  /**
+   * `publishSelection` without the entry objects: hands the top rows to `sink.top` (best first), then
+   * each queue's extras to `sink.extra`, as the ready set's writer takes them. `sink` must not change
+   * the keeper.
+   */
+  publishWalk(k: number, extraBudget: number, now: number, sink: PublishSink, skip?: TopSkip): PublishWalk {
     const completeQueues = new Set<string>();
     const nowMinute = minuteOf(now);
-    if (!Number.isFinite(nowMinute)) return { entries, complete: true, skipped: 0, extras, completeQueues };
+    if (!Number.isFinite(nowMinute)) return { complete: true, skipped: 0, completeQueues };
+    // Rows of the top per queue, counted per run of one class (rows of a bucket come together).
     const have = new Map<string, number>();
+    let runClass: HeldClass | null = null;
+    let run = 0;
+    const endRun = () => {
+      if (runClass !== null) have.set(runClass.route, (have.get(runClass.route) ?? 0) + run);
+    };
     const heads = this.dueHeads(now);
     const top = this.walkHeap(
       heads,
       k,
       now,
       (key, score, dueMs, held) => {
-        entries.push(topEntry(key, score, dueMs, held));
-        have.set(held.route, (have.get(held.route) ?? 0) + 1);
+        if (held !== runClass) {
+          endRun();
+          runClass = held;
+          run = 0;
+        }
+        run++;
+        sink.top(key, score, dueMs, held);
       },
       skip,
     );
+    endRun();
     let skipped = top.skipped;
     // Every class still in the heap has due rows left; the others were walked to their end.
     const rest = new Map<string, HeadHeap>();
@@ -87,19 +128,14 @@ export class TopSelection {
         share.due += cls.dueRows;
         shares.set(cls.route, share);
       }
+      const extra: TopVisitor = (key, score, dueMs, held) => sink.extra(key, score, dueMs, held);
       for (const [route, quota] of sectionQuotas(shares, extraBudget)) {
-        const walk = this.walkHeap(
-          rest.get(route)!,
-          quota,
-          now,
-          (key, score, dueMs, held) => extras.push(topEntry(key, score, dueMs, held)),
-          skip,
-        );
+        const walk = this.walkHeap(rest.get(route)!, quota, now, extra, skip);
         skipped += walk.skipped;
         if (walk.complete) completeQueues.add(route);
       }
     }
-    return { entries, complete: top.complete, skipped, extras, completeQueues };
+    return { complete: top.complete, skipped, completeQueues };
   }
 
   /** A heap of every class's first due bucket. */

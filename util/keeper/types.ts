@@ -3,11 +3,17 @@
 import type { ScheduleRow as FullScheduleRow } from '../schedule/rules.js';
 import type { Mark, ScoreOptions } from './score.js';
 
-/** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
-export type ScheduleRow = Pick<
+/**
+ * The fields of a `RenderSchedule` row the keeper places it by, normalised as `toScheduleRow` does.
+ * `KeeperCore.apply` and `matches` read them during the call only: a caller may hand one reused object.
+ */
+export type HeldFields = Pick<
   FullScheduleRow,
-  'cacheKey' | 'nextRenderTime' | 'fromSitemap' | 'effectiveInterval' | 'verified' | 'urgentAt' | 'changedAt'
+  'nextRenderTime' | 'fromSitemap' | 'effectiveInterval' | 'verified' | 'urgentAt' | 'changedAt'
 >;
+
+/** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
+export type ScheduleRow = HeldFields & Pick<FullScheduleRow, 'cacheKey'>;
 
 export interface Classification {
   /** The queue name: the matching route's name, `unrouted` when none matches. */
@@ -45,11 +51,25 @@ export interface TopK {
 }
 
 /** What a publish writes: the global top (a `TopK`), then the queues' section extras. */
-export interface PublishSelection extends TopK {
+export interface PublishSelection extends TopK, PublishWalk {
   /** Rows past the top for under-represented queues; each queue's best first, queue after queue. */
   extras: TopEntry[];
+}
+
+/** `PublishSelection` without its rows (they went to a `PublishSink`). */
+export interface PublishWalk {
+  /** True only when every due row that was not skipped is in the top. */
+  complete: boolean;
+  /** Due rows passed over because `skip` said so (top and extras). */
+  skipped: number;
   /** Queues with a row in the selection and no due, unskipped row left out of it. */
   completeQueues: Set<string>;
+}
+
+/** Receives a publish's rows as they are selected: the top best first, then each queue's extras. */
+export interface PublishSink {
+  top: TopVisitor;
+  extra: TopVisitor;
 }
 
 /** What every row of one keeper class shares. */

@@ -3,6 +3,7 @@
 // a write replaces the row, so every function returns every scheduling field explicitly.
 import type { QueueKeeperConfig, RouteConfig } from '../config/schema.js';
 import { startOfMinute } from '../time.js';
+import { simplePathname } from './urlPath.js';
 
 export interface ScheduleRow {
   cacheKey: string;
@@ -45,6 +46,8 @@ function spreadHash(url: string): number {
 
 /** The pathname used for route matching; an unparsable URL matches no route. */
 function pathnameOf(url: string): string | null {
+  const simple = simplePathname(url);
+  if (simple !== undefined) return simple;
   try {
     return new URL(url).pathname;
   } catch {

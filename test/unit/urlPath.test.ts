@@ -1,0 +1,72 @@
+// The route matcher's pathname without the WHATWG parser (util/schedule/urlPath.ts): wherever it
+// answers, it must answer exactly what `new URL(url).pathname` does (null where the parser refuses).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { simplePathname } from '../../util/schedule/urlPath.js';
+
+function parsed(url: string): string | null {
+  try {
+    return new URL(url).pathname;
+  } catch {
+    return null;
+  }
+}
+
+test('a common page URL is answered without the parser, with the parser’s pathname', () => {
+  for (const url of [
+    'https://www.example-shop.com/catalog/products/item-1a-abcdefghij',
+    'http://example.com',
+    'https://example.com?q=1',
+    'https://example.com/a/b.html?x=/../y#frag',
+    "https://example.com/~!$&'()*+,;=:@%20/",
+  ]) {
+    const got = simplePathname(url);
+    assert.notEqual(got, undefined, url);
+    assert.equal(got, parsed(url), url);
+  }
+});
+
+test('what the parser would rewrite or may refuse is left to the parser', () => {
+  for (const url of [
+    'https://example.com/a/./b',
+    'https://example.com/a/../b',
+    'https://example.com/a/%2e%2E/b',
+    'https://example.com/a b',
+    'https://example.com/a|b',
+    'https://example.com/a^b',
+    'https://EXAMPLE.com/a',
+    'HTTPS://example.com/a',
+    'https://1.2.3.4/a',
+    'https://example.0x1f/a',
+    'https://xn--nxasmq6b.com/a',
+    'https://user@example.com/a',
+    'https://example.com:8080/a',
+    'https:///example.com/a',
+    'ftp://example.com/a',
+  ])
+    assert.equal(simplePathname(url), undefined, url);
+});
+
+test('property: wherever it answers, the pathname equals new URL’s', () => {
+  const hostChar = fc.constantFrom(...'ab09x.-');
+  const pathChar = fc.constantFrom(...'ab0.-/:?#%2eE~@![]^|`{}<>" \\\u00e9AZ_'.split(''));
+  const url = fc
+    .tuple(
+      fc.constantFrom('https://', 'http://'),
+      fc.array(hostChar, { minLength: 1, maxLength: 10 }),
+      fc.array(pathChar, { maxLength: 16 }),
+    )
+    .map(([scheme, host, path]) => scheme + host.join('') + path.join(''));
+  let answered = 0;
+  fc.assert(
+    fc.property(url, (u) => {
+      const got = simplePathname(u);
+      if (got === undefined) return;
+      answered++;
+      assert.equal(got, parsed(u));
+    }),
+    { numRuns: 20_000 },
+  );
+  assert.ok(answered > 2000, `only ${answered} of 20,000 answered without the parser`);
+});
