@@ -5,6 +5,7 @@
 // path calls pokeKeeper, the keeper on worker 0 listens through onKeeperPoke; resources.ts wires both.
 import { KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import { LeaseTable } from '../../util/leases/table.js';
+import { RELEASE_ROOM_SLOTS } from '../../util/leases/slots.js';
 import { MIN_KEY_BYTES_PER_SLOT, ReadySet } from '../../util/handoff/readySet.js';
 import { StateDoc } from '../../util/handoff/stateDoc.js';
 import { config } from './config.js';
@@ -72,9 +73,11 @@ export function stateDoc<T>(): StateDoc<T> {
 export function leaseTable(): LeaseTable {
   if (processWideViews.leases) return processWideViews.leases;
   const maxLeases = config().queue.maxLeases;
+  // Room for the release graces of a fast drain besides the live leases (RELEASE_ROOM_SLOTS).
   const leases = new LeaseTable(
-    sharedBuffer('lease-table', LeaseTable.byteLength(maxLeases)).buffer,
+    sharedBuffer('lease-table', LeaseTable.byteLength(maxLeases, RELEASE_ROOM_SLOTS)).buffer,
     maxLeases,
+    { minSlots: RELEASE_ROOM_SLOTS },
   );
   processWideViews.leases = leases;
   if (leases.sizeMismatch)

@@ -104,6 +104,8 @@ export interface LeaseTableOptions {
   onGrantStep?: (step: GrantStep, slot: number) => void;
   /** 32 random bits per call (tests inject a fixed sequence); the OS CSPRNG by default. */
   random?: () => number;
+  /** The fewest slots the table keeps (the node passes RELEASE_ROOM_SLOTS); 4 per lease otherwise. */
+  minSlots?: number;
 }
 
 export class LeaseGrants extends LeaseUpkeep {
@@ -112,7 +114,7 @@ export class LeaseGrants extends LeaseUpkeep {
   private readonly undo = new Int32Array(SLOT_WORDS);
 
   constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number, options: LeaseTableOptions = {}) {
-    super(buffer, maxLeases);
+    super(buffer, maxLeases, options.minSlots);
     this.onGrantStep = options.onGrantStep;
     this.random = options.random ?? randomWord;
   }

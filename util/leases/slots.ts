@@ -117,9 +117,18 @@ export function blocks(state: number, expirySec: number, now: number): boolean {
   return (state === LEASED || state === RELEASED || state === HELD) && fromSharedSeconds(expirySec) > now;
 }
 
-export function slotCountFor(maxLeases: number): number {
+/**
+ * The node's table keeps at least this many slots (8 MiB): a released key blocks its slot for the 5 s
+ * RELEASE_GRACE_MS, so a drain reporting R results a second keeps ~R × 6 slots in grace besides the live
+ * leases. 4 × the default 4,096 leases (16,384 slots) filled up near 2,600 results a second and refused
+ * grants `full` (bench/README.md, session 6); this room takes ~15,000 a second.
+ */
+export const RELEASE_ROOM_SLOTS = 131_072;
+
+/** Slots for `maxLeases` live leases: 4 per lease, at least `minSlots`, a power of two. */
+export function slotCountFor(maxLeases: number, minSlots = MIN_SLOTS): number {
   let slots = MIN_SLOTS;
-  while (slots < maxLeases * SLOTS_PER_LEASE) slots *= 2;
+  while (slots < maxLeases * SLOTS_PER_LEASE || slots < minSlots) slots *= 2;
   return slots;
 }
 
@@ -167,7 +176,7 @@ export class LeaseSlots {
   protected hashLo = 0;
   private home = 0;
 
-  constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number) {
+  constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number, minSlots = MIN_SLOTS) {
     if (!Number.isInteger(maxLeases) || maxLeases < 1)
       throw new RangeError('maxLeases must be a positive integer');
     const words = new Int32Array(buffer, 0, Math.floor(buffer.byteLength / 4));
@@ -182,11 +191,11 @@ export class LeaseSlots {
     if (init === 0) {
       let fitting = MIN_SLOTS;
       while (HEADER_WORDS + fitting * 2 * SLOT_WORDS <= words.length) fitting *= 2;
-      const wanted = slotCountFor(maxLeases);
+      const wanted = slotCountFor(maxLeases, minSlots);
       const slots = Math.min(wanted, fitting);
       words[H_MAGIC] = MAGIC;
       words[H_VERSION] = LAYOUT_VERSION;
-      words[H_MAX_LEASES] = slots === wanted ? maxLeases : slots / SLOTS_PER_LEASE;
+      words[H_MAX_LEASES] = slots === wanted ? maxLeases : Math.min(maxLeases, slots / SLOTS_PER_LEASE);
       words[H_SLOT_COUNT] = slots;
       Atomics.store(words, H_INIT, INIT_DONE);
     }

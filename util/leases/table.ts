@@ -70,9 +70,9 @@ const VIEWS: Partial<Record<number, [LeaseState, LeaseState]>> = {
 };
 
 export class LeaseTable extends LeaseGrants {
-  /** Bytes needed for `maxLeases`; allocate the shared buffer with this. */
-  static byteLength(maxLeases: number): number {
-    return (HEADER_WORDS + slotCountFor(maxLeases) * SLOT_WORDS) * 4;
+  /** Bytes needed for `maxLeases` (and at least `minSlots` slots); allocate the shared buffer with this. */
+  static byteLength(maxLeases: number, minSlots?: number): number {
+    return (HEADER_WORDS + slotCountFor(maxLeases, minSlots) * SLOT_WORDS) * 4;
   }
 
   /** Releases the grant that `token` names, once; clears a hold and the miss count. */
