@@ -38,6 +38,27 @@ const binaryStore = () => schedulePrimaryStore() as BinaryStore;
 const processWideClaimReader = new RawRecordReader(CLAIM_FIELDS, claimRowOf);
 const processWideRowReader = new RawRecordReader(ROW_FIELDS, scheduleRowOf);
 
+/**
+ * A walk's stand-in decoder: it only notes where lmdb-js put a value's bytes (its reused buffer, as the
+ * decoder says it copies) so the walk decodes the fields it wants itself. `take` hands them over once.
+ */
+class ByteNote {
+  private bytes: Uint8Array | null = null;
+  size = 0;
+
+  decode(b: Uint8Array, n: number): boolean {
+    this.bytes = b;
+    this.size = n;
+    return true;
+  }
+
+  take(): Uint8Array | null {
+    const b = this.bytes;
+    this.bytes = null;
+    return b;
+  }
+}
+
 /** One key's stored bytes through `reader`; what it cannot read for certain goes through readRow. */
 function pointRead<T>(reader: RawRecordReader<T>, key: string): T | ScheduleRow | undefined {
   const store = binaryStore();
@@ -79,15 +100,7 @@ export function walkScheduleHeld(
   // One reader per walk (a chunk of the load): its plan per struct is made on the first row.
   const sink = new HeldFieldsSink();
   const reader = new RawRecordReader(HELD_FIELDS, (_key, v) => sink.fill(v));
-  let bytes: Uint8Array | null = null;
-  let size = 0;
-  const noteBytes = {
-    decode(b: Uint8Array, n: number): boolean {
-      bytes = b;
-      size = n;
-      return true;
-    },
-  };
+  const noteBytes = new ByteNote();
   // Printable-ASCII keys are copied flat (printableKey); the first one is also decoded the store's own
   // way, and if the two ever differ (another key encoding) the walk decodes every key the store's way.
   let keyCheck: 'unchecked' | 'same' | 'differs' = 'unchecked';
@@ -117,9 +130,9 @@ export function walkScheduleHeld(
     exclusiveStart: opts.exclusiveStart,
   })) {
     if (typeof key !== 'string') continue;
-    const raw = bytes as Uint8Array | null;
-    bytes = null;
-    const fields = raw === null ? NOT_DECODED : reader.row(key, raw, size, store.decoder?.typedStructs);
+    const raw = noteBytes.take();
+    const fields =
+      raw === null ? NOT_DECODED : reader.row(key, raw, noteBytes.size, store.decoder?.typedStructs);
     visit(key, fields === NOT_DECODED ? readRow(key) : fields);
     visited++;
   }
@@ -135,15 +148,7 @@ export function* walkScheduleRaw(
   opts: WalkOptions,
 ): Generator<{ key: string; row: ScheduleRow | undefined }> {
   const store = binaryStore();
-  let bytes: Uint8Array | null = null;
-  let size = 0;
-  const noteBytes = {
-    decode(b: Uint8Array, n: number): boolean {
-      bytes = b;
-      size = n;
-      return true;
-    },
-  };
+  const noteBytes = new ByteNote();
   // Harper's getRange (an own property of the store) calls lmdb-js's with this view as `this`.
   const view = Object.create(store, {
     decoder: { value: noteBytes },
@@ -158,10 +163,9 @@ export function* walkScheduleRaw(
   });
   for (const { key } of range) {
     if (typeof key !== 'string') continue;
-    const raw = bytes as Uint8Array | null;
-    bytes = null;
+    const raw = noteBytes.take();
     let row: Decoded<ScheduleRow> = NOT_DECODED;
-    if (raw !== null) row = processWideRowReader.row(key, raw, size, store.decoder?.typedStructs);
+    if (raw !== null) row = processWideRowReader.row(key, raw, noteBytes.size, store.decoder?.typedStructs);
     yield { key, row: row === NOT_DECODED ? readRow(key) : row };
   }
 }
