@@ -3,7 +3,7 @@
 // and answers through a handler the test sets; `push` sends a frame on its own.
 import { createHash } from 'node:crypto';
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { closeLoopback, listenLoopback } from './loopback.js';
 import type { Duplex } from 'node:stream';
 
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
@@ -83,19 +83,12 @@ export class FakeChannelServer {
       socket.on('error', () => {});
       this.onOpen(fake);
     });
-    await new Promise<void>((r) => this.server!.listen(0, '127.0.0.1', r));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.url = await listenLoopback(this.server);
     return this.url;
   }
 
   async stop(): Promise<void> {
-    const s = this.server;
-    if (!s) return;
-    await new Promise<void>((r) => {
-      s.close(() => r());
-      s.closeAllConnections();
-      for (const socket of this.raw) socket.destroy();
-    });
+    if (this.server) await closeLoopback(this.server, this.raw);
   }
 }
 

@@ -2,7 +2,7 @@
 // request (with the fake clock's time) and answers from a handler the test sets. JSON calls and
 // raw-bytes results (job_result with `x-metadata-size`) are recorded and answered apart.
 import http from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { closeLoopback, listenLoopback } from './loopback.js';
 import type { FakeClock } from './fakeClock.js';
 import type { Job, WireResult } from '../src/types.js';
 
@@ -101,18 +101,12 @@ export class FakeFleetServer {
         res.writeHead(reply.status ?? 200, headers).end(JSON.stringify(reply.json ?? {}));
       });
     });
-    await new Promise<void>((r) => this.server!.listen(0, '127.0.0.1', r));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.url = await listenLoopback(this.server);
     return this.url;
   }
 
   async stop(): Promise<void> {
-    const s = this.server;
-    if (!s) return;
-    await new Promise<void>((r) => {
-      s.close(() => r());
-      s.closeAllConnections();
-    });
+    if (this.server) await closeLoopback(this.server);
   }
 
   /** A job whose lease lasts `leaseMs` from now on the fake clock. */
