@@ -1,6 +1,19 @@
 // Lease tokens that cannot be guessed, results reported once, and expiries seen once (issue 12).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import {
+  EXPIRED,
+  H_NEXT_EXPIRY,
+  HEADER_WORDS,
+  LEASED,
+  REPORT_NONE,
+  S_EXPIRY,
+  S_REPORT,
+  SLOT_WORDS,
+  STATE_MASK,
+} from '../../util/leases/slots.js';
+import { fromSharedSeconds } from '../../util/time.js';
 import { LeaseTable, RELEASE_GRACE_MS, type GrantOptions } from '../../util/leases/table.js';
 import { formatToken, nameHash, parseToken } from '../../util/leases/token.js';
 
@@ -172,5 +185,100 @@ test('a released lease is not an expiry even after its grace ends', () => {
   assert.equal(
     t.collectExpired(T0 + LEASE + RELEASE_GRACE_MS * 2, () => undefined),
     0,
+  );
+});
+
+/** Slots that hold a lease ended by `now` with no result and no expiry seen: what collectExpired owes. */
+function endedUnseen(buffer: ArrayBuffer, now: number): number {
+  const words = new Int32Array(buffer);
+  let n = 0;
+  for (let base = HEADER_WORDS; base + SLOT_WORDS <= words.length; base += SLOT_WORDS) {
+    const state = words[base]! & STATE_MASK;
+    if (state !== LEASED && state !== EXPIRED) continue;
+    if (words[base + S_REPORT] !== REPORT_NONE) continue;
+    if (fromSharedSeconds(words[base + S_EXPIRY]!) <= now) n++;
+  }
+  return n;
+}
+
+test('a pass skips the walk while no lease can have ended, and the skip never hides an expiry', () => {
+  // collectExpired walks only when H_NEXT_EXPIRY says some lease may have ended. Every way a slot comes
+  // to hold a lease still to be seen expiring lowers the word: a grant (on either worker), an aborted
+  // report, a grant taking over its own ended lease. With the word left alone by any of them this
+  // fails: a pass skips and the oracle finds a lease ended and never seen.
+  const keys = Array.from({ length: 6 }, (_, i) => `https://example.com/skip/${i}`);
+  const key = fc.nat({ max: keys.length - 1 });
+  const command = fc.oneof(
+    fc.record({
+      kind: fc.constant('grant' as const),
+      key,
+      worker: fc.nat({ max: 1 }),
+      lease: fc.constantFrom(5_000, 60_000),
+    }),
+    fc.record({ kind: fc.constant('begin' as const), key }),
+    fc.record({ kind: fc.constant('abort' as const), key }),
+    fc.record({ kind: fc.constant('finish' as const), key, keep: fc.boolean() }),
+    fc.record({ kind: fc.constant('release' as const), key }),
+    fc.record({ kind: fc.constant('advance' as const), ms: fc.constantFrom(1, 999, 1000, 5_000, 60_000) }),
+    fc.record({ kind: fc.constant('reconcile' as const) }),
+    fc.record({ kind: fc.constant('collect' as const) }),
+  );
+  fc.assert(
+    fc.property(fc.array(command, { minLength: 1, maxLength: 80, size: 'max' }), (commands) => {
+      const buffer = new ArrayBuffer(LeaseTable.byteLength(64));
+      const keeper = new LeaseTable(buffer, 64);
+      const other = new LeaseTable(buffer, 64);
+      const tokens: Array<string | undefined> = keys.map(() => undefined);
+      let now = T0;
+      for (const c of commands) {
+        if (c.kind === 'grant') {
+          const g = (c.worker === 0 ? keeper : other).grant(keys[c.key]!, now, opts({ leaseMs: c.lease }));
+          if (g.ok) tokens[c.key] = g.token;
+        } else if (c.kind === 'advance') now += c.ms;
+        else if (c.kind === 'reconcile') other.reconcile(now);
+        else if (c.kind === 'collect') {
+          const owed = endedUnseen(buffer, now);
+          assert.equal(
+            keeper.collectExpired(now, () => undefined),
+            owed,
+            'every ended lease is seen',
+          );
+          assert.equal(endedUnseen(buffer, now), 0);
+        } else {
+          const token = tokens[c.key];
+          if (token === undefined) continue;
+          const k = keys[c.key]!;
+          if (c.kind === 'begin') other.beginReport(k, token, asFleet);
+          else if (c.kind === 'abort') other.abortReport(k, token);
+          else if (c.kind === 'finish')
+            other.finishReport(k, token, { accepted: true, nextRenderTime: NEXT }, c.keep, now);
+          else other.release(k, token, now);
+        }
+      }
+    }),
+    { numRuns: 400 },
+  );
+  // And the skip is real: a slot made to look ended behind the word's back is not walked to.
+  const buffer = new ArrayBuffer(LeaseTable.byteLength(64));
+  const t = new LeaseTable(buffer, 64);
+  const g = grant(t, 'https://example.com/a', T0);
+  assert.equal(
+    t.collectExpired(T0 + 1000, () => undefined),
+    0,
+  );
+  const words = new Int32Array(buffer);
+  assert.equal(fromSharedSeconds(words[H_NEXT_EXPIRY]!), g.expiresAt, 'the word holds the soonest end');
+  for (let base = HEADER_WORDS; base + SLOT_WORDS <= words.length; base += SLOT_WORDS)
+    if ((words[base]! & STATE_MASK) === LEASED) words[base + S_EXPIRY] = 0;
+  assert.equal(
+    t.collectExpired(T0 + 2000, () => undefined),
+    0,
+    'skipped: no lease could have ended',
+  );
+  words[H_NEXT_EXPIRY] = 0;
+  assert.equal(
+    t.collectExpired(T0 + 2000, () => undefined),
+    1,
+    'walked once the word allows',
   );
 });

@@ -38,6 +38,7 @@
 import {
   BUSY,
   EMPTY,
+  EXPIRED,
   H_OCCUPANCY,
   HEADER_WORDS,
   HELD,
@@ -53,6 +54,7 @@ import {
   S_HASH_LO,
   S_MISSES,
   S_REACH,
+  S_REPORT,
   SLOT_WORDS,
   STATE_MASK,
   blocks,
@@ -264,6 +266,8 @@ export class LeaseGrants extends LeaseUpkeep {
     Atomics.add(a, H_OCCUPANCY, 1);
     const published = nextWord(claimed, LEASED);
     Atomics.store(a, base, published);
+    // After the publish, so a collectExpired pass never skips past this lease's end (see there).
+    this.noteExpiry(expiry);
     this.onGrantStep?.('published', slot);
     // Two grants of one key on different slots each publish, then rescan: sequentially consistent
     // atomics guarantee at least one sees the other and gives its slot back. Without this rescan both
@@ -298,6 +302,9 @@ export class LeaseGrants extends LeaseUpkeep {
     const state = original & STATE_MASK;
     if (state === LEASED) Atomics.add(a, H_OCCUPANCY, 1);
     Atomics.store(a, base, nextWord(busy, state));
+    // The restored slot may be a lease still to be seen expiring (a pass may have run meanwhile).
+    if ((state === LEASED || state === EXPIRED) && this.undo[S_REPORT] === REPORT_NONE)
+      this.noteExpiry(this.undo[S_EXPIRY]!);
   }
 
   private hold(

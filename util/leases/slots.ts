@@ -30,7 +30,8 @@ const MIN_SLOTS = 16;
 const MAGIC = 0x4c454153; // 'LEAS'
 // 2: slots grew to 16 words (random token bits, grantee, queue, report state and answer).
 // 3: word 15 of a slot is the window length of the keys whose home it is (S_REACH).
-const LAYOUT_VERSION = 3;
+// 4: header word 12 bounds the soonest end of a lease still to be seen expiring (H_NEXT_EXPIRY).
+const LAYOUT_VERSION = 4;
 const INIT_RUNNING = 1;
 const INIT_DONE = 2;
 // Header words.
@@ -46,6 +47,12 @@ const H_REC_OLDEST_EXPIRY = 8;
 const H_REC_OLDEST_TOKEN_HI = 9;
 const H_REC_OLDEST_TOKEN_LO = 10;
 const H_REC_DONE = 11;
+/**
+ * Shared seconds at or before the end of every lease that collectExpired may still have to see expire
+ * (LEASED or EXPIRED, no report; 0 = unknown, look). Lowered by CAS-min after each transition that makes
+ * such a slot; set afresh by a collectExpired pass (util/leases/upkeep.ts says why that is safe).
+ */
+export const H_NEXT_EXPIRY = 12;
 export const HEADER_WORDS = 16;
 // Slot words.
 const S_WORD = 0;

@@ -10,6 +10,7 @@ import {
   H_OCCUPANCY,
   HEADER_WORDS,
   HELD,
+  H_NEXT_EXPIRY,
   INT32_MAX,
   LEASED,
   LeaseSlots,
@@ -54,9 +55,22 @@ export class LeaseUpkeep extends LeaseSlots {
    * Leases past their end with no result, each seen once (SPEC §6 `requeued` at expiry): marks them,
    * moves them out of the occupancy gauge, and calls `visit` with each one's queue hash. A late result
    * of such a lease is still accepted. One pass over the slots; the keeper runs it every publish.
+   *
+   * The pass is skipped while H_NEXT_EXPIRY says no such lease can have ended yet (a drain's leases end
+   * minutes out, and the walk over a 1M-slot table took 16-29 ms a publish). Why the word never lets a
+   * pass skip a lease that ended: the pass stores INT32_MAX into it first, then walks, then CAS-mins in
+   * the soonest end it left for later. Every transition that leaves a slot LEASED or EXPIRED without a
+   * report (a grant's publish, a give-back, an aborted report) CAS-mins its end into the word AFTER its
+   * state store. If that CAS-min came before this pass's store, so did the state store, and the walk
+   * (after the pass's store) sees the slot and folds it in; if it came after, the word has it. A slot the
+   * walk cannot settle (torn, BUSY-raced, a lost rewrite) folds in the next second.
    */
   collectExpired(now: number, visit: (queue: number) => void): number {
     const a = this.words;
+    if (fromSharedSeconds(Atomics.load(a, H_NEXT_EXPIRY)) > now) return 0;
+    Atomics.store(a, H_NEXT_EXPIRY, INT32_MAX);
+    const retry = sharedSecondsAtOrAfter(now);
+    let next = INT32_MAX;
     let seen = 0;
     for (let slot = 0; slot < this.slotCount; slot++) {
       const base = HEADER_WORDS + slot * SLOT_WORDS;
@@ -66,16 +80,35 @@ export class LeaseUpkeep extends LeaseSlots {
       if (Atomics.load(a, base + S_REPORT) !== REPORT_NONE) continue;
       // Most live leases are not due to end: one word says so without the slot's consistent read (a
       // torn look only defers a lease to the next pass; the read below decides for the ones left).
-      if (fromSharedSeconds(Atomics.load(a, base + S_EXPIRY)) > now) continue;
-      const read = this.read(base, false);
-      if (read !== word || this.reportRead !== REPORT_NONE || fromSharedSeconds(this.expiryRead) > now)
+      const expiry = Atomics.load(a, base + S_EXPIRY);
+      if (fromSharedSeconds(expiry) > now) {
+        if (expiry < next) next = expiry;
         continue;
+      }
+      const read = this.read(base, false);
+      if (read !== word || this.reportRead !== REPORT_NONE || fromSharedSeconds(this.expiryRead) > now) {
+        next = Math.min(next, retry);
+        continue;
+      }
       const queue = this.queueRead;
-      if (!this.rewrite(base, word, EXPIRED, 0, REPORT_EXPIRY_SEEN, this.answerRead)) continue;
+      if (!this.rewrite(base, word, EXPIRED, 0, REPORT_EXPIRY_SEEN, this.answerRead)) {
+        next = Math.min(next, retry);
+        continue;
+      }
       seen++;
       visit(queue);
     }
+    this.noteExpiry(next);
     return seen;
+  }
+
+  /** Lowers H_NEXT_EXPIRY to `expirySec` (a lease end collectExpired must not skip past). */
+  protected noteExpiry(expirySec: number): void {
+    const a = this.words;
+    for (;;) {
+      const was = Atomics.load(a, H_NEXT_EXPIRY);
+      if (was <= expirySec || Atomics.compareExchange(a, H_NEXT_EXPIRY, was, expirySec) === was) return;
+    }
   }
 
   /**
@@ -102,7 +135,10 @@ export class LeaseUpkeep extends LeaseSlots {
     }
     a[base + S_REPORT] = report;
     a[base + S_ANSWER] = answer;
+    const expiry = a[base + S_EXPIRY]!;
     Atomics.store(a, base, nextWord(busy, state));
+    // An aborted report leaves a lease that collectExpired must see end again (see there).
+    if (report === REPORT_NONE && (state === LEASED || state === EXPIRED)) this.noteExpiry(expiry);
     return true;
   }
 
@@ -119,9 +155,18 @@ export class LeaseUpkeep extends LeaseSlots {
     const stuck = new Map<number, { word: number; since: number }>();
     for (let slot = 0; slot < this.slotCount; slot++) {
       const base = HEADER_WORDS + slot * SLOT_WORDS;
-      let word = this.read(base, false);
+      let word = Atomics.load(a, base);
       let state = word & STATE_MASK;
       if (state === EMPTY) continue;
+      // Dead and grace slots (most of a big table after a few drains) need only their end: one word,
+      // which the CAS below checks against the state word it came with. Live and BUSY slots get the
+      // consistent read (a dozen words) that the figures and the stuck-writer check need.
+      const consistent = state === LEASED || state === BUSY;
+      if (consistent) {
+        word = this.read(base, false);
+        state = word & STATE_MASK;
+        if (state === EMPTY) continue;
+      }
       if (state === BUSY) {
         // The same BUSY word STUCK_WRITER_MS later is a writer that died mid-section (a terminated
         // worker); a live one finishes in microseconds. Freeing the slot loses at most that one lease.
@@ -131,10 +176,11 @@ export class LeaseUpkeep extends LeaseSlots {
         else if (Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word) reclaimed++;
         continue;
       }
-      const end = fromSharedSeconds(this.expiryRead);
+      const expirySec = consistent ? this.expiryRead : Atomics.load(a, base + S_EXPIRY);
+      const end = fromSharedSeconds(expirySec);
       if (state === LEASED && end > now) {
         occupancy++;
-        oldestExpiry = Math.min(oldestExpiry, this.expiryRead);
+        oldestExpiry = Math.min(oldestExpiry, expirySec);
         oldestToken = Math.min(oldestToken, this.tokenRead);
         continue;
       }
