@@ -177,8 +177,8 @@ export class KeeperDuties {
     this.add(
       {
         name: 'keeper state',
-        runOnce: (now) => {
-          this.deps.beforeState?.(now);
+        runOnce: async (now) => {
+          await this.deps.beforeState?.(now);
           svc.writeState(now);
           return {};
         },

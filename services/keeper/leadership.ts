@@ -24,6 +24,8 @@ const HELD_REPLY = 'queue-keeper:held-reply';
 const HELD_ASK_TIMEOUT_MS = 1000;
 /** A worker 0 that finds the leader slot held looks again this often. */
 const LEADERSHIP_WAIT_MS = 1000;
+/** The pause between a sliced lease reconcile's slices: one turn of the event loop. */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 const source: ScheduleSource = {
   subscribe: () => subscribeSchedule(),
@@ -188,7 +190,7 @@ export class KeeperLeadership {
         await syncStatus();
         return { requeued };
       },
-      beforeState: (now) => void leases.reconcile(now),
+      beforeState: async (now) => void (await leases.reconcileInSlices(now, nextTurn)),
     });
     this.service = svc;
     svc.withdraw(Date.now());
@@ -205,7 +207,7 @@ export class KeeperLeadership {
       {
         name: 'keeper status sync',
         runOnce: async (now) => {
-          leases.reconcile(now);
+          await leases.reconcileInSlices(now, nextTurn);
           await syncStatus();
           return {};
         },

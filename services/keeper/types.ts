@@ -85,8 +85,8 @@ export interface KeeperDeps {
   holdLeadership?: (now: number) => boolean;
   /** Each publish tick after the publish (the requeued pass, the status sync). */
   afterPublish?: (now: number) => Promise<Counts> | Counts;
-  /** Before each state document (the lease gauge is reconciled there). */
-  beforeState?: (now: number) => void;
+  /** Before each state document (the lease gauge is reconciled there, in slices: awaited). */
+  beforeState?: (now: number) => Promise<void> | void;
 }
 
 /** Rows per chunk of a table walk (load and verification); the walk yields to the event loop between. */

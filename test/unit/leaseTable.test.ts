@@ -474,6 +474,38 @@ test('the occupancy gauge only drifts high and a reconcile brings it back to the
   assert.deepEqual(otherWorker.lastReconcile(), { ...stored, at: Math.ceil(now / 1000) * 1000 });
 });
 
+test('a reconcile in slices pauses between slices and finds what one pass over every slot finds', async () => {
+  // Two tables in the same state: live, expired, released and long-dead slots spread over 256 slots.
+  const build = (): LeaseTable => {
+    const t = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(64)), 64, { random: fixedRandom });
+    for (let i = 0; i < 40; i++) {
+      const key = `https://example.com/slices/${i}`;
+      const g = granted(t.grant(key, T0 + i, opts({ leaseMs: i % 3 === 0 ? LEASE : 2 * LEASE })));
+      if (i % 4 === 1) t.release(key, g.token, T0 + i);
+    }
+    return t;
+  };
+  const now = T0 + LEASE + 1000;
+  const whole = build();
+  const sliced = build();
+  assert.equal(whole.slotCount, 256);
+  let pauses = 0;
+  const pause = async () => {
+    pauses++;
+    await new Promise((r) => setImmediate(r));
+  };
+  const first = sliced.reconcileInSlices(now, pause, 32);
+  assert.equal(sliced.reconcileInSlices(now, pause, 32), first, 'a call meanwhile joins the running pass');
+  const result = await first;
+  assert.equal(pauses, 256 / 32 - 1);
+  assert.deepEqual(result, whole.reconcile(now));
+  assert.deepEqual(sliced.lastReconcile(), whole.lastReconcile());
+  assert.equal(sliced.occupancy(), whole.occupancy());
+  const later = now + 2 * DEAD_SLOT_RETENTION_MS;
+  assert.deepEqual(await sliced.reconcileInSlices(later, pause, 32), whole.reconcile(later));
+  assert.ok(whole.reconcile(later + 1).reclaimed === 0, 'the dead slots went in the pass before');
+});
+
 test('leases keep working past 2038 (now in 2040)', () => {
   const { table } = setup();
   const key = 'https://example.com/2040';

@@ -36,6 +36,28 @@ export const DEAD_SLOT_RETENTION_MS = 60 * MINUTE_MS;
 /** A slot BUSY with the same state word this long apart is abandoned (see reconcile). */
 const STUCK_WRITER_MS = 10_000;
 
+/** Slots a sliced reconcile walks between two pauses (~1.5 ms of the walk). */
+export const RECONCILE_SLICE_SLOTS = 65_536;
+
+/** The running figures of one reconcile pass. */
+interface ReconcilePass {
+  now: number;
+  occupancy: number;
+  oldestExpiry: number;
+  oldestToken: number;
+  reclaimed: number;
+  stuck: Map<number, { word: number; since: number }>;
+}
+
+const newPass = (now: number): ReconcilePass => ({
+  now,
+  occupancy: 0,
+  oldestExpiry: INT32_MAX,
+  oldestToken: Infinity,
+  reclaimed: 0,
+  stuck: new Map(),
+});
+
 export interface ReconcileResult {
   occupancy: number;
   oldestExpiresAt: number | null;
@@ -45,6 +67,7 @@ export interface ReconcileResult {
 
 export class LeaseUpkeep extends LeaseSlots {
   private stuckSeen = new Map<number, { word: number; since: number }>();
+  private slicedPass: Promise<ReconcileResult> | null = null;
 
   /** Gauge of leases out: exact for grants and releases, high by leases that expired since reconcile. */
   occupancy(): number {
@@ -147,13 +170,41 @@ export class LeaseUpkeep extends LeaseSlots {
    * empties slots dead longer than DEAD_SLOT_RETENTION_MS, and stores the figures in the header.
    */
   reconcile(now: number): ReconcileResult {
+    const pass = newPass(now);
+    this.reconcileSlots(pass, 0, this.slotCount);
+    return this.endPass(pass);
+  }
+
+  /**
+   * reconcile in slices of `sliceSlots` with `pause()` between them, so the worker's event loop serves
+   * claims meanwhile (the whole walk over 1,048,576 slots takes ~20-30 ms). Decides every slot as of
+   * `now`. A call while a sliced pass runs gets that pass's result.
+   */
+  reconcileInSlices(
+    now: number,
+    pause: () => Promise<void>,
+    sliceSlots = RECONCILE_SLICE_SLOTS,
+  ): Promise<ReconcileResult> {
+    if (this.slicedPass) return this.slicedPass;
+    const run = async (): Promise<ReconcileResult> => {
+      const pass = newPass(now);
+      for (let from = 0; from < this.slotCount; from += sliceSlots) {
+        if (from > 0) await pause();
+        this.reconcileSlots(pass, from, Math.min(this.slotCount, from + sliceSlots));
+      }
+      return this.endPass(pass);
+    };
+    const running = run().finally(() => {
+      if (this.slicedPass === running) this.slicedPass = null;
+    });
+    this.slicedPass = running;
+    return running;
+  }
+
+  private reconcileSlots(pass: ReconcilePass, from: number, to: number): void {
     const a = this.words;
-    let occupancy = 0;
-    let oldestExpiry = INT32_MAX;
-    let oldestToken = Infinity;
-    let reclaimed = 0;
-    const stuck = new Map<number, { word: number; since: number }>();
-    for (let slot = 0; slot < this.slotCount; slot++) {
+    const now = pass.now;
+    for (let slot = from; slot < to; slot++) {
       const base = HEADER_WORDS + slot * SLOT_WORDS;
       let word = Atomics.load(a, base);
       let state = word & STATE_MASK;
@@ -171,17 +222,17 @@ export class LeaseUpkeep extends LeaseSlots {
         // The same BUSY word STUCK_WRITER_MS later is a writer that died mid-section (a terminated
         // worker); a live one finishes in microseconds. Freeing the slot loses at most that one lease.
         const seen = this.stuckSeen.get(slot);
-        if (seen?.word !== word) stuck.set(slot, { word, since: now });
-        else if (now - seen.since < STUCK_WRITER_MS) stuck.set(slot, seen);
-        else if (Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word) reclaimed++;
+        if (seen?.word !== word) pass.stuck.set(slot, { word, since: now });
+        else if (now - seen.since < STUCK_WRITER_MS) pass.stuck.set(slot, seen);
+        else if (Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word) pass.reclaimed++;
         continue;
       }
       const expirySec = consistent ? this.expiryRead : Atomics.load(a, base + S_EXPIRY);
       const end = fromSharedSeconds(expirySec);
       if (state === LEASED && end > now) {
-        occupancy++;
-        oldestExpiry = Math.min(oldestExpiry, expirySec);
-        oldestToken = Math.min(oldestToken, this.tokenRead);
+        pass.occupancy++;
+        pass.oldestExpiry = Math.min(pass.oldestExpiry, expirySec);
+        pass.oldestToken = Math.min(pass.oldestToken, this.tokenRead);
         continue;
       }
       if (state === LEASED) {
@@ -197,10 +248,14 @@ export class LeaseUpkeep extends LeaseSlots {
         now - deadSince >= DEAD_SLOT_RETENTION_MS &&
         Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word
       ) {
-        reclaimed++;
+        pass.reclaimed++;
       }
     }
-    this.stuckSeen = stuck;
+  }
+
+  private endPass(pass: ReconcilePass): ReconcileResult {
+    const { now, occupancy, oldestExpiry, oldestToken, reclaimed } = pass;
+    this.stuckSeen = pass.stuck;
     this.storeReconcile(now, occupancy, oldestExpiry, oldestToken);
     return {
       occupancy,
