@@ -3,9 +3,11 @@
 // batch per claim. Counts every id granted twice (a duplicate: no lease in these runs can expire).
 import type { HarperInstance } from '../test/harness.js';
 import {
+  benchUrl,
   claimCounters,
   cpuMeter,
   fileAll,
+  keeperStats,
   overview,
   sleep,
   summarize,
@@ -173,4 +175,57 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
       : {}),
     ...cpu,
   };
+}
+
+/** The next minute boundary at least `leadMs` away: rows are due at whole minutes (SPEC §1). */
+export function nextMinute(leadMs: number): number {
+  return Math.ceil((Date.now() + leadMs) / 60_000) * 60_000;
+}
+
+/**
+ * `count` rows due at the next whole minute at least 20 s away, drained with results from just before
+ * that instant: due → granted per job (the side by side's C).
+ */
+export async function dueAtOnce(h: HarperInstance, clients: FleetClient[], round: number, count: number) {
+  const dueAt = nextMinute(20_000);
+  const rows = (await keeperStats(h))?.rows ?? 0;
+  await fileAll(
+    h,
+    Array.from({ length: count }, (_, i) => ({ url: benchUrl(`c${round}`, i), dueAt })),
+  );
+  await until('keeper holds the due-at-once rows', async () =>
+    ((await keeperStats(h))?.rows ?? 0) >= rows + count ? true : undefined,
+  );
+  await sleep(dueAt - 1500 - Date.now());
+  return drainClaims(h, clients, { target: count, withResults: true, dueAt });
+}
+
+/**
+ * Filed due-now → claimable on an idle queue (the side by side's D): one row filed due a minute ago,
+ * then one client claims (limit 1) until it gets it, reporting whatever it got; `samples` times.
+ */
+export async function dueNowLatency(h: HarperInstance, client: FleetClient, round: number, samples: number) {
+  const lat: number[] = [];
+  for (let k = 0; k < samples; k++) {
+    const url = benchUrl(`d${round}-${k}`, k);
+    const t0 = performance.now();
+    await fileAll(h, [{ url, dueAt: Date.now() - 60_000 }]);
+    for (;;) {
+      const r = await client.post('/render_queue/claim', { limit: 1 });
+      const jobs = r.json as Granted[];
+      if (jobs.length === 0) continue;
+      if (jobs[0]!.id === url) lat.push(performance.now() - t0);
+      await client.post('/render_queue/job_results', {
+        results: jobs.map((j) => ({
+          id: j.id,
+          leaseToken: j.leaseToken,
+          outcome: 'rendered',
+          statusCode: 200,
+        })),
+      });
+      if (jobs[0]!.id === url) break;
+    }
+    await sleep(100 + Math.random() * 300);
+  }
+  return summarize(lat);
 }

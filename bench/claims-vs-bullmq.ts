@@ -14,7 +14,6 @@ import {
   busiestThreads,
   cpuMeter,
   deleteAll,
-  fileAll,
   fleetClient,
   loadavg,
   machine,
@@ -28,7 +27,14 @@ import {
   until,
   type FleetClient,
 } from './lib.js';
-import { drainClaims, fileToClaim, reportAll, type Granted } from './claim-drain.js';
+import {
+  drainClaims,
+  dueAtOnce,
+  dueNowLatency,
+  fileToClaim,
+  reportAll,
+  type Granted,
+} from './claim-drain.js';
 
 const RUNS = Number(process.env.RUNS ?? 3);
 const JOBS = Number(process.env.JOBS ?? 100_000);
@@ -61,11 +67,6 @@ async function bootHarper(): Promise<HarperInstance> {
   return h;
 }
 
-/** The next minute boundary at least `leadMs` away: rows are due at whole minutes (SPEC §1). */
-function nextMinute(leadMs: number): number {
-  return Math.ceil((Date.now() + leadMs) / 60_000) * 60_000;
-}
-
 async function oursRound(h: HarperInstance, clients: FleetClient[], round: number) {
   const out: Record<string, unknown> = { system: 'queue-keeper', round, loadBefore: loadavg() };
   out.leasesAtStart = (await overview(h)).leases.occupancy;
@@ -93,41 +94,9 @@ async function oursRound(h: HarperInstance, clients: FleetClient[], round: numbe
   };
   (out.B as { threads: string[] }).threads = busiestThreads(t, threadCpuMs(h.pid));
   // C: 20,000 rows due at one whole minute.
-  const dueAt = nextMinute(20_000);
-  const rows = (await keeperStats(h))?.rows ?? 0;
-  await fileAll(
-    h,
-    Array.from({ length: AT_ONCE }, (_, i) => ({ url: benchUrl(`c${round}`, i), dueAt })),
-  );
-  await until('keeper holds the due-at-once rows', async () =>
-    ((await keeperStats(h))?.rows ?? 0) >= rows + AT_ONCE ? true : undefined,
-  );
-  await sleep(dueAt - 1500 - Date.now());
-  out.C = await drainClaims(h, clients, { target: AT_ONCE, withResults: true, dueAt });
+  out.C = await dueAtOnce(h, clients, round, AT_ONCE);
   // D: filed due-now → claimable, one client, idle queue.
-  const lat: number[] = [];
-  for (let k = 0; k < LATENCY_SAMPLES; k++) {
-    const url = benchUrl(`d${round}-${k}`, k);
-    const t0 = performance.now();
-    await fileAll(h, [{ url, dueAt: Date.now() - 60_000 }]);
-    for (;;) {
-      const r = await clients[0]!.post('/render_queue/claim', { limit: 1 });
-      const jobs = r.json as Array<{ id: string; leaseToken: string }>;
-      if (jobs.length === 0) continue;
-      if (jobs[0]!.id === url) lat.push(performance.now() - t0);
-      await clients[0]!.post('/render_queue/job_results', {
-        results: jobs.map((j) => ({
-          id: j.id,
-          leaseToken: j.leaseToken,
-          outcome: 'rendered',
-          statusCode: 200,
-        })),
-      });
-      if (jobs[0]!.id === url) break;
-    }
-    await sleep(100 + Math.random() * 300);
-  }
-  out.D = summarize(lat);
+  out.D = await dueNowLatency(h, clients[0]!, round, LATENCY_SAMPLES);
   out.loadAfter = loadavg();
   return out;
 }

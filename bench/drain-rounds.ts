@@ -2,7 +2,8 @@
 // slower each round, and which phase leaves what behind? Each round runs the phases PHASES names, in order:
 //   A  file JOBS due rows, claim them all (no results), report them untimed, delete them
 //   B  file JOBS due rows and drain them through claim + job_results (timed: jobs/s, Harper CPU per job)
-//   C  file AT_ONCE rows due at once and drain them (untimed here)
+//   C  AT_ONCE rows due at one whole minute, drained with results: due -> first and last grant
+//   D  filed due-now -> claimable on the idle queue, 20 samples
 // Same config as claims-vs-bullmq.ts (maxLeases 262,144, 120 s leases, 1 s publish and state intervals).
 // PROFILE=1 profiles every worker through each round's B (the scratch component's in-process profiler) and
 // prints each worker's summary; the .cpuprofile files stay in the printed folder.
@@ -11,7 +12,14 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
-import { drainClaims, fileToClaim, reportAll, type Granted } from './claim-drain.js';
+import {
+  drainClaims,
+  dueAtOnce,
+  dueNowLatency,
+  fileToClaim,
+  reportAll,
+  type Granted,
+} from './claim-drain.js';
 import { summarizeProfile } from './cpuprofile-summary.js';
 import {
   benchUrl,
@@ -96,10 +104,8 @@ async function phaseB(h: HarperInstance, clients: FleetClient[], round: number) 
 }
 
 async function phaseC(h: HarperInstance, clients: FleetClient[], round: number) {
-  const urls = Array.from({ length: AT_ONCE }, (_, i) => benchUrl(`c${round}`, i));
-  await fileToClaim(h, urls, Date.now() - 120_000);
-  const c = await drainClaims(h, clients, { target: AT_ONCE, withResults: true });
-  return { jobsPerSec: c.jobsPerSec };
+  const c = await dueAtOnce(h, clients, round, AT_ONCE);
+  return { jobsPerSec: c.jobsPerSec, firstMs: c.dueMs?.first, lastMs: c.dueMs?.last };
 }
 
 console.log(
@@ -129,6 +135,7 @@ try {
       if (phase === 'A') out.A = await phaseA(h, clients, round);
       else if (phase === 'B') out.B = await phaseB(h, clients, round);
       else if (phase === 'C') out.C = await phaseC(h, clients, round);
+      else if (phase === 'D') out.D = await dueNowLatency(h, clients[0]!, round, 20);
       else throw new Error(`unknown phase ${phase} in PHASES=${PHASES}`);
     }
     out.loadAfter = loadavg();
