@@ -1,7 +1,7 @@
 // The fleet side of the claim benchmarks: N clients, each on its own keep-alive connection, claiming
 // with limit 25 until a target number of jobs has been granted, optionally posting one job_results
 // batch per claim. Counts every id granted twice (a duplicate: no lease in these runs can expire).
-import type { HarperInstance } from '../test/harness.js';
+import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
 import {
   benchUrl,
   claimCounters,
@@ -24,6 +24,53 @@ const STUCK_MS = 30_000;
 export interface Granted {
   id: string;
   leaseToken: string;
+}
+
+// The side by side's node (claims-vs-bullmq.ts, drain-rounds.ts). maxLeases big enough that 100,000
+// unreported leases fit (the default 4,096 would refuse grants past ~4k) with room to spare: at 131,072
+// (100k live = 76 % of maxLeases) a few keys per 100k find their probe window full and stay refused
+// until a slot frees, which stalls a drain's tail (measured; see README).
+export const SIDE_BY_SIDE_MAX_LEASES = 262_144;
+// Claim-only leases of one round must be dead before the next round's 100,000 arrive.
+const SIDE_BY_SIDE_LEASE_MS = 120_000;
+export const SIDE_BY_SIDE_CONFIG = {
+  queue: { keeper: { publishInterval: 1000, stateInterval: 1000 }, jobLeaseTime: SIDE_BY_SIDE_LEASE_MS },
+};
+
+/**
+ * Boots the side by side's node: `fleet` added as a render_fleet user, maxLeases set (a restart key,
+ * so the node is started a second time on the same root), then the intervals and lease time.
+ */
+export async function bootSideBySide(fleet: Credentials, componentDir?: string): Promise<HarperInstance> {
+  const first = await startHarper({ logLevel: 'warn', componentDir });
+  try {
+    await first.addUser(fleet.username, fleet.password, 'render_fleet');
+    const r = await first.fetch('/prerender_admin/config', {
+      body: { queue: { maxLeases: SIDE_BY_SIDE_MAX_LEASES } },
+    });
+    if (r.status !== 200) throw new Error(`config: ${r.status} ${r.text}`);
+  } finally {
+    await first.stop();
+  }
+  const h = await startHarper({ root: first.root, logLevel: 'warn', componentDir });
+  try {
+    const c = await h.fetch('/prerender_admin/config', { body: SIDE_BY_SIDE_CONFIG });
+    if (c.status !== 200) throw new Error(`config: ${c.status} ${c.text}`);
+    const leases = (await overview(h)).leases.maxLeases;
+    if (leases !== SIDE_BY_SIDE_MAX_LEASES)
+      throw new Error(`maxLeases is ${leases}, not ${SIDE_BY_SIDE_MAX_LEASES}`);
+    return h;
+  } catch (e) {
+    await h.destroy();
+    throw e;
+  }
+}
+
+/** The `job_results` body that reports every job given as rendered (200). */
+export function renderedResults(jobs: readonly Granted[]) {
+  return {
+    results: jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, outcome: 'rendered', statusCode: 200 })),
+  };
 }
 
 export interface DrainOptions {
@@ -61,14 +108,7 @@ export async function reportAll(clients: FleetClient[], grants: readonly Granted
         const batch = grants.slice(next, next + 100);
         next += batch.length;
         if (batch.length === 0) return;
-        const r = await c.post('/render_queue/job_results', {
-          results: batch.map((j) => ({
-            id: j.id,
-            leaseToken: j.leaseToken,
-            outcome: 'rendered',
-            statusCode: 200,
-          })),
-        });
+        const r = await c.post('/render_queue/job_results', renderedResults(batch));
         const answers = (r.json as { results?: Array<{ accepted: boolean }> } | undefined)?.results ?? [];
         refused += batch.length - answers.filter((a) => a.accepted).length;
       }
@@ -128,14 +168,7 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
         if (granted >= opts.target) done = true;
         if (opts.withResults) {
           const rs = performance.now();
-          const res = await c.post('/render_queue/job_results', {
-            results: jobs.map((j) => ({
-              id: j.id,
-              leaseToken: j.leaseToken,
-              outcome: 'rendered',
-              statusCode: 200,
-            })),
-          });
+          const res = await c.post('/render_queue/job_results', renderedResults(jobs));
           lastResult = performance.now();
           resultsMs.push(lastResult - rs);
           const answers = (res.json as { results?: Array<{ accepted: boolean }> } | undefined)?.results ?? [];
@@ -215,14 +248,7 @@ export async function dueNowLatency(h: HarperInstance, client: FleetClient, roun
       const jobs = r.json as Granted[];
       if (jobs.length === 0) continue;
       if (jobs[0]!.id === url) lat.push(performance.now() - t0);
-      await client.post('/render_queue/job_results', {
-        results: jobs.map((j) => ({
-          id: j.id,
-          leaseToken: j.leaseToken,
-          outcome: 'rendered',
-          statusCode: 200,
-        })),
-      });
+      await client.post('/render_queue/job_results', renderedResults(jobs));
       if (jobs[0]!.id === url) break;
     }
     await sleep(100 + Math.random() * 300);

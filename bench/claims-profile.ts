@@ -4,12 +4,11 @@
 // Prints each worker's summary (areas, self and inclusive top functions) per workload and leaves the
 // .cpuprofile files in the printed folder for a closer look.
 // Run: npx tsc -p tsconfig.json && node dist/bench/claims-profile.js [jobs=50000]
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
 import { drainClaims, fileToClaim } from './claim-drain.js';
-import { summarizeProfile } from './cpuprofile-summary.js';
 import {
   benchUrl,
   deleteAll,
@@ -17,11 +16,10 @@ import {
   loadavg,
   machine,
   overview,
-  sleep,
   until,
   type FleetClient,
 } from './lib.js';
-import { removeScratch, scratchComponent } from './scratch-component.js';
+import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
 
 const JOBS = Number(process.argv[2] ?? 50_000);
 const fleet: Credentials = { username: 'bench-fleet', password: 'bench-fleet-pass' };
@@ -29,31 +27,8 @@ const profileDir = mkdtempSync(join(tmpdir(), 'qk-profiles-'));
 const component = scratchComponent({ keeper: true, profileDir });
 
 async function profiled(label: string, run: () => Promise<unknown>) {
-  writeFileSync(join(profileDir, 'start'), '');
-  await sleep(300);
-  const result = await run();
-  writeFileSync(join(profileDir, 'stop'), '');
-  const want = (f: string) => f.startsWith('worker-') && f.endsWith('.cpuprofile');
-  await until(
-    'profiles from both workers',
-    async () => (readdirSync(profileDir).filter(want).length >= 2 ? true : undefined),
-    30_000,
-  );
-  await sleep(500);
-  rmSync(join(profileDir, 'start'));
-  rmSync(join(profileDir, 'stop'));
+  const result = await profiledRun(profileDir, label, run);
   console.log(JSON.stringify({ label, result }));
-  for (const f of readdirSync(profileDir).filter(want)) {
-    const s = summarizeProfile(JSON.parse(readFileSync(join(profileDir, f), 'utf8')), 20);
-    console.log(
-      `--- ${label} ${f}: ${s.busyMs} ms busy of ${s.totalMs} ms; areas ${JSON.stringify(s.areasPctOfBusy)}`,
-    );
-    console.log('self:\n' + s.selfTop.join('\n'));
-    console.log('inclusive:\n' + s.inclusiveTop.join('\n'));
-    const renamed = `${label}-${f}`;
-    writeFileSync(join(profileDir, renamed), readFileSync(join(profileDir, f)));
-    rmSync(join(profileDir, f));
-  }
 }
 
 console.log(JSON.stringify({ bench: 'claims-profile', ...machine(), jobs: JOBS, profileDir }));

@@ -8,7 +8,7 @@
 //   D  filed due-now → claimable (single job, idle queue), 20 samples
 // Run: npx tsc -p tsconfig.json && node dist/bench/claims-vs-bullmq.js   (RUNS=3 JOBS=100000 by default)
 import { Queue, Worker, type Job } from 'bullmq';
-import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
+import { type Credentials, type HarperInstance } from '../test/harness.js';
 import {
   benchUrl,
   busiestThreads,
@@ -28,6 +28,9 @@ import {
   type FleetClient,
 } from './lib.js';
 import {
+  bootSideBySide,
+  SIDE_BY_SIDE_CONFIG,
+  SIDE_BY_SIDE_MAX_LEASES,
   drainClaims,
   dueAtOnce,
   dueNowLatency,
@@ -43,29 +46,7 @@ const CLIENTS = Number(process.env.CLIENTS ?? 24);
 const LIMIT = 25;
 const BULL_CONCURRENCY = 50;
 const LATENCY_SAMPLES = 20;
-// Big enough that 100,000 unreported leases fit (the default 4,096 would refuse grants past ~4k) with
-// room to spare: at 131,072 (100k live = 76 % of maxLeases) a few keys per 100k find their probe window
-// full and stay refused until a slot frees, which stalls a drain's tail (measured; see README).
-const MAX_LEASES = 262_144;
-// Claim-only leases of one round must be dead before the next round's 100,000 arrive.
-const LEASE_MS = 120_000;
-const CONFIG = { queue: { keeper: { publishInterval: 1000, stateInterval: 1000 }, jobLeaseTime: LEASE_MS } };
-
 const fleet: Credentials = { username: 'bench-fleet', password: 'bench-fleet-pass' };
-
-async function bootHarper(): Promise<HarperInstance> {
-  const first = await startHarper({ logLevel: 'warn' });
-  await first.addUser(fleet.username, fleet.password, 'render_fleet');
-  const r = await first.fetch('/prerender_admin/config', { body: { queue: { maxLeases: MAX_LEASES } } });
-  if (r.status !== 200) throw new Error(`config: ${r.status} ${r.text}`);
-  await first.stop(); // maxLeases is a restart key
-  const h = await startHarper({ root: first.root, logLevel: 'warn' });
-  const c = await h.fetch('/prerender_admin/config', { body: CONFIG });
-  if (c.status !== 200) throw new Error(`config: ${c.status} ${c.text}`);
-  const leases = (await overview(h)).leases.maxLeases;
-  if (leases !== MAX_LEASES) throw new Error(`maxLeases is ${leases}, not ${MAX_LEASES}`);
-  return h;
-}
 
 async function oursRound(h: HarperInstance, clients: FleetClient[], round: number) {
   const out: Record<string, unknown> = { system: 'queue-keeper', round, loadBefore: loadavg() };
@@ -216,12 +197,12 @@ console.log(
     clients: CLIENTS,
     limit: LIMIT,
     bullConcurrency: BULL_CONCURRENCY,
-    config: CONFIG,
-    maxLeases: MAX_LEASES,
+    config: SIDE_BY_SIDE_CONFIG,
+    maxLeases: SIDE_BY_SIDE_MAX_LEASES,
   }),
 );
 const redis = await startRedis();
-const h = await bootHarper();
+const h = await bootSideBySide(fleet);
 const clients = Array.from({ length: CLIENTS }, () => fleetClient(h, fleet));
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const results: any[] = [];

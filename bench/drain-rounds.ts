@@ -4,15 +4,16 @@
 //   B  file JOBS due rows and drain them through claim + job_results (timed: jobs/s, Harper CPU per job)
 //   C  AT_ONCE rows due at one whole minute, drained with results: due -> first and last grant
 //   D  filed due-now -> claimable on the idle queue, 20 samples
-// Same config as claims-vs-bullmq.ts (maxLeases 262,144, 120 s leases, 1 s publish and state intervals).
+// The side by side's node (claim-drain.ts bootSideBySide: maxLeases 262,144, 120 s leases, 1 s intervals).
 // PROFILE=1 profiles every worker through each round's B (the scratch component's in-process profiler) and
 // prints each worker's summary; the .cpuprofile files stay in the printed folder.
 // Run: npx tsc -p tsconfig.json && ROUNDS=3 PHASES=AB node dist/bench/drain-rounds.js
-import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
+import type { Credentials, HarperInstance } from '../test/harness.js';
 import {
+  bootSideBySide,
   drainClaims,
   dueAtOnce,
   dueNowLatency,
@@ -20,7 +21,6 @@ import {
   reportAll,
   type Granted,
 } from './claim-drain.js';
-import { summarizeProfile } from './cpuprofile-summary.js';
 import {
   benchUrl,
   busiestThreads,
@@ -35,44 +35,20 @@ import {
   until,
   type FleetClient,
 } from './lib.js';
-import { removeScratch, scratchComponent } from './scratch-component.js';
+import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const JOBS = Number(process.env.JOBS ?? 100_000);
 const AT_ONCE = Number(process.env.AT_ONCE ?? 20_000);
 const PHASES = process.env.PHASES ?? 'AB';
 const PROFILE = process.env.PROFILE === '1';
-const MAX_LEASES = 262_144;
-const CONFIG = { queue: { keeper: { publishInterval: 1000, stateInterval: 1000 }, jobLeaseTime: 120_000 } };
 const fleet: Credentials = { username: 'bench-fleet', password: 'bench-fleet-pass' };
 
 const profileDir = PROFILE ? mkdtempSync(join(tmpdir(), 'qk-profiles-')) : undefined;
 const component = PROFILE ? scratchComponent({ keeper: true, profileDir }) : undefined;
 
-async function profiled<T>(label: string, run: () => Promise<T>): Promise<T> {
-  if (!profileDir) return run();
-  writeFileSync(join(profileDir, 'start'), '');
-  await sleep(300);
-  const result = await run();
-  writeFileSync(join(profileDir, 'stop'), '');
-  const want = (f: string) => f.startsWith('worker-') && f.endsWith('.cpuprofile');
-  await until('profiles from both workers', async () =>
-    readdirSync(profileDir).filter(want).length >= 2 ? true : undefined,
-  );
-  await sleep(500);
-  rmSync(join(profileDir, 'start'));
-  rmSync(join(profileDir, 'stop'));
-  for (const f of readdirSync(profileDir).filter(want)) {
-    const s = summarizeProfile(JSON.parse(readFileSync(join(profileDir, f), 'utf8')), 25);
-    console.log(
-      `--- ${label} ${f}: ${s.busyMs} ms busy of ${s.totalMs} ms; areas ${JSON.stringify(s.areasPctOfBusy)}`,
-    );
-    console.log('self:\n' + s.selfTop.join('\n'));
-    writeFileSync(join(profileDir, `${label}-${f}`), readFileSync(join(profileDir, f)));
-    rmSync(join(profileDir, f));
-  }
-  return result;
-}
+const profiled = <T>(label: string, run: () => Promise<T>): Promise<T> =>
+  profileDir ? profiledRun(profileDir, label, run, 25) : run();
 
 async function phaseA(h: HarperInstance, clients: FleetClient[], round: number) {
   const urls = Array.from({ length: JOBS }, (_, i) => benchUrl(`a${round}`, i));
@@ -111,17 +87,12 @@ async function phaseC(h: HarperInstance, clients: FleetClient[], round: number) 
 console.log(
   JSON.stringify({ bench: 'drain-rounds', ...machine(), rounds: ROUNDS, jobs: JOBS, phases: PHASES }),
 );
-const first = await startHarper({ logLevel: 'warn', componentDir: component });
-let h: HarperInstance = first;
+const h = await bootSideBySide(fleet, component).catch((e: unknown) => {
+  if (component) removeScratch(component);
+  throw e;
+});
 let clients: FleetClient[] = [];
 try {
-  await first.addUser(fleet.username, fleet.password, 'render_fleet');
-  const r = await first.fetch('/prerender_admin/config', { body: { queue: { maxLeases: MAX_LEASES } } });
-  if (r.status !== 200) throw new Error(`config: ${r.status} ${r.text}`);
-  await first.stop();
-  h = await startHarper({ root: first.root, logLevel: 'warn', componentDir: component });
-  const c = await h.fetch('/prerender_admin/config', { body: CONFIG });
-  if (c.status !== 200) throw new Error(`config: ${c.status} ${c.text}`);
   clients = Array.from({ length: 24 }, () => fleetClient(h, fleet));
   for (let round = 1; round <= ROUNDS; round++) {
     const out: Record<string, unknown> = { round, loadBefore: loadavg() };
@@ -151,7 +122,6 @@ try {
 } finally {
   await Promise.all(clients.map((cl) => cl.close()));
   await h.destroy();
-  await first.destroy();
   if (component) removeScratch(component);
   if (profileDir) console.log(JSON.stringify({ profileDir }));
 }

@@ -2,10 +2,21 @@
 // switch for: with the keeper not started (to price a schedule write without the keeper), and with an
 // in-process CPU profiler on every worker (the harness strips NODE_OPTIONS, so --cpu-prof cannot reach
 // Harper's workers). The product's own files are never changed; the copy is removed by the caller.
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { repoRoot } from '../test/harness.js';
+import { summarizeProfile } from './cpuprofile-summary.js';
+import { sleep, until } from './lib.js';
 
 export interface ScratchOptions {
   /** Start the keeper on worker 0 (false = every schedule write reaches no subscriber). */
@@ -174,4 +185,41 @@ export function scratchComponent(opts: ScratchOptions): string {
 
 export function removeScratch(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * Runs `run` with every worker of a scratch component built with `profileDir` sampling itself, then
+ * prints each worker's summary (areas, self and inclusive top `top`) and keeps its profile in that
+ * folder as `<label>-worker-<threadId>-<n>.cpuprofile`.
+ */
+export async function profiledRun<T>(
+  profileDir: string,
+  label: string,
+  run: () => Promise<T>,
+  top = 20,
+): Promise<T> {
+  writeFileSync(join(profileDir, 'start'), '');
+  await sleep(300);
+  const result = await run();
+  writeFileSync(join(profileDir, 'stop'), '');
+  const want = (f: string) => f.startsWith('worker-') && f.endsWith('.cpuprofile');
+  await until(
+    'profiles from both workers',
+    async () => (readdirSync(profileDir).filter(want).length >= 2 ? true : undefined),
+    30_000,
+  );
+  await sleep(500);
+  rmSync(join(profileDir, 'start'));
+  rmSync(join(profileDir, 'stop'));
+  for (const f of readdirSync(profileDir).filter(want)) {
+    const s = summarizeProfile(JSON.parse(readFileSync(join(profileDir, f), 'utf8')), top);
+    console.log(
+      `--- ${label} ${f}: ${s.busyMs} ms busy of ${s.totalMs} ms; areas ${JSON.stringify(s.areasPctOfBusy)}`,
+    );
+    console.log('self:\n' + s.selfTop.join('\n'));
+    console.log('inclusive:\n' + s.inclusiveTop.join('\n'));
+    writeFileSync(join(profileDir, `${label}-${f}`), readFileSync(join(profileDir, f)));
+    rmSync(join(profileDir, f));
+  }
+  return result;
 }
