@@ -39,3 +39,31 @@ export function urlOf(i: number): string {
     `https://www.example-shop.com${r.prefix}item-${i.toString(36)}-${'abcdefghij'.repeat(10)}`.slice(0, 100);
   return Buffer.from(text, 'latin1').toString('latin1');
 }
+
+/** ROUTES as the `render.routes` of a Harper-backed bench's config (`/help/articles/` stays unrouted). */
+export const CONFIG_ROUTES = [
+  { name: 'products', match: 'prefix', path: '/catalog/products/', renderInterval: 6 * HOUR },
+  { name: 'news', match: 'prefix', path: '/news/', renderInterval: HOUR },
+  { name: 'blog', match: 'prefix', path: '/blog/' },
+];
+
+/** The seed of the Harper-backed keeper benches' targets (keeper-scale.ts, keeper-load.ts). */
+export const SCALE_SEED = 0x2545f491;
+
+/**
+ * The keeper benches' rows, filed through `POST /render_queue/targets`: URL i of urlOf, every other one
+ * from a sitemap, 10 % with their own 7-day cadence, ~30 % due (a past dueAt within two cadences).
+ */
+export function scaleTargets(
+  rows: number,
+  now: number,
+  random: () => number,
+): Array<Record<string, unknown>> {
+  return Array.from({ length: rows }, (_, i) => {
+    const t: Record<string, unknown> = { url: urlOf(i), fromSitemap: i % 2 === 0 };
+    if (random() < 0.1) t.cadenceMs = 7 * DAY;
+    const cadence = ROUTES[i % ROUTES.length]!.cadenceMs ?? DAY;
+    if (random() < 0.3) t.dueAt = now - Math.floor(random() * 2 * cadence) - 60_000;
+    return t;
+  });
+}

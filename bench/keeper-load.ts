@@ -9,44 +9,16 @@
 //      ROOTPATH=/tmp/qk-load-root/hdb HOME=/tmp/qk-load-root/home node dist/bench/keeper-load.js measure 3
 import { mkdirSync } from 'node:fs';
 import { startHarper } from '../test/harness.js';
+import { CONFIG_ROUTES, SCALE_SEED, scaleTargets, seededRandom } from './fixtures.js';
 import { fileAll, loadavg, machine } from './lib.js';
 import type { ScheduleSource } from '../services/keeper/types.js';
-
-const HOUR = 3_600_000;
-const DAY = 24 * HOUR;
-const ROUTES = [
-  { name: 'products', match: 'prefix', path: '/catalog/products/', renderInterval: 6 * HOUR },
-  { name: 'news', match: 'prefix', path: '/news/', renderInterval: HOUR },
-  { name: 'blog', match: 'prefix', path: '/blog/' },
-];
-const PREFIXES = ['/catalog/products/', '/news/', '/blog/', '/help/articles/'];
-const CADENCE = [6 * HOUR, HOUR, DAY, DAY];
-
-let seed = 0x2545f491;
-function random(): number {
-  seed = (seed + 0x6d2b79f5) | 0;
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
-
-function urlOf(i: number): string {
-  const p = PREFIXES[i % PREFIXES.length]!;
-  return `https://www.example-shop.com${p}item-${i.toString(36)}-${'abcdefghij'.repeat(10)}`.slice(0, 100);
-}
 
 async function seedRoot(rows: number, root: string): Promise<void> {
   mkdirSync(root, { recursive: true });
   const h = await startHarper({ root, logLevel: 'warn' });
-  const r = await h.fetch('/prerender_admin/config', { body: { render: { routes: ROUTES } } });
+  const r = await h.fetch('/prerender_admin/config', { body: { render: { routes: CONFIG_ROUTES } } });
   if (r.status !== 200) throw new Error(`config: ${r.status} ${r.text}`);
-  const now = Date.now();
-  const targets = Array.from({ length: rows }, (_, i) => {
-    const t: Record<string, unknown> = { url: urlOf(i), fromSitemap: i % 2 === 0 };
-    if (random() < 0.1) t.cadenceMs = 7 * DAY;
-    if (random() < 0.3) t.dueAt = now - Math.floor(random() * 2 * CADENCE[i % 4]!) - 60_000;
-    return t;
-  });
+  const targets = scaleTargets(rows, Date.now(), seededRandom(SCALE_SEED));
   const rate = await fileAll(h, targets);
   console.log(JSON.stringify({ seeded: rows, root, fileRowsPerSec: Math.round(rate) }));
   await h.stop();
@@ -66,7 +38,7 @@ async function measure(rounds: number): Promise<void> {
   const { MIN_KEY_BYTES_PER_SLOT, ReadySet } = await import('../util/handoff/readySet.js');
   const { KeeperSignal } = await import('../util/handoff/keeperSignal.js');
   const { StateDoc } = await import('../util/handoff/stateDoc.js');
-  const cfg = applyValues(defaultConfig(), checkPartial({ render: { routes: ROUTES } }).values);
+  const cfg = applyValues(defaultConfig(), checkPartial({ render: { routes: CONFIG_ROUTES } }).values);
   const capacity = cfg.queue.ready.capacity;
   const keyBytes = Math.max(MIN_KEY_BYTES_PER_SLOT, capacity * 160);
   const ready = new ReadySet(new ArrayBuffer(ReadySet.byteLength(capacity, keyBytes)), capacity, keyBytes);

@@ -21,38 +21,19 @@ import {
   until,
 } from './lib.js';
 import { removeScratch, scratchComponent } from './scratch-component.js';
+import { CONFIG_ROUTES, DAY, SCALE_SEED, scaleTargets, seededRandom } from './fixtures.js';
 
 const SIZES = process.argv.slice(2).map(Number);
 if (SIZES.length === 0) SIZES.push(250_000, 1_000_000);
 const REWRITES = Number(process.env.REWRITES ?? 50_000);
 const PUBLISH_SAMPLES = 35;
-const HOUR = 3_600_000;
-const DAY = 24 * HOUR;
-const ROUTES = [
-  { name: 'products', match: 'prefix', path: '/catalog/products/', renderInterval: 6 * HOUR },
-  { name: 'news', match: 'prefix', path: '/news/', renderInterval: HOUR },
-  { name: 'blog', match: 'prefix', path: '/blog/' },
-];
-const PREFIXES = ['/catalog/products/', '/news/', '/blog/', '/help/articles/'];
-const CADENCE = [6 * HOUR, HOUR, DAY, DAY];
 const CONFIG = {
-  render: { routes: ROUTES },
+  render: { routes: CONFIG_ROUTES },
   queue: { keeper: { publishInterval: 1000, stateInterval: 1000 } },
 };
 const fleet: Credentials = { username: 'bench-fleet', password: 'bench-fleet-pass' };
 
-let seed = 0x2545f491;
-function random(): number {
-  seed = (seed + 0x6d2b79f5) | 0;
-  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-}
-
-function urlOf(i: number): string {
-  const p = PREFIXES[i % PREFIXES.length]!;
-  return `https://www.example-shop.com${p}item-${i.toString(36)}-${'abcdefghij'.repeat(10)}`.slice(0, 100);
-}
+const random = seededRandom(SCALE_SEED);
 
 interface Plan {
   targets: Array<Record<string, unknown>>;
@@ -60,17 +41,8 @@ interface Plan {
 }
 
 function plan(rows: number, now: number): Plan {
-  const targets: Array<Record<string, unknown>> = [];
-  const notDue: string[] = [];
-  for (let i = 0; i < rows; i++) {
-    const url = urlOf(i);
-    const own = random() < 0.1 ? 7 * DAY : undefined;
-    const t: Record<string, unknown> = { url, fromSitemap: i % 2 === 0 };
-    if (own) t.cadenceMs = own;
-    if (random() < 0.3) t.dueAt = now - Math.floor(random() * 2 * CADENCE[i % 4]!) - 60_000;
-    else notDue.push(url);
-    targets.push(t);
-  }
+  const targets = scaleTargets(rows, now, random);
+  const notDue = targets.filter((t) => t.dueAt === undefined).map((t) => t.url as string);
   return { targets, notDue };
 }
 
