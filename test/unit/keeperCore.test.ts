@@ -6,6 +6,7 @@ import { keyHash } from '../../util/keyHash.js';
 import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/core.js';
 import { markOf, score, type ScoreOptions } from '../../util/keeper/score.js';
 import { sectionQuotas } from '../../util/keeper/sections.js';
+import { PARK_MAX_MS } from '../../util/keeper/selection.js';
 import { MINUTE_MS, minuteOf } from '../../util/time.js';
 
 const HOUR = 60 * MINUTE_MS;
@@ -294,6 +295,165 @@ describe('KeeperCore.topK', () => {
     const result = core.topK(1000, NOW);
     assert.equal(result.entries.length, 110);
     assert.equal(new Set(result.entries.map((e) => e.key)).size, 110);
+  });
+});
+
+describe('KeeperCore parks leased rows', () => {
+  const url = (n: number) => `https://x.example/${n % 3 === 0 ? 'blog' : 'p'}/${n}`;
+
+  it('walks exactly as a walk that asks the lease table for every row, asking less often', () => {
+    // Two cores fed the same rows: one walked with a skip that answers true (no park), one with a skip
+    // that answers the lease's end (parks). Leases end at their end, or early together with a result
+    // (a change to the row: moved to a later minute, or rewritten in place with the same held fields).
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.oneof(
+            fc.record({
+              kind: fc.constant('file' as const),
+              n: fc.nat(12),
+              minutesAgo: fc.integer({ min: -1, max: 3 }),
+            }),
+            fc.record({
+              kind: fc.constant('lease' as const),
+              n: fc.nat(12),
+              forMs: fc.integer({ min: 1, max: 90_000 }),
+            }),
+            fc.record({ kind: fc.constant('result' as const), n: fc.nat(12), inPlace: fc.boolean() }),
+            fc.record({ kind: fc.constant('remove' as const), n: fc.nat(12) }),
+            fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 1, max: 40_000 }) }),
+            fc.record({ kind: fc.constant('walk' as const), k: fc.integer({ min: 0, max: 50 }) }),
+          ),
+          { minLength: 1, maxLength: 200, size: 'max' },
+        ),
+        (ops) => {
+          const asking = keeper();
+          const parking = keeper();
+          const rows = new Map<string, ScheduleRow>();
+          const leaseEnd = new Map<string, number>();
+          let t = NOW;
+          let asked = 0;
+          let askedParking = 0;
+          const both = (key: string, r: ScheduleRow | null) => {
+            asking.apply(key, r, t);
+            parking.apply(key, r, t);
+            if (r === null) rows.delete(key);
+            else rows.set(key, r);
+          };
+          const walk = (k: number) => {
+            const plain: string[] = [];
+            const parked: string[] = [];
+            const a = asking.walkTop(
+              k,
+              t,
+              (key) => plain.push(key),
+              (key) => {
+                asked++;
+                return (leaseEnd.get(key) ?? 0) > t;
+              },
+            );
+            const b = parking.walkTop(
+              k,
+              t,
+              (key) => parked.push(key),
+              (key) => {
+                askedParking++;
+                const end = leaseEnd.get(key) ?? 0;
+                return end > t ? end : 0;
+              },
+            );
+            assert.deepEqual(parked, plain);
+            assert.deepEqual([b.complete, b.skipped], [a.complete, a.skipped]);
+          };
+          for (const op of ops) {
+            if (op.kind === 'file') both(url(op.n), row(url(op.n), t - op.minutesAgo * MINUTE_MS));
+            else if (op.kind === 'lease') {
+              // A grant only finds a key no lease blocks (a live lease never gets a new end).
+              if (rows.has(url(op.n)) && !((leaseEnd.get(url(op.n)) ?? 0) > t))
+                leaseEnd.set(url(op.n), t + op.forMs);
+            } else if (op.kind === 'result') {
+              const held = rows.get(url(op.n));
+              if (held === undefined) continue;
+              leaseEnd.delete(url(op.n));
+              both(url(op.n), op.inPlace ? { ...held } : { ...held, nextRenderTime: t + HOUR });
+            } else if (op.kind === 'remove') {
+              leaseEnd.delete(url(op.n));
+              both(url(op.n), null);
+            } else if (op.kind === 'advance') t += op.ms;
+            else walk(op.k);
+          }
+          walk(1_000);
+          assert.ok(askedParking <= asked, `${askedParking} > ${asked}`);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('passes a parked row without asking until its lease ends, then asks again', () => {
+    const core = keeper();
+    for (let i = 0; i < 5; i++) core.apply(url(i), row(url(i), NOW - MINUTE_MS), NOW);
+    const end = NOW + 20_000;
+    const asked: string[] = [];
+    const skip = (key: string) => {
+      asked.push(key);
+      return key === url(2) ? end : 0;
+    };
+    assert.equal(core.walkTop(10, NOW, () => {}, skip).skipped, 1);
+    assert.equal(asked.length, 5);
+    asked.length = 0;
+    assert.equal(core.walkTop(10, NOW + 19_000, () => {}, skip).skipped, 1);
+    assert.ok(!asked.includes(url(2)), 'a parked row is passed without asking');
+    asked.length = 0;
+    core.walkTop(10, end, () => {}, skip);
+    assert.ok(asked.includes(url(2)), 'at its end the row is asked about again');
+  });
+
+  it('keeps a park with its row when a delete moves the row within its bucket, and drops it on a change', () => {
+    const core = keeper();
+    for (let i = 1; i <= 8; i++) core.apply(url(i), row(url(i), NOW - MINUTE_MS), NOW);
+    const asked: string[] = [];
+    const skip = (key: string) => {
+      asked.push(key);
+      return key === url(8) ? NOW + MINUTE_MS : 0;
+    };
+    core.walkTop(20, NOW, () => {}, skip);
+    core.apply(url(1), null, NOW); // the bucket's last row (url 8's neighbour or itself) fills the hole
+    asked.length = 0;
+    assert.equal(core.walkTop(20, NOW + 1_000, () => {}, skip).skipped, 1);
+    assert.ok(!asked.includes(url(8)), 'still parked after the delete moved rows');
+    core.apply(url(8), row(url(8), NOW - MINUTE_MS), NOW + 1_000); // same bucket: a result in place
+    asked.length = 0;
+    core.walkTop(20, NOW + 2_000, () => {}, skip);
+    assert.ok(asked.includes(url(8)), 'a change to the row clears its park');
+  });
+
+  it('gives a row stored into a freed slot no park of the row that left it', () => {
+    const core = keeper();
+    for (let i = 1; i <= 3; i++) core.apply(url(i), row(url(i), NOW - MINUTE_MS), NOW);
+    const leased = new Set([url(1), url(2), url(3)]);
+    const skip = (key: string) => (leased.has(key) ? NOW + MINUTE_MS : 0);
+    assert.equal(core.walkTop(10, NOW, () => {}, skip).skipped, 3);
+    // Each leaves its slot (deleted, or moved on by a result); new free rows take the slots.
+    core.apply(url(3), null, NOW);
+    core.apply(url(2), row(url(2), NOW + HOUR), NOW);
+    for (const n of [4, 5]) core.apply(url(n), row(url(n), NOW - MINUTE_MS), NOW);
+    const taken: string[] = [];
+    core.walkTop(10, NOW + 1_000, (key) => taken.push(key), skip);
+    assert.deepEqual(taken.sort(), [url(4), url(5)].sort());
+  });
+
+  it('asks again after PARK_MAX_MS however long the lease, so a lease given back early is offered within it', () => {
+    const core = keeper();
+    core.apply(url(1), row(url(1), NOW - MINUTE_MS), NOW);
+    let leased = true;
+    const skip = () => (leased ? NOW + 10 * MINUTE_MS : 0);
+    assert.equal(core.walkTop(5, NOW, () => {}, skip).skipped, 1);
+    leased = false; // given back without any change to the row
+    assert.equal(core.walkTop(5, NOW + PARK_MAX_MS - 1_000, () => {}, skip).skipped, 1);
+    const taken: string[] = [];
+    core.walkTop(5, NOW + PARK_MAX_MS, (key) => taken.push(key), skip);
+    assert.deepEqual(taken, [url(1)]);
   });
 });
 

@@ -701,6 +701,22 @@ test('isLeasedHash answers as isLeased does for the same key, given its keyHash'
   }
 });
 
+test('leasedUntilHash answers when the block it finds ends: the lease, then its release grace; 0 when free', () => {
+  const { table } = setup();
+  const key = 'https://lease.example/until';
+  const h = keyHash(key);
+  assert.equal(table.leasedUntilHash(h.hi, h.lo, T0), 0);
+  const lease = granted(table.grant(key, T0, opts()));
+  assert.equal(table.leasedUntilHash(h.hi, h.lo, T0 + 1000), lease.expiresAt);
+  assert.equal(table.isLeasedHash(h.hi, h.lo, T0 + 1000), true);
+  assert.equal(table.leasedUntilHash(h.hi, h.lo, lease.expiresAt), 0, 'nothing blocks once it ended');
+  assert.deepEqual(table.beginReport(key, lease.token, { user: 0, superUser: true }), { kind: 'first' });
+  table.finishReport(key, lease.token, { accepted: true, nextRenderTime: NEXT_DUE }, false, T0 + 2000);
+  const grace = table.leasedUntilHash(h.hi, h.lo, T0 + 2000);
+  assert.ok(grace >= T0 + 2000 + RELEASE_GRACE_MS && grace < T0 + 3000 + RELEASE_GRACE_MS, `${grace}`);
+  assert.equal(table.leasedUntilHash(h.hi, h.lo, grace), 0);
+});
+
 // A drain grants and releases thousands of keys within one release grace: every released key keeps its
 // slot for RELEASE_GRACE_MS. 4 slots per lease filled up with graces alone (the default 4,096 leases
 // refused grants `full` near 2,600 results a second); the node's table keeps RELEASE_ROOM_SLOTS.

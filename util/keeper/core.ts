@@ -131,7 +131,11 @@ export class KeeperCore {
     );
     if (index >= 0) {
       const from = this.rows.bucketOf(this.rows.slotAt(index));
-      if (from.owner === target && from.minute === minute) return false;
+      if (from.owner === target && from.minute === minute) {
+        // Nothing held moves, but the stored row changed (a result, say): its park no longer holds.
+        this.rows.touch(index);
+        return false;
+      }
       this.countMove(from, target, minute, nowMinute);
       const to = target.bucketFor(minute);
       // The row keeps the URL string it was first stored with; the caller's copy is not retained.

@@ -6,8 +6,9 @@ import { keyHash } from '../keyHash.js';
 // ~1.6 µs per fresh insert at 1M entries, and per-bucket arrays cost ~200 B each with thousands of
 // sparse minute buckets — together well over the 170 B/row target (SPEC §10). Here a row costs a
 // 4-byte table entry (the table is kept 38–75% full, so 5–11 B), an 8-byte key slot and a 4-byte
-// stored hash, plus the URL. Neither the table nor the slot pages shrink after mass deletions; freed
-// chunks are reused by later rows.
+// stored hash, plus the URL (and per slot the lease table's 8-byte keyHash and a 4-byte park, both
+// read by the publish's lease skip). Neither the table nor the slot pages shrink after mass deletions;
+// freed chunks are reused by later rows.
 //
 // Every row lives at a slot `g` inside a fixed-size chunk owned by one bucket, so `g` alone names both
 // the row's bucket (through the chunk) and its place, and removal is an O(1) swap with the bucket's
@@ -24,6 +25,8 @@ const PAGE_MASK = PAGE - 1;
 const TAG_SHIFT = 27;
 const SLOT_MASK = (1 << TAG_SHIFT) - 1;
 const MAX_LOAD = 0.75;
+// Parks are stored as seconds since 2023-11-14 (1.7e9 s after 1970): 31 bits last until 2091.
+const PARK_EPOCH_S = 1_700_000_000;
 
 /** What HeldRows needs of a bucket: its row count and the chunk holding its newest rows. */
 export interface ChunkList {
@@ -57,6 +60,11 @@ export class HeldRows<B extends ChunkList> {
   private hashPages: Int32Array[] = [];
   /** Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here. */
   private leasePages: Int32Array[] = [];
+  /**
+   * Each row's park: the second (PARK_EPOCH_S-based) before which the publish knows the row is leased and
+   * passes it without asking the lease table again; 0 = not parked. Any change to the row clears it.
+   */
+  private parkPages: Int32Array[] = [];
   private chunkNext = new Int32Array(512);
   private chunkOwner: (B | null)[] = [];
   private chunks = 0;
@@ -106,6 +114,29 @@ export class HeldRows<B extends ChunkList> {
 
   leaseLo(slot: number): number {
     return this.leasePages[slot >>> PAGE_SHIFT]![((slot & PAGE_MASK) << 1) | 1]!;
+  }
+
+  /** Whether the row at `slot` is parked as leased at `now` (see `park`). */
+  parkedAt(slot: number, now: number): boolean {
+    return this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]! > Math.floor(now / 1000) - PARK_EPOCH_S;
+  }
+
+  /**
+   * Parks the row at `slot` until `until` (ms, rounded down to the second): the lease table said it is
+   * leased until then. A cache of the lease table's answer, so a publish over many leased rows does not
+   * probe the table for each of them every time; cleared by any change to the row (insert, move, `touch`).
+   */
+  park(slot: number, until: number): void {
+    this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = Math.max(
+      0,
+      Math.floor(until / 1000) - PARK_EPOCH_S,
+    );
+  }
+
+  /** Clears the park of the row at a found table index: its stored row changed. */
+  touch(index: number): void {
+    const slot = this.slotAt(index);
+    this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = 0;
   }
 
   private setLease(slot: number, hi: number, lo: number): void {
@@ -216,6 +247,7 @@ export class HeldRows<B extends ChunkList> {
     this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = key;
     this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = hash;
     this.setLease(slot, leaseHi, leaseLo);
+    this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = 0;
     bucket.count++;
     return slot;
   }
@@ -234,6 +266,8 @@ export class HeldRows<B extends ChunkList> {
       this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = moved;
       this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = movedHash;
       this.setLease(slot, this.leaseHi(last), this.leaseLo(last));
+      this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
+        this.parkPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
       this.table[movedIndex] = this.entry(movedHash, slot);
     }
     this.keyPages[last >>> PAGE_SHIFT]![last & PAGE_MASK] = ''; // let the URL go
@@ -258,6 +292,7 @@ export class HeldRows<B extends ChunkList> {
         this.keyPages.push(new Array<string>(PAGE).fill(''));
         this.hashPages.push(new Int32Array(PAGE));
         this.leasePages.push(new Int32Array(2 * PAGE));
+        this.parkPages.push(new Int32Array(PAGE));
       }
       if (chunk >= this.chunkNext.length) {
         const grown = new Int32Array(this.chunkNext.length * 2);

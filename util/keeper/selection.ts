@@ -20,6 +20,14 @@ import type {
 import { type QueueShare, sectionQuotas } from './sections.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
 
+/**
+ * The longest a publish passes a leased row on the lease table's earlier answer. A lease normally ends by
+ * its result (which changes the row, and that clears the park) or at its end (the park's end); a grant
+ * given back after a conflict, or a result that leaves the row in its bucket, ends it with no change
+ * the park sees, and the row waits at most this long to be offered again.
+ */
+export const PARK_MAX_MS = 30_000;
+
 /** The score every row of a class's minute bucket shares at `now` (with the keeper's current options). */
 export type BucketScore = (cls: KeeperClass, minute: number, now: number) => number;
 
@@ -183,9 +191,19 @@ export class TopSelection {
         for (let i = from; i < fill; i++, passed++) {
           const slot = base + i;
           const key = rows.keyAt(slot);
-          if (skip !== undefined && skip(key, rows.leaseHi(slot), rows.leaseLo(slot))) {
-            skipped++;
-            continue;
+          if (skip !== undefined) {
+            if (rows.parkedAt(slot, now)) {
+              skipped++;
+              continue;
+            }
+            const leased = skip(key, rows.leaseHi(slot), rows.leaseLo(slot));
+            if (leased !== false && leased !== 0) {
+              // Known leased until then: later walks pass the row without asking (never past PARK_MAX_MS,
+              // in case the lease goes early without a change to the row).
+              if (leased !== true) rows.park(slot, Math.min(leased, now + PARK_MAX_MS));
+              skipped++;
+              continue;
+            }
           }
           if (visited >= k) {
             heap.setTopOffset(passed);

@@ -200,11 +200,22 @@ export class LeaseTable extends LeaseGrants {
   /** The keeper's skip predicate: a live lease, a release grace or an active hold. */
   isLeased(key: string, now: number): boolean {
     this.hash(key);
-    return this.blocksCurrent(now);
+    return this.blocksCurrent(now) > 0;
   }
 
   /** isLeased for a key whose keyHash the caller already holds (the keeper stores one per row). */
   isLeasedHash(hi: number, lo: number, now: number): boolean {
+    this.useHash(hi, lo);
+    return this.blocksCurrent(now) > 0;
+  }
+
+  /**
+   * isLeasedHash with the end of the block it found: 0 when nothing blocks the key, else the instant
+   * (ms) that block ends — the lease's expiry, a release grace's end or a hold's end, rounded as the
+   * table stores it. Another slot of the key may block it for longer; never for less than this unless
+   * the slot is released or given back first (the keeper parks a row on this, util/keeper/heldRows.ts).
+   */
+  leasedUntilHash(hi: number, lo: number, now: number): number {
     this.useHash(hi, lo);
     return this.blocksCurrent(now);
   }
@@ -215,7 +226,7 @@ export class LeaseTable extends LeaseGrants {
    * and their consistent read (a dozen words) was most of a publish's lease skip. A slot of this key
    * whose state word moved meanwhile, or a BUSY one, gets the consistent read.
    */
-  private blocksCurrent(now: number): boolean {
+  private blocksCurrent(now: number): number {
     const a = this.words;
     for (let k = 0, n = this.window(); k < n; k++) {
       const base = this.base(k);
@@ -230,14 +241,15 @@ export class LeaseTable extends LeaseGrants {
           continue;
         const expiry = Atomics.load(a, base + S_EXPIRY);
         if (Atomics.load(a, base) === word) {
-          if (blocks(state, expiry, now)) return true;
+          if (blocks(state, expiry, now)) return fromSharedSeconds(expiry);
           continue;
         }
       }
       const again = this.read(base, false);
-      if (this.readIsKey() && blocks(again & STATE_MASK, this.expiryRead, now)) return true;
+      if (this.readIsKey() && blocks(again & STATE_MASK, this.expiryRead, now))
+        return fromSharedSeconds(this.expiryRead);
     }
-    return false;
+    return 0;
   }
 
   /** The key's latest grant as explain shows it. */
