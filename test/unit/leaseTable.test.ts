@@ -701,7 +701,7 @@ test('isLeasedHash answers as isLeased does for the same key, given its keyHash'
   }
 });
 
-test('leasedUntilHash answers when the block it finds ends: the lease, then its release grace; 0 when free', () => {
+test('leasedUntilHash answers when the block it finds ends: the lease (at once while its report runs), then its release grace; 0 when free', () => {
   const { table } = setup();
   const key = 'https://lease.example/until';
   const h = keyHash(key);
@@ -711,6 +711,7 @@ test('leasedUntilHash answers when the block it finds ends: the lease, then its 
   assert.equal(table.isLeasedHash(h.hi, h.lo, T0 + 1000), true);
   assert.equal(table.leasedUntilHash(h.hi, h.lo, lease.expiresAt), 0, 'nothing blocks once it ended');
   assert.deepEqual(table.beginReport(key, lease.token, { user: 0, superUser: true }), { kind: 'first' });
+  assert.equal(table.leasedUntilHash(h.hi, h.lo, T0 + 1500), T0 + 1501, 'a report under way: not parked');
   table.finishReport(key, lease.token, { accepted: true, nextRenderTime: NEXT_DUE }, false, T0 + 2000);
   const grace = table.leasedUntilHash(h.hi, h.lo, T0 + 2000);
   assert.ok(grace >= T0 + 2000 + RELEASE_GRACE_MS && grace < T0 + 3000 + RELEASE_GRACE_MS, `${grace}`);

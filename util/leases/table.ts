@@ -24,6 +24,7 @@ import {
   S_EXPIRY,
   S_HASH_HI,
   S_HASH_LO,
+  S_REPORT,
   blocks,
   slotCountFor,
 } from './slots.js';
@@ -71,6 +72,11 @@ const VIEWS: Partial<Record<number, [LeaseState, LeaseState]>> = {
   [RELEASED]: ['grace', 'released'],
   [HELD]: ['held', 'expired'],
 };
+
+/** Where a block found by `blocksCurrent` ends (ms); a lease with its report under way ends at once. */
+function blockEnd(expirySec: number, report: number, now: number): number {
+  return report === REPORT_PENDING ? now + 1 : fromSharedSeconds(expirySec);
+}
 
 export class LeaseTable extends LeaseGrants {
   /** Bytes needed for `maxLeases` (and at least `minSlots` slots); allocate the shared buffer with this. */
@@ -214,6 +220,8 @@ export class LeaseTable extends LeaseGrants {
    * (ms) that block ends — the lease's expiry, a release grace's end or a hold's end, rounded as the
    * table stores it. Another slot of the key may block it for longer; never for less than this unless
    * the slot is released or given back first (the keeper parks a row on this, util/keeper/heldRows.ts).
+   * A lease whose result is being written answers `now + 1`: its release is moments away, and the row's
+   * change may already have reached the keeper, so it should not be parked until the lease's end.
    */
   leasedUntilHash(hi: number, lo: number, now: number): number {
     this.useHash(hi, lo);
@@ -240,14 +248,15 @@ export class LeaseTable extends LeaseGrants {
         )
           continue;
         const expiry = Atomics.load(a, base + S_EXPIRY);
+        const report = Atomics.load(a, base + S_REPORT);
         if (Atomics.load(a, base) === word) {
-          if (blocks(state, expiry, now)) return fromSharedSeconds(expiry);
+          if (blocks(state, expiry, now)) return blockEnd(expiry, report, now);
           continue;
         }
       }
       const again = this.read(base, false);
       if (this.readIsKey() && blocks(again & STATE_MASK, this.expiryRead, now))
-        return fromSharedSeconds(this.expiryRead);
+        return blockEnd(this.expiryRead, this.reportRead, now);
     }
     return 0;
   }
