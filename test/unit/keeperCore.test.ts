@@ -443,6 +443,18 @@ describe('KeeperCore parks leased rows', () => {
     assert.deepEqual(taken.sort(), [url(4), url(5)].sort());
   });
 
+  it('parks nothing and skips only what the skip says under a clock before the park epoch', () => {
+    const core = keeper();
+    const early = 3 * DAY; // a fake clock near 1970
+    for (let i = 1; i <= 3; i++) core.apply(url(i), row(url(i), early - MINUTE_MS), early);
+    const skip = (key: string) => (key === url(2) ? early + MINUTE_MS : 0);
+    for (const at of [early, early + 1_000]) {
+      const taken: string[] = [];
+      core.walkTop(10, at, (key) => taken.push(key), skip);
+      assert.deepEqual(taken.sort(), [url(1), url(3)].sort());
+    }
+  });
+
   it('asks again after PARK_MAX_MS however long the lease, so a lease given back early is offered within it', () => {
     const core = keeper();
     core.apply(url(1), row(url(1), NOW - MINUTE_MS), NOW);

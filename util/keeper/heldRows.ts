@@ -25,7 +25,8 @@ const PAGE_MASK = PAGE - 1;
 const TAG_SHIFT = 27;
 const SLOT_MASK = (1 << TAG_SHIFT) - 1;
 const MAX_LOAD = 0.75;
-// Parks are stored as seconds since 2023-11-14 (1.7e9 s after 1970): 31 bits last until 2091.
+// Parks are stored as seconds since 2023-11-14 (1.7e9 s after 1970): 31 bits last until 2091. A clock
+// before that epoch (a test's) parks nothing: 0 means not parked.
 const PARK_EPOCH_S = 1_700_000_000;
 
 /** What HeldRows needs of a bucket: its row count and the chunk holding its newest rows. */
@@ -118,7 +119,8 @@ export class HeldRows<B extends ChunkList> {
 
   /** Whether the row at `slot` is parked as leased at `now` (see `park`). */
   parkedAt(slot: number, now: number): boolean {
-    return this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]! > Math.floor(now / 1000) - PARK_EPOCH_S;
+    const until = this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+    return until !== 0 && until > Math.floor(now / 1000) - PARK_EPOCH_S;
   }
 
   /**
