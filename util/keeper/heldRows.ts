@@ -55,7 +55,11 @@ export class HeldRows<B extends ChunkList> {
   private used = 0;
   private keyPages: string[][] = [];
   private hashPages: Int32Array[] = [];
-  /** Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here. */
+  /**
+   * Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here.
+   * Computed on the first read, not on insert (a load holds 1M rows, a publish reads a few thousand):
+   * 0/0 is never a keyHash, so it stands for "not computed yet".
+   */
   private leasePages: Int32Array[] = [];
   private chunkNext = new Int32Array(512);
   private chunkOwner: (B | null)[] = [];
@@ -100,11 +104,34 @@ export class HeldRows<B extends ChunkList> {
     return this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
   }
 
+  /** The high half of the row's keyHash (computed and kept on the first read of either half). */
   leaseHi(slot: number): number {
+    const page = this.leasePages[slot >>> PAGE_SHIFT]!;
+    const at = (slot & PAGE_MASK) << 1;
+    if (page[at] === 0 && page[at + 1] === 0) this.fillLease(slot, page, at);
+    return page[at]!;
+  }
+
+  /** The low half of the row's keyHash (computed and kept on the first read of either half). */
+  leaseLo(slot: number): number {
+    const page = this.leasePages[slot >>> PAGE_SHIFT]!;
+    const at = (slot & PAGE_MASK) << 1;
+    if (page[at] === 0 && page[at + 1] === 0) this.fillLease(slot, page, at);
+    return page[at + 1]!;
+  }
+
+  private fillLease(slot: number, page: Int32Array, at: number): void {
+    const lease = keyHash(this.keyAt(slot));
+    page[at] = lease.hi;
+    page[at + 1] = lease.lo;
+  }
+
+  /** The stored lease halves as they are, 0/0 while not computed (moves copy them unchanged). */
+  private storedLeaseHi(slot: number): number {
     return this.leasePages[slot >>> PAGE_SHIFT]![(slot & PAGE_MASK) << 1]!;
   }
 
-  leaseLo(slot: number): number {
+  private storedLeaseLo(slot: number): number {
     return this.leasePages[slot >>> PAGE_SHIFT]![((slot & PAGE_MASK) << 1) | 1]!;
   }
 
@@ -143,8 +170,7 @@ export class HeldRows<B extends ChunkList> {
       this.rehash(this.table.length * 2);
       at = ~this.locate(key, hash); // growing moved every index
     }
-    const lease = keyHash(key);
-    this.table[at] = this.entry(hash, this.append(bucket, key, hash, lease.hi, lease.lo));
+    this.table[at] = this.entry(hash, this.append(bucket, key, hash, 0, 0));
     this.used++;
   }
 
@@ -153,8 +179,8 @@ export class HeldRows<B extends ChunkList> {
     const slot = this.slotAt(index);
     const key = this.keyAt(slot);
     const hash = this.hashAt(slot);
-    const hi = this.leaseHi(slot);
-    const lo = this.leaseLo(slot);
+    const hi = this.storedLeaseHi(slot);
+    const lo = this.storedLeaseLo(slot);
     this.detach(slot);
     this.table[index] = this.entry(hash, this.append(bucket, key, hash, hi, lo));
   }
@@ -233,7 +259,7 @@ export class HeldRows<B extends ChunkList> {
       const movedIndex = this.locate(moved, movedHash);
       this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = moved;
       this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = movedHash;
-      this.setLease(slot, this.leaseHi(last), this.leaseLo(last));
+      this.setLease(slot, this.storedLeaseHi(last), this.storedLeaseLo(last));
       this.table[movedIndex] = this.entry(movedHash, slot);
     }
     this.keyPages[last >>> PAGE_SHIFT]![last & PAGE_MASK] = ''; // let the URL go
