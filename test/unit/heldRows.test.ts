@@ -14,7 +14,7 @@ function slotOf(rows: HeldRows<ChunkList>, key: string): number {
   return rows.slotAt(index);
 }
 
-describe('HeldRows lease hashes', () => {
+describe('HeldRows', () => {
   it("answers each row's keyHash, read first before or after the row moved, was swapped by a delete or took a reused slot", () => {
     fc.assert(
       fc.property(
@@ -73,5 +73,23 @@ describe('HeldRows lease hashes', () => {
     assert.equal(slotOf(rows, 'https://x.example/new'), slot, 'the freed slot is reused');
     const want = keyHash('https://x.example/new');
     assert.deepEqual([rows.leaseHi(slot), rows.leaseLo(slot)], [want.hi, want.lo]);
+  });
+
+  it('finds every row after reserve sized its table, grows past the reservation, and never drops rows on a smaller one', () => {
+    const rows = new HeldRows<ChunkList>(11);
+    const b = bucket();
+    const key = (i: number) => `https://x.example/r/${i}`;
+    const put = (k: string) => rows.insert(rows.locate(k, rows.hash(k)), b, k, rows.hash(k));
+    for (let i = 0; i < 100; i++) put(key(i));
+    rows.reserve(5_000);
+    for (let i = 100; i < 5_000; i++) put(key(i));
+    rows.reserve(10); // smaller than what is held: nothing moves out
+    for (let i = 5_000; i < 12_000; i++) put(key(i)); // past the reservation: the table grows as usual
+    assert.equal(rows.size, 12_000);
+    for (let i = 0; i < 12_000; i++) {
+      const slot = slotOf(rows, key(i));
+      assert.equal(rows.keyAt(slot), key(i));
+    }
+    assert.ok(rows.locate(key(12_000), rows.hash(key(12_000))) < 0);
   });
 });
