@@ -31,6 +31,8 @@ async function measure(rounds: number): Promise<void> {
   // (Typed loosely: the same script also times builds from before the held-fields walk existed.)
   const walkHeld = raw.walkScheduleHeld as
     ((o: object, visit: (k: string, f: never) => void) => void) | undefined;
+  // The store's row count, which sizes the held-row table once, where this build has it.
+  const estimateRows = raw.scheduleRowEstimate as (() => number) | undefined;
   const { readRow } = await import('../services/schedule/store.js');
   const { KeeperService } = await import('../services/keeper/service.js');
   const { applyValues, checkPartial, defaultConfig } = await import('../util/config/schema.js');
@@ -49,6 +51,7 @@ async function measure(rounds: number): Promise<void> {
         subscribe: () => Promise.reject(new Error('unused')),
         walk: walkScheduleRaw,
         ...(walkHeld ? { walkHeld } : {}),
+        ...(estimateRows ? { estimateRows } : {}),
         read: readRow,
       },
       ready,

@@ -15,7 +15,7 @@ import { KeeperService, type ScheduleSource } from './service.js';
 import { nodeStatusNow } from './servingView.js';
 import { count, record } from '../metrics/values.js';
 import { readRow, subscribeSchedule } from '../schedule/store.js';
-import { walkScheduleHeld, walkScheduleRaw } from '../schedule/rawRecords.js';
+import { scheduleRowEstimate, walkScheduleHeld, walkScheduleRaw } from '../schedule/rawRecords.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
 import type { NodeControl } from '../status/control.js';
 
@@ -32,6 +32,7 @@ const source: ScheduleSource = {
   walk: (opts) => walkScheduleRaw(opts),
   walkHeld: (opts, visit) => void walkScheduleHeld(opts, visit),
   read: (key) => readRow(key),
+  estimateRows: () => scheduleRowEstimate(),
 };
 
 /** What the keeper tells the rest of the node (wired in resources.ts, the composition root). */

@@ -244,6 +244,8 @@ export class KeeperService {
     this.partial = false;
     this.touched = new Set();
     const tally = { rows: 0 };
+    // A node that owns every row holds about as many as the table has: size the held-row table once.
+    if (this.deps.owns === undefined) this.core.reserve(this.deps.source.estimateRows?.() ?? 0);
     const forward: WalkCursor = {};
     let forwardFailed: unknown = null;
     try {

@@ -39,6 +39,8 @@ export interface ScheduleSource {
    */
   walkHeld?(opts: WalkRange, visit: (key: string, fields: HeldFields | undefined) => void): void;
   read(key: string): ScheduleRow | undefined;
+  /** Roughly how many rows the table holds (a hint the load sizes its held-row table by), 0 if unknown. */
+  estimateRows?(): number;
   /** Start a fresh read snapshot so point reads see the latest commits. */
   refreshReads?(): void;
 }

@@ -27,6 +27,8 @@ interface BinaryStore extends RawStore {
   readKey(bytes: Uint8Array, start: number, end: number): unknown;
   /** The stored bytes in lmdb-js's reused buffer (valid until the next read), or undefined. */
   getBinaryFast(key: string): Uint8Array | undefined;
+  /** lmdb-js's mdb_stat of the store (entryCount: its records, deleted-row markers included). */
+  getStats?(): { entryCount?: number };
   /** The record decoder; its typedStructs are the shared structures records refer to. */
   decoder?: { typedStructs?: readonly TypedStruct[] };
 }
@@ -84,6 +86,12 @@ export function readClaimRow(key: string): ClaimRow | undefined {
  */
 export function readScheduleRow(key: string): ScheduleRow | undefined {
   return pointRead(processWideRowReader, key);
+}
+
+/** How many records the schedule's store holds (lmdb's own count, O(1)); 0 where it cannot tell. */
+export function scheduleRowEstimate(): number {
+  const n = binaryStore().getStats?.().entryCount;
+  return typeof n === 'number' && Number.isFinite(n) && n > 0 ? n : 0;
 }
 
 /**

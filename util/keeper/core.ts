@@ -85,6 +85,11 @@ export class KeeperCore {
     return this.rows.snapshotKeys().values();
   }
 
+  /** Room for about `rows` held rows in all (a load's estimate), so the load does not regrow the table. */
+  reserve(rows: number): void {
+    this.rows.reserve(rows);
+  }
+
   has(key: string): boolean {
     return this.rows.locate(key, this.rows.hash(key)) >= 0;
   }

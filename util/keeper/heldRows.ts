@@ -28,6 +28,8 @@ const MAX_LOAD = 0.75;
 // Parks are stored as seconds since 2023-11-14 (1.7e9 s after 1970): 31 bits last until 2091. A clock
 // before that epoch (a test's) parks nothing: 0 means not parked.
 const PARK_EPOCH_S = 1_700_000_000;
+// reserve() sizes the table for at most this many rows (a 2^24-entry table, 64 MiB); beyond it grows.
+const MAX_RESERVE = 1 << 23;
 
 /** What HeldRows needs of a bucket: its row count and the chunk holding its newest rows. */
 export interface ChunkList {
@@ -59,7 +61,11 @@ export class HeldRows<B extends ChunkList> {
   private used = 0;
   private keyPages: string[][] = [];
   private hashPages: Int32Array[] = [];
-  /** Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here. */
+  /**
+   * Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here.
+   * Computed on the first read, not on insert (a load holds 1M rows, a publish reads a few thousand):
+   * 0/0 is never a keyHash, so it stands for "not computed yet".
+   */
   private leasePages: Int32Array[] = [];
   /**
    * Each row's park: the second (PARK_EPOCH_S-based) before which the publish knows the row is leased and
@@ -109,11 +115,34 @@ export class HeldRows<B extends ChunkList> {
     return this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
   }
 
+  /** The high half of the row's keyHash (computed and kept on the first read of either half). */
   leaseHi(slot: number): number {
+    const page = this.leasePages[slot >>> PAGE_SHIFT]!;
+    const at = (slot & PAGE_MASK) << 1;
+    if (page[at] === 0 && page[at + 1] === 0) this.fillLease(slot, page, at);
+    return page[at]!;
+  }
+
+  /** The low half of the row's keyHash (computed and kept on the first read of either half). */
+  leaseLo(slot: number): number {
+    const page = this.leasePages[slot >>> PAGE_SHIFT]!;
+    const at = (slot & PAGE_MASK) << 1;
+    if (page[at] === 0 && page[at + 1] === 0) this.fillLease(slot, page, at);
+    return page[at + 1]!;
+  }
+
+  private fillLease(slot: number, page: Int32Array, at: number): void {
+    const lease = keyHash(this.keyAt(slot));
+    page[at] = lease.hi;
+    page[at + 1] = lease.lo;
+  }
+
+  /** The stored lease halves as they are, 0/0 while not computed (moves copy them unchanged). */
+  private storedLeaseHi(slot: number): number {
     return this.leasePages[slot >>> PAGE_SHIFT]![(slot & PAGE_MASK) << 1]!;
   }
 
-  leaseLo(slot: number): number {
+  private storedLeaseLo(slot: number): number {
     return this.leasePages[slot >>> PAGE_SHIFT]![((slot & PAGE_MASK) << 1) | 1]!;
   }
 
@@ -169,6 +198,17 @@ export class HeldRows<B extends ChunkList> {
     return ((bucket.count - 1) & (CHUNK - 1)) + 1;
   }
 
+  /**
+   * Sizes the table for `rows` rows in all (capped), so a load that knows roughly how many rows come
+   * grows it once instead of doubling it ~10 times on the way to 1M rows. Never shrinks it.
+   */
+  reserve(rows: number): void {
+    const want = Math.min(Math.max(0, Math.floor(rows)), MAX_RESERVE);
+    let size = this.table.length;
+    while (want > size * MAX_LOAD) size *= 2;
+    if (size > this.table.length) this.rehash(size);
+  }
+
   /** Adds a new row to `bucket`; `index` is what `locate` just returned for it (negative). */
   insert(index: number, bucket: B, key: string, hash: number): void {
     let at = ~index;
@@ -176,8 +216,7 @@ export class HeldRows<B extends ChunkList> {
       this.rehash(this.table.length * 2);
       at = ~this.locate(key, hash); // growing moved every index
     }
-    const lease = keyHash(key);
-    this.table[at] = this.entry(hash, this.append(bucket, key, hash, lease.hi, lease.lo));
+    this.table[at] = this.entry(hash, this.append(bucket, key, hash, 0, 0));
     this.used++;
   }
 
@@ -186,8 +225,8 @@ export class HeldRows<B extends ChunkList> {
     const slot = this.slotAt(index);
     const key = this.keyAt(slot);
     const hash = this.hashAt(slot);
-    const hi = this.leaseHi(slot);
-    const lo = this.leaseLo(slot);
+    const hi = this.storedLeaseHi(slot);
+    const lo = this.storedLeaseLo(slot);
     this.detach(slot);
     this.table[index] = this.entry(hash, this.append(bucket, key, hash, hi, lo));
   }
@@ -267,7 +306,7 @@ export class HeldRows<B extends ChunkList> {
       const movedIndex = this.locate(moved, movedHash);
       this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = moved;
       this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = movedHash;
-      this.setLease(slot, this.leaseHi(last), this.leaseLo(last));
+      this.setLease(slot, this.storedLeaseHi(last), this.storedLeaseLo(last));
       this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
         this.parkPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
       this.table[movedIndex] = this.entry(movedHash, slot);

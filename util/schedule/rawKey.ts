@@ -6,6 +6,11 @@
 // flatten again); here it is one flat copy.
 import { Buffer } from 'node:buffer';
 
+/** Node's Buffer keeps the per-encoding decoders behind `toString` on its prototype (lmdb-js calls utf8Slice). */
+interface SlicingBuffer extends Buffer {
+  latin1Slice?(start: number, end: number): string;
+}
+
 /** The key ordered-binary decodes from bytes[start, end) when they are all printable ASCII; else undefined. */
 export function printableKey(bytes: Uint8Array, start: number, end: number): string | undefined {
   if (end <= start || !(bytes instanceof Buffer)) return undefined;
@@ -13,5 +18,10 @@ export function printableKey(bytes: Uint8Array, start: number, end: number): str
     const b = bytes[i]!;
     if (b < 0x20 || b > 0x7e) return undefined;
   }
-  return bytes.toString('latin1', start, end);
+  // Straight to the latin1 decoder: `toString` first looks the encoding up and bounds-checks again,
+  // once per row of a load.
+  const slicing = bytes as SlicingBuffer;
+  return slicing.latin1Slice !== undefined
+    ? slicing.latin1Slice(start, end)
+    : bytes.toString('latin1', start, end);
 }

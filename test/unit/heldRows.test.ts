@@ -1,0 +1,95 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { type ChunkList, HeldRows } from '../../util/keeper/heldRows.js';
+import { keyHash } from '../../util/keyHash.js';
+
+/** A bucket as HeldRows sees one: a row count and its head chunk. */
+const bucket = (): ChunkList => ({ count: 0, head: -1 });
+
+/** The slot of every held key, read through the table as the core reads it. */
+function slotOf(rows: HeldRows<ChunkList>, key: string): number {
+  const index = rows.locate(key, rows.hash(key));
+  assert.ok(index >= 0, `${key} is held`);
+  return rows.slotAt(index);
+}
+
+describe('HeldRows', () => {
+  it("answers each row's keyHash, read first before or after the row moved, was swapped by a delete or took a reused slot", () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            op: fc.constantFrom('put', 'put', 'move', 'delete', 'read'),
+            n: fc.integer({ min: 0, max: 80 }),
+            to: fc.integer({ min: 0, max: 2 }),
+          }),
+          { minLength: 1, maxLength: 400 },
+        ),
+        (ops) => {
+          const rows = new HeldRows<ChunkList>(7);
+          const buckets = [bucket(), bucket(), bucket()];
+          const held = new Set<string>();
+          for (const { op, n, to } of ops) {
+            // Non-ASCII and astral keys: the lease hash is over UTF-8, the table's hash over UTF-16.
+            const key = `https://x.example/${n % 4 === 0 ? 'é' : n % 4 === 1 ? '😀' : 'p'}/${n}`;
+            const index = rows.locate(key, rows.hash(key));
+            if (op === 'put' && index < 0) {
+              rows.insert(index, buckets[to]!, key, rows.hash(key));
+              held.add(key);
+            } else if (op === 'move' && index >= 0) {
+              rows.move(index, buckets[to]!);
+            } else if (op === 'delete' && index >= 0) {
+              rows.delete(index);
+              held.delete(key);
+            } else if (op === 'read' && index >= 0) {
+              // The first read computes the hash; later moves and swaps must carry it along intact.
+              const want = keyHash(key);
+              const slot = rows.slotAt(index);
+              assert.deepEqual([rows.leaseLo(slot), rows.leaseHi(slot)], [want.lo, want.hi], key);
+            }
+          }
+          for (const key of held) {
+            const slot = slotOf(rows, key);
+            const want = keyHash(key);
+            assert.deepEqual([rows.leaseHi(slot), rows.leaseLo(slot)], [want.hi, want.lo], key);
+          }
+          assert.equal(rows.size, held.size);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it("gives a key that takes a freed slot its own hash, not the hash read for the slot's previous key", () => {
+    const rows = new HeldRows<ChunkList>(3);
+    const b = bucket();
+    const put = (key: string) => rows.insert(rows.locate(key, rows.hash(key)), b, key, rows.hash(key));
+    put('https://x.example/old');
+    const slot = slotOf(rows, 'https://x.example/old');
+    assert.equal(rows.leaseHi(slot), keyHash('https://x.example/old').hi);
+    rows.delete(rows.locate('https://x.example/old', rows.hash('https://x.example/old')));
+    put('https://x.example/new');
+    assert.equal(slotOf(rows, 'https://x.example/new'), slot, 'the freed slot is reused');
+    const want = keyHash('https://x.example/new');
+    assert.deepEqual([rows.leaseHi(slot), rows.leaseLo(slot)], [want.hi, want.lo]);
+  });
+
+  it('finds every row after reserve sized its table, grows past the reservation, and never drops rows on a smaller one', () => {
+    const rows = new HeldRows<ChunkList>(11);
+    const b = bucket();
+    const key = (i: number) => `https://x.example/r/${i}`;
+    const put = (k: string) => rows.insert(rows.locate(k, rows.hash(k)), b, k, rows.hash(k));
+    for (let i = 0; i < 100; i++) put(key(i));
+    rows.reserve(5_000);
+    for (let i = 100; i < 5_000; i++) put(key(i));
+    rows.reserve(10); // smaller than what is held: nothing moves out
+    for (let i = 5_000; i < 12_000; i++) put(key(i)); // past the reservation: the table grows as usual
+    assert.equal(rows.size, 12_000);
+    for (let i = 0; i < 12_000; i++) {
+      const slot = slotOf(rows, key(i));
+      assert.equal(rows.keyAt(slot), key(i));
+    }
+    assert.ok(rows.locate(key(12_000), rows.hash(key(12_000))) < 0);
+  });
+});
