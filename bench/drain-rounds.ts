@@ -7,6 +7,7 @@
 // The side by side's node (claim-drain.ts bootSideBySide: maxLeases 262,144, 120 s leases, 1 s intervals).
 // PROFILE=1 profiles every worker through each round's B (the scratch component's in-process profiler) and
 // prints each worker's summary; the .cpuprofile files stay in the printed folder.
+// GAP_MS=30000 leaves the node idle that long between rounds (where the side by side runs BullMQ's).
 // Run: npx tsc -p tsconfig.json && ROUNDS=3 PHASES=AB node dist/bench/drain-rounds.js
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,6 +39,8 @@ import {
 import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
+// Idle time between rounds, as the side by side's BullMQ rounds leave our node idle (~30 s each).
+const GAP_MS = Number(process.env.GAP_MS ?? 0);
 const JOBS = Number(process.env.JOBS ?? 100_000);
 const AT_ONCE = Number(process.env.AT_ONCE ?? 20_000);
 const PHASES = process.env.PHASES ?? 'AB';
@@ -85,7 +88,14 @@ async function phaseC(h: HarperInstance, clients: FleetClient[], round: number) 
 }
 
 console.log(
-  JSON.stringify({ bench: 'drain-rounds', ...machine(), rounds: ROUNDS, jobs: JOBS, phases: PHASES }),
+  JSON.stringify({
+    bench: 'drain-rounds',
+    ...machine(),
+    rounds: ROUNDS,
+    jobs: JOBS,
+    phases: PHASES,
+    gapMs: GAP_MS,
+  }),
 );
 const h = await bootSideBySide(fleet, component).catch((e: unknown) => {
   if (component) removeScratch(component);
@@ -95,6 +105,7 @@ let clients: FleetClient[] = [];
 try {
   clients = Array.from({ length: 24 }, () => fleetClient(h, fleet));
   for (let round = 1; round <= ROUNDS; round++) {
+    if (round > 1 && GAP_MS > 0) await sleep(GAP_MS);
     const out: Record<string, unknown> = { round, loadBefore: loadavg() };
     for (const phase of PHASES) {
       // The state document the overview reads lags by up to a state interval: start each phase settled.

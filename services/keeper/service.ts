@@ -245,7 +245,7 @@ export class KeeperService {
     this.touched = new Set();
     const tally = { rows: 0 };
     // A node that owns every row holds about as many as the table has: size the held-row table once.
-    if (this.deps.owns === undefined) this.core.reserve(this.deps.source.estimateRows?.() ?? 0);
+    if (this.deps.owns === undefined) this.core.reserve(this.rowEstimate());
     const forward: WalkCursor = {};
     let forwardFailed: unknown = null;
     try {
@@ -333,6 +333,16 @@ export class KeeperService {
   /** What a publish depends on: held version, minute, lease occupancy, consumption of the set. */
   private changeKey(now: number): string {
     return `${this.core.version}|${Math.floor(now / 60_000)}|${this.deps.inFlight(now)}|${this.deps.ready.cursorPosition()}`;
+  }
+
+  /** The store's row count as a sizing hint, 0 when it cannot be had: a hint never fails the load. */
+  private rowEstimate(): number {
+    try {
+      return this.deps.source.estimateRows?.() ?? 0;
+    } catch (e) {
+      this.deps.log.warn(`keeper: no row count to size the held rows by (${(e as Error)?.message ?? e})`);
+      return 0;
+    }
   }
 
   /** Publishes the ready set when anything changed (or 10 s passed); always writes the heartbeat. */

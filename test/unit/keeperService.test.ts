@@ -180,7 +180,15 @@ function withConfig(base: QueueKeeperConfig, partial: unknown): QueueKeeperConfi
 
 type Hook = (yieldNo: number) => void | Promise<void>;
 
-function harness(opts: { capacity?: number; streamsHonourEnd?: boolean; heldWalk?: boolean } = {}) {
+function harness(
+  opts: {
+    capacity?: number;
+    streamsHonourEnd?: boolean;
+    heldWalk?: boolean;
+    /** The node owns every row (no `owns`), with the store's row count from this. */
+    estimateRows?: () => number;
+  } = {},
+) {
   const capacity = opts.capacity ?? 100;
   let cfg = withConfig(defaultConfig(), { queue: { ready: { capacity } } });
   const table = new FakeTable();
@@ -217,7 +225,9 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean; heldWalk
     },
     walk: (o) => table.walk(o),
     read: (key) => table.read(key),
+    ...(opts.estimateRows ? { estimateRows: opts.estimateRows } : {}),
   };
+  const warnings: unknown[][] = [];
   // As the real load walk does (walkScheduleHeld): one fields object, overwritten for every key.
   if (opts.heldWalk === true) {
     const fields = { ...toScheduleRow('', stored(0))!, cacheKey: undefined };
@@ -236,12 +246,16 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean; heldWalk
     isLeased: (key) => leased.has(key),
     inFlight: () => clock.inFlight,
     nodeView: () => ({ paused: false, status: 'queued' }),
-    log: { info: () => undefined, warn: () => undefined, error: (...a: unknown[]) => errors.push(a) },
+    log: {
+      info: () => undefined,
+      warn: (...a: unknown[]) => void warnings.push(a),
+      error: (...a: unknown[]) => errors.push(a),
+    },
     yieldLoop: async () => {
       yields++;
       await hook?.(yields);
     },
-    owns: (key) => owner(key),
+    ...(opts.estimateRows ? {} : { owns: (key: string) => owner(key) }),
     scheduler,
     clock: now,
     onConfigChange: (l) => {
@@ -272,6 +286,7 @@ function harness(opts: { capacity?: number; streamsHonourEnd?: boolean; heldWalk
     now,
     leased,
     errors,
+    warnings,
     closed,
     failures,
     scheduler,
@@ -419,6 +434,29 @@ test('a load through the held-fields walk, one object reused for every key, hold
   assert.equal(viaHeld.svc.core.size, 2500);
   for (let i = 0; i < 2500; i++)
     assert.deepEqual(viaHeld.svc.core.heldValue(keyOf(i)), viaWalk.svc.core.heldValue(keyOf(i)), keyOf(i));
+});
+
+test('a node that owns every row sizes its held rows from the row count, and a count that fails only warns', async () => {
+  for (const estimateRows of [
+    () => 2500,
+    (): number => {
+      throw new Error('store closed');
+    },
+  ]) {
+    const h = harness({ estimateRows });
+    h.fill(2500, (i) => NOW - (i % 30) * MINUTE);
+    await h.start();
+    assert.equal(h.svc.core.size, 2500);
+    assert.equal(h.svc.loadComplete, true);
+    assert.deepEqual(h.errors, []);
+  }
+  const failing = harness({
+    estimateRows: () => {
+      throw new Error('store closed');
+    },
+  });
+  await failing.start();
+  assert.match(String(failing.warnings[0]?.[0]), /no row count to size the held rows by \(store closed\)/);
 });
 
 test('claims are served from the first chunk while the load goes on', async () => {
