@@ -22,9 +22,9 @@ import { MINUTE_MS, minuteOf } from '../time.js';
 
 /**
  * The longest a publish passes a leased row on the lease table's earlier answer. A lease normally ends by
- * its result (which changes the row, and that clears the park) or at its end (the park's end); a grant
- * given back after a conflict, or a result that leaves the row in its bucket, ends it with no change
- * the park sees, and the row waits at most this long to be offered again.
+ * its result (which changes the row, and any change clears the park) or at its end (the park's end); a
+ * grant given back after a conflict ends it with no change the park sees, and the row then waits at most
+ * this long to be offered again.
  */
 export const PARK_MAX_MS = 30_000;
 
