@@ -59,7 +59,7 @@ async function measure(rounds: number): Promise<void> {
       state: new StateDoc<unknown>(new ArrayBuffer(StateDoc.byteLength(1 << 16)), 1 << 16),
       config: () => cfg,
       isLeased: () => false,
-      isLeasedHash: () => false,
+      leasedUntilHash: () => 0,
       inFlight: () => 0,
       nodeView: () => ({ paused: false, status: 'queued' }),
       log: quiet,

@@ -173,7 +173,6 @@ export class KeeperLeadership {
       state: stateDoc(),
       config,
       isLeased: (k, now) => leases.isLeased(k, now),
-      isLeasedHash: (hi, lo, now) => leases.isLeasedHash(hi, lo, now),
       leasedUntilHash: (hi, lo, now) => leases.leasedUntilHash(hi, lo, now),
       // The gauge (drifts only high) is cheap; the state timer reconciles it before each document.
       inFlight: () => leases.occupancy(),

@@ -361,12 +361,9 @@ export class KeeperService {
     }
     const t0 = performance.now();
     const leasedUntil = this.deps.leasedUntilHash;
-    const leasedHash = this.deps.isLeasedHash;
     const skip: TopSkip = leasedUntil
       ? (_k, hi, lo) => leasedUntil(hi, lo, now)
-      : leasedHash
-        ? (_k, hi, lo) => leasedHash(hi, lo, now)
-        : (k) => this.deps.isLeased(k, now);
+      : (k) => this.deps.isLeased(k, now);
     // The global top, then extra rows for the queues it under-represents (their ready-set sections),
     // walked straight into the ready set's slot: no entry objects. (At most the set's own capacity: it
     // is fixed at first allocation, and a row left past it would cut its queue's section short.)

@@ -58,11 +58,10 @@ export interface KeeperDeps {
   state: StateDoc<unknown>;
   config: () => QueueKeeperConfig;
   isLeased: (key: string, now: number) => boolean;
-  /** isLeased by the row's stored keyHash (publish uses it: no re-hash of each candidate). */
-  isLeasedHash?: (hi: number, lo: number, now: number) => boolean;
   /**
-   * isLeasedHash with the instant (ms) the block it found ends, or 0 when the key is free: publish
-   * parks a leased row until then (or 30 s) instead of asking the lease table again every publish.
+   * isLeased by the row's stored keyHash (publish uses it: no re-hash of each candidate), answering the
+   * instant (ms) the block it found ends, or 0 when the key is free: publish parks a leased row until
+   * then (or 30 s) instead of asking the lease table again every publish.
    */
   leasedUntilHash?: (hi: number, lo: number, now: number) => number;
   /** Live leases right now (a reconciled scan). */
