@@ -2,7 +2,8 @@
 // of SPEC §2 and §7:
 // - load: subscribe, then walk; a failed load retries after 30 s, doubling to 10 min;
 // - publish tick every `queue.keeper.publishInterval` (leadership check, publish, requeued pass, status);
-// - the minute publish just after each minute boundary (rows come due on minute boundaries);
+// - the minute publish just after each minute boundary (rows come due on minute boundaries), its rows
+//   selected STAGE_LEAD_MS ahead when some come due at that boundary, so the publish only writes them;
 // - the early publish, when woken (a due-now write, the exhausted-set poke, the refill watch), at most
 //   every 50 ms, and further apart when publishes are slow (never more than ~1/4 of worker 0's time);
 // - the refill watch, every 10 ms while the last publish left due rows out of the set (a burst): it
@@ -40,6 +41,12 @@ export const REFILL_AT_SHARE = 0.25;
 const MINUTE_MS = 60_000;
 /** The minute publish runs this long after the boundary, so `now` is surely past it on every clock read. */
 const MINUTE_SLACK_MS = 5;
+/**
+ * How long before a minute boundary the minute publish's rows are selected. The walk it takes off the
+ * due instant ran 40–100 ms of wall time on a loaded worker 0 (bench/README.md, session 9); the lead
+ * leaves room for that, and a row changed meanwhile asks for a fresh publish just after.
+ */
+export const STAGE_LEAD_MS = 400;
 
 export class KeeperDuties {
   private readonly scheduler: DutyScheduler;
@@ -105,6 +112,15 @@ export class KeeperDuties {
    */
   start(): Promise<void> {
     this.add(
+      { name: 'keeper minute stage', runOnce: (now) => this.stageOnce(now) },
+      {
+        next: (now) => {
+          const ms = MINUTE_MS - (now % MINUTE_MS) - STAGE_LEAD_MS;
+          return ms > 0 ? ms : ms + MINUTE_MS;
+        },
+      },
+    );
+    this.add(
       { name: 'keeper minute publish', runOnce: (now) => (this.svc.serving ? this.publishForced(now) : {}) },
       { next: (now) => MINUTE_MS - (now % MINUTE_MS) + MINUTE_SLACK_MS },
     );
@@ -137,6 +153,13 @@ export class KeeperDuties {
     if (set.remaining > set.count * REFILL_AT_SHARE) return {};
     this.early.wake();
     return { refill: 1 };
+  }
+
+  /** Selects the next minute publish's rows, when the stage runs shortly before its boundary. */
+  private stageOnce(now: number): Counts {
+    const at = now - (now % MINUTE_MS) + MINUTE_MS + MINUTE_SLACK_MS;
+    if (!this.svc.serving || at - now > 2 * STAGE_LEAD_MS) return {};
+    return this.svc.stageMinutePublish(now, at) ? { staged: 1 } : {};
   }
 
   private publishForced(now: number): Counts {

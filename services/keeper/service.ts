@@ -5,7 +5,13 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
-import { KeeperCore, type HeldFields, type PublishWalk, type TopSkip } from '../../util/keeper/core.js';
+import {
+  KeeperCore,
+  type HeldFields,
+  type PublishSelection,
+  type PublishWalk,
+  type TopSkip,
+} from '../../util/keeper/core.js';
 import { flagBits } from '../../util/handoff/readySet.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import { classifyUrl, toScheduleRow } from '../../util/schedule/rules.js';
@@ -30,6 +36,23 @@ export { WALK_CHUNK } from './types.js';
 export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
 
 const FORCED_PUBLISH_MS = 10_000;
+/**
+ * A selection staged for a minute publish is written by a publish up to this long after the instant it
+ * was made for; a later one walks afresh.
+ */
+const STAGE_USE_MS = 1000;
+
+/**
+ * What the minute publish will write, selected ahead of its boundary (stageMinutePublish): the walk of
+ * rows that come due at once and were never published cost 20–40 ms of worker 0's CPU in a 20,000-row
+ * burst (bench/README.md, session 9), all of it between the due instant and the first grant. Dropped by
+ * a change to a row due by then, a membership or config change, and withdraw().
+ */
+interface StagedPublish {
+  /** The instant it was selected for: the minute publish's time. */
+  at: number;
+  selection: PublishSelection;
+}
 
 /** Whether the keeper holds a row due at `now`: its minute has begun (no finite time: due now). */
 function dueByMinute(nextRenderTime: number, now: number): boolean {
@@ -72,6 +95,7 @@ export class KeeperService {
   private stream: EventStream | null = null;
   private lastPublishKey = '';
   private lastPublishAt = -Infinity;
+  private staged: StagedPublish | null = null;
   private readonly verifier: KeeperVerifier;
   private readonly headChecker: HeadCheck;
   private readonly duties: KeeperDuties;
@@ -158,6 +182,7 @@ export class KeeperService {
 
   /** A route, default-cadence or score change: re-sort held rows in memory, never reload. */
   reclassify(): void {
+    this.staged = null;
     const cfg = this.deps.config();
     this.core.reclassify(this.classifier(cfg), this.scoreOptions(cfg));
   }
@@ -165,6 +190,7 @@ export class KeeperService {
   /** Step 1: clear the signal, publish an empty set, report unready. */
   withdraw(now: number): void {
     this.serving = false;
+    this.staged = null;
     this.deps.ready.publish([], now);
     this.deps.signal.write({ live: false, phase: this.phase, dueCount: 0, complete: false }, now);
     this.deps.metric?.('keeper_live', 0);
@@ -184,6 +210,10 @@ export class KeeperService {
     // (SPEC §10). Due by the core's own rule (its minute has begun), or a row due later this minute
     // would be held due and still wait a tick.
     if (changed && held && this.serving && dueByMinute(held.nextRenderTime, now)) this.publishSoon();
+    // A row that is due by the staged minute publish and changed (filed, marked, moved into it) is not in
+    // its selection as it is now: the minute publish walks afresh instead.
+    if (changed && held && this.staged !== null && dueByMinute(held.nextRenderTime, this.staged.at))
+      this.staged = null;
   }
 
   /** Opens the subscription and consumes it in the background; resolves once subscribed. */
@@ -347,7 +377,6 @@ export class KeeperService {
 
   /** Publishes the ready set when anything changed (or 10 s passed); always writes the heartbeat. */
   publishOnce(now: number, force: boolean): boolean {
-    const cfg = this.deps.config();
     this.core.tick(now);
     const key = this.changeKey(now);
     const summary = this.core.dueSummary(now);
@@ -360,33 +389,38 @@ export class KeeperService {
       return false;
     }
     const t0 = performance.now();
-    const leasedUntil = this.deps.leasedUntilHash;
-    const skip: TopSkip = leasedUntil
-      ? (_k, hi, lo) => leasedUntil(hi, lo, now)
-      : (k) => this.deps.isLeased(k, now);
-    // The global top, then extra rows for the queues it under-represents (their ready-set sections),
-    // walked straight into the ready set's slot: no entry objects. (At most the set's own capacity: it
-    // is fixed at first allocation, and a row left past it would cut its queue's section short.)
-    const k = Math.min(cfg.queue.ready.capacity, this.deps.ready.capacity);
+    const staged = this.takeStaged(now);
     const head: string[] = [];
     let top: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
-    const r = this.deps.ready.publishWith(now, (w) => {
-      top = this.core.publishWalk(
-        k,
-        this.deps.ready.extraCapacity,
-        now,
-        {
-          top: (key, score, dueMs, held) => {
-            if (head.length < HEAD_CHECK_ROWS) head.push(key);
-            w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
+    let r;
+    if (staged !== null) {
+      // Selected before the boundary: only the write is left. Rows granted, rescheduled or deleted since
+      // are skipped by the claims, as in any set; a row that came due by then dropped the stage.
+      const sel = staged.selection;
+      top = sel;
+      for (let i = 0; i < sel.entries.length && i < HEAD_CHECK_ROWS; i++) head.push(sel.entries[i]!.key);
+      r = this.deps.ready.publish(sel.entries, now, { entries: sel.extras, complete: sel.completeQueues });
+    } else {
+      // The global top, then extra rows for the queues it under-represents (their ready-set sections),
+      // walked straight into the ready set's slot: no entry objects.
+      r = this.deps.ready.publishWith(now, (w) => {
+        top = this.core.publishWalk(
+          this.publishCapacity(),
+          this.deps.ready.extraCapacity,
+          now,
+          {
+            top: (key, score, dueMs, held) => {
+              if (head.length < HEAD_CHECK_ROWS) head.push(key);
+              w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
+            },
+            extra: (key, score, dueMs, held) =>
+              w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
           },
-          extra: (key, score, dueMs, held) =>
-            w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
-        },
-        skip,
-      );
-      return top.completeQueues;
-    });
+          this.leaseSkip(now),
+        );
+        return top.completeQueues;
+      });
+    }
     const ms = performance.now() - t0;
     // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
     this.lastPublishKey = this.changeKey(now);
@@ -403,6 +437,51 @@ export class KeeperService {
     this.duties.published(top.complete);
     this.headCheck(now, head);
     return true;
+  }
+
+  /** The rows a publish takes: at most the set's own capacity (fixed at first allocation). */
+  private publishCapacity(): number {
+    return Math.min(this.deps.config().queue.ready.capacity, this.deps.ready.capacity);
+  }
+
+  /** The publish's lease skip at `now`: the stored lease hash when the table is wired, else the key. */
+  private leaseSkip(now: number): TopSkip {
+    const leasedUntil = this.deps.leasedUntilHash;
+    return leasedUntil ? (_k, hi, lo) => leasedUntil(hi, lo, now) : (k) => this.deps.isLeased(k, now);
+  }
+
+  /**
+   * Selects now what the minute publish at `at` (just after the next boundary) will write, when rows come
+   * due at that boundary; the publish then only writes it (the due instant's first grant waits for no
+   * walk). Nothing is staged while loading, when `at` is not the next minute, or when no row comes due.
+   * (Reading the due counts at `at` moves the core's due cursor there; every reader of the counts syncs
+   * it to its own clock first, and the rows that came due are counted once, in `at`'s minute.) True when
+   * a selection was staged.
+   */
+  stageMinutePublish(now: number, at: number): boolean {
+    this.staged = null;
+    if (!this.serving || !this.loadComplete || minuteOf(at) !== minuteOf(now) + 1) return false;
+    const comingDue = this.core.dueSummary(at).due - this.core.dueSummary(now).due;
+    if (comingDue <= 0) return false;
+    const selection = this.core.publishSelection(
+      this.publishCapacity(),
+      this.deps.ready.extraCapacity,
+      at,
+      this.leaseSkip(at),
+    );
+    this.staged = { at, selection };
+    return true;
+  }
+
+  /**
+   * The staged selection, for a publish in the minute it was made for (within STAGE_USE_MS of its
+   * instant); it is dropped by that publish either way. A publish before the boundary leaves it.
+   */
+  private takeStaged(now: number): StagedPublish | null {
+    const s = this.staged;
+    if (s === null || minuteOf(now) < minuteOf(s.at)) return null;
+    this.staged = null;
+    return minuteOf(now) === minuteOf(s.at) && now - s.at < STAGE_USE_MS ? s : null;
   }
 
   /** Point-reads the head of the published set and repairs what the keeper holds wrongly (headCheck.ts). */
@@ -423,6 +502,7 @@ export class KeeperService {
    * the table for the rows it gained. `owns` must already answer with the new membership.
    */
   membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
+    this.staged = null;
     return this.verifier.membershipChanged(now);
   }
 

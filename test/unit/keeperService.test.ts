@@ -23,6 +23,7 @@ import {
   type ScheduleEvent,
   type ScheduleSource,
 } from '../../services/keeper/service.js';
+import { STAGE_LEAD_MS } from '../../services/keeper/duties.js';
 import { FakeClock } from '../fakeClock.js';
 
 const MINUTE = 60_000;
@@ -200,6 +201,8 @@ function harness(
   const clock = Object.assign(new FakeClock(NOW), { inFlight: 0 });
   const now = clock.now;
   const leased = new Set<string>();
+  /** Lease lookups the keeper made: one per row a publish walk (or a staged selection) passes. */
+  const probes = { count: 0 };
   const errors: unknown[][] = [];
   const closed: unknown[] = [];
   let hook: Hook | null = null;
@@ -243,7 +246,10 @@ function harness(
     signal,
     state,
     config: () => cfg,
-    isLeased: (key) => leased.has(key),
+    isLeased: (key) => {
+      probes.count++;
+      return leased.has(key);
+    },
     inFlight: () => clock.inFlight,
     nodeView: () => ({ paused: false, status: 'queued' }),
     log: {
@@ -285,6 +291,7 @@ function harness(
     clock,
     now,
     leased,
+    probes,
     errors,
     warnings,
     closed,
@@ -807,6 +814,100 @@ test('live, the keeper publishes every publish interval and just after each minu
   h.publishes.length = 0;
   await h.clock.advance(MINUTE + 5);
   assert.deepEqual(h.publishes, [NOW + 20_000, NOW + 40_000, NOW + MINUTE, NOW + MINUTE + 5]);
+});
+
+test('rows coming due at a minute boundary are selected before it, and the minute publish only writes them', async () => {
+  const h = harness();
+  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
+  h.fill(3, () => NOW + HOUR);
+  for (let i = 10; i < 60; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.run();
+  const dueNow = h.svc.core.dueSummary(NOW).due;
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS);
+  const staged = h.probes.count;
+  assert.ok(staged >= 50, `the stage asked the lease table about the 50 rows (${staged} lookups)`);
+  assert.equal(h.svc.core.dueSummary(h.clock.t).due, dueNow, 'due counts are those of now');
+  assert.equal(h.ready.snapshot().count, 0, 'nothing of it is claimable before the boundary');
+  h.publishes.length = 0;
+  await h.clock.advance(STAGE_LEAD_MS + 5);
+  assert.deepEqual(h.publishes, [NOW + MINUTE + 5], 'the minute publish');
+  assert.equal(h.probes.count, staged, 'it walked nothing: the stage had selected its rows');
+  assert.deepEqual(
+    h.ready
+      .take(100)
+      .map((e) => e.key)
+      .sort(),
+    Array.from({ length: 50 }, (_, i) => keyOf(10 + i)),
+  );
+  await h.clock.advance(1000);
+  assert.deepEqual(h.publishes, [NOW + MINUTE + 5], 'nothing else until the next tick');
+  const flow = h.svc.core.state(h.clock.t).flow.at(-1)!;
+  assert.deepEqual(
+    [flow.minute, flow.cameDue],
+    [(NOW + MINUTE) / MINUTE, 50],
+    'came due once, in its minute',
+  );
+});
+
+test('a row filed due at the boundary after the stage drops it; one rescheduled away leaves it in use', async () => {
+  const h = harness();
+  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
+  h.fill(3, () => NOW + HOUR);
+  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.run();
+  const write = (i: number, due: number) => {
+    h.table.put(keyOf(i), stored(due));
+    h.streams[0]!.push(put(keyOf(i), stored(due)));
+  };
+  // Minute 1: a row rescheduled an hour on after the stage (a result, the feeder). The stage stays in
+  // use and still names it; a claim skips it as it skips any row that moved since its publish.
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS);
+  write(10, NOW + HOUR);
+  await settle(() => h.svc.core.describe(keyOf(10), NOW)?.dueMs === NOW + HOUR, 'the move applied');
+  let before = h.probes.count;
+  await h.clock.advance(STAGE_LEAD_MS + 5);
+  assert.equal(h.probes.count, before, 'the minute publish wrote the stage');
+  assert.equal(h.ready.snapshot().count, 10);
+  // Minute 2: rows 20..29 due at its boundary, and row 30 filed due at it after the stage.
+  for (let i = 20; i < 30; i++) write(i, NOW + 2 * MINUTE);
+  await settle(() => h.svc.core.has(keyOf(29)), 'the second batch held');
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS - 5);
+  write(30, NOW + 2 * MINUTE);
+  await settle(() => h.svc.core.has(keyOf(30)), 'the late row held');
+  before = h.probes.count;
+  h.publishes.length = 0;
+  await h.clock.advance(STAGE_LEAD_MS + 5);
+  assert.deepEqual(h.publishes, [NOW + 2 * MINUTE + 5]);
+  assert.ok(h.probes.count > before, 'the minute publish walked afresh');
+  const keys = h.ready.take(100).map((e) => e.key);
+  assert.ok(keys.includes(keyOf(30)), 'so the late row is in the set at its due instant');
+  assert.equal(keys.length, 20, 'rows 11..30: the unclaimed ones of minute 1 and all of minute 2');
+});
+
+test('a stage is used only by a publish in its minute, within a second of its instant', async () => {
+  const h = harness();
+  h.fill(3, () => NOW - HOUR); // due now: the minute publish walks unless a stage is used
+  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.start();
+  h.svc.serving = true;
+  const at = NOW + MINUTE + 5;
+  assert.equal(h.svc.stageMinutePublish(NOW + MINUTE - 400, NOW + 2 * MINUTE), false, 'not the next minute');
+  assert.equal(h.svc.stageMinutePublish(NOW + MINUTE - 400, at), true);
+  let before = h.probes.count;
+  assert.equal(h.svc.publishOnce(NOW + MINUTE - 100, true), true);
+  assert.ok(h.probes.count > before, 'a publish before the boundary walks, and leaves the stage');
+  before = h.probes.count;
+  assert.equal(h.svc.publishOnce(at, true), true);
+  assert.equal(h.probes.count, before, 'the boundary publish writes the stage');
+  assert.equal(h.svc.stageMinutePublish(NOW + MINUTE - 400, at), true);
+  before = h.probes.count;
+  assert.equal(h.svc.publishOnce(at + 1000, true), true);
+  assert.ok(h.probes.count > before, 'a second late: a fresh walk');
+  before = h.probes.count;
+  assert.equal(h.svc.publishOnce(at + 1000, true), true);
+  assert.ok(h.probes.count > before, 'and the stage is gone');
+  // Nothing comes due at the next boundary (every row is due already): nothing is staged.
+  assert.equal(h.svc.stageMinutePublish(NOW + 2 * MINUTE - 400, NOW + 2 * MINUTE + 5), false);
 });
 
 test('a change to the restart-only queue.ready.capacity does not reclassify; a route or score change does', async () => {
