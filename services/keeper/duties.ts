@@ -2,8 +2,9 @@
 // of SPEC §2 and §7:
 // - load: subscribe, then walk; a failed load retries after 30 s, doubling to 10 min;
 // - publish tick every `queue.keeper.publishInterval` (leadership check, publish, requeued pass, status);
-// - the minute publish just after each minute boundary (rows come due on minute boundaries), its rows
-//   selected STAGE_LEAD_MS ahead when some come due at that boundary, so the publish only writes them;
+// - the minute publish just after each minute boundary (rows come due on minute boundaries), written
+//   STAGE_LEAD_MS ahead into the ready set's inactive slot when rows come due at that boundary, so the
+//   publish only flips it active;
 // - the early publish, when woken (a due-now write, the exhausted-set poke, the refill watch), at most
 //   every 50 ms, and further apart when publishes are slow (never more than ~1/4 of worker 0's time);
 // - the refill watch, every 10 ms while the last publish left due rows out of the set (a burst): it
@@ -42,9 +43,9 @@ const MINUTE_MS = 60_000;
 /** The minute publish runs this long after the boundary, so `now` is surely past it on every clock read. */
 const MINUTE_SLACK_MS = 5;
 /**
- * How long before a minute boundary the minute publish's rows are selected. The walk it takes off the
- * due instant ran 40–100 ms of wall time on a loaded worker 0 (bench/README.md, session 9); the lead
- * leaves room for that, and a row changed meanwhile asks for a fresh publish just after.
+ * How long before a minute boundary the minute publish is written (staged). The walk and write it takes
+ * off the due instant ran 40–100 ms of wall time on a loaded worker 0 (bench/README.md, session 9); the
+ * lead leaves room for that. Periodic publishes in the lead wait for the flip; early ones drop the stage.
  */
 export const STAGE_LEAD_MS = 400;
 
@@ -121,7 +122,14 @@ export class KeeperDuties {
       },
     );
     this.add(
-      { name: 'keeper minute publish', runOnce: (now) => (this.svc.serving ? this.publishForced(now) : {}) },
+      {
+        name: 'keeper minute publish',
+        runOnce: (now) => {
+          if (this.svc.serving) return this.publishForced(now);
+          this.svc.dropStage();
+          return {};
+        },
+      },
       { next: (now) => MINUTE_MS - (now % MINUTE_MS) + MINUTE_SLACK_MS },
     );
     return new Promise((resolve) => {
@@ -227,6 +235,7 @@ export class KeeperDuties {
       if (was)
         this.deps.log.error('keeper lost its leadership slot to another worker 0; no longer publishing');
       svc.serving = false;
+      svc.dropStage(); // its held slot would block the new keeper's publishes
       return { leadershipLost: was ? 1 : 0 };
     }
     if (!svc.serving && svc.phase === 'live') svc.serving = true;

@@ -5,14 +5,8 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
-import {
-  KeeperCore,
-  type HeldFields,
-  type PublishSelection,
-  type PublishWalk,
-  type TopSkip,
-} from '../../util/keeper/core.js';
-import { flagBits } from '../../util/handoff/readySet.js';
+import { KeeperCore, type HeldFields, type PublishWalk, type TopSkip } from '../../util/keeper/core.js';
+import { flagBits, type ReadyWriter, type StagedSlot } from '../../util/handoff/readySet.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import { classifyUrl, toScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
@@ -43,15 +37,20 @@ const FORCED_PUBLISH_MS = 10_000;
 const STAGE_USE_MS = 1000;
 
 /**
- * What the minute publish will write, selected ahead of its boundary (stageMinutePublish): the walk of
- * rows that come due at once and were never published cost 20–40 ms of worker 0's CPU in a 20,000-row
- * burst (bench/README.md, session 9), all of it between the due instant and the first grant. Dropped by
- * a change to a row due by then, a membership or config change, and withdraw().
+ * The minute publish, written ahead of its boundary into the ready set's inactive slot
+ * (stageMinutePublish) and flipped active at the boundary. In a 20,000-row burst the due instant's
+ * publish cost 20–40 ms of worker 0's CPU to walk rows never published before, and 10–18 ms more to
+ * write them (bench/README.md, session 9), all between the due instant and the first grant. Dropped
+ * (the slot let go) by an early publish before the boundary, a change to a row due by then, a reclassify,
+ * a membership change, withdraw(), stop() and a lost leadership.
  */
 interface StagedPublish {
   /** The instant it was selected for: the minute publish's time. */
   at: number;
-  selection: PublishSelection;
+  /** The inactive slot, written and held until the flip (or let go). */
+  slot: StagedSlot;
+  walk: PublishWalk;
+  head: string[];
 }
 
 /** Whether the keeper holds a row due at `now`: its minute has begun (no finite time: due now). */
@@ -163,6 +162,7 @@ export class KeeperService {
     await this.duties.stop();
     this.closeSubscription(); // one a load or resubscribe in progress opened meanwhile
     this.serving = false;
+    this.dropStage();
   }
 
   /** Runs `duty` on the keeper's scheduler until the keeper stops (e.g. the status sync). */
@@ -182,7 +182,7 @@ export class KeeperService {
 
   /** A route, default-cadence or score change: re-sort held rows in memory, never reload. */
   reclassify(): void {
-    this.staged = null;
+    this.dropStage();
     const cfg = this.deps.config();
     this.core.reclassify(this.classifier(cfg), this.scoreOptions(cfg));
   }
@@ -190,7 +190,7 @@ export class KeeperService {
   /** Step 1: clear the signal, publish an empty set, report unready. */
   withdraw(now: number): void {
     this.serving = false;
-    this.staged = null;
+    this.dropStage();
     this.deps.ready.publish([], now);
     this.deps.signal.write({ live: false, phase: this.phase, dueCount: 0, complete: false }, now);
     this.deps.metric?.('keeper_live', 0);
@@ -213,7 +213,7 @@ export class KeeperService {
     // A row that is due by the staged minute publish and changed (filed, marked, moved into it) is not in
     // its selection as it is now: the minute publish walks afresh instead.
     if (changed && held && this.staged !== null && dueByMinute(held.nextRenderTime, this.staged.at))
-      this.staged = null;
+      this.dropStage();
   }
 
   /** Opens the subscription and consumes it in the background; resolves once subscribed. */
@@ -384,40 +384,29 @@ export class KeeperService {
     // Only a complete load is a baseline: a queue first seen in a later chunk is not a new edge.
     if (this.serving && this.loadComplete) this.deps.onDue?.(summary, now);
     const complete = this.loadComplete && !this.partial;
-    if (!force && key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS) {
+    const unchanged = key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS;
+    // A staged minute publish holds the inactive slot until its boundary (at most ~STAGE_LEAD_MS away):
+    // a periodic publish before it leaves the slot to it; an early one (a due-now row, a refill) takes
+    // the slot now, and the boundary walks afresh.
+    const ahead = this.staged !== null && minuteOf(now) < minuteOf(this.staged.at);
+    if (!force && (unchanged || ahead)) {
       this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
       return false;
     }
+    if (ahead) this.dropStage();
     const t0 = performance.now();
     const staged = this.takeStaged(now);
-    const head: string[] = [];
+    let head: string[] = [];
     let top: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
-    let r;
-    if (staged !== null) {
-      // Selected before the boundary: only the write is left. Rows granted, rescheduled or deleted since
-      // are skipped by the claims, as in any set; a row that came due by then dropped the stage.
-      const sel = staged.selection;
-      top = sel;
-      for (let i = 0; i < sel.entries.length && i < HEAD_CHECK_ROWS; i++) head.push(sel.entries[i]!.key);
-      r = this.deps.ready.publish(sel.entries, now, { entries: sel.extras, complete: sel.completeQueues });
+    // Written before the boundary: only the flip is left. Rows granted, rescheduled or deleted since are
+    // skipped by the claims, as in any set; a row that came due by then dropped the stage.
+    let r = staged?.slot.flip(now);
+    if (r !== undefined && !r.busy) {
+      top = staged!.walk;
+      head = staged!.head;
     } else {
-      // The global top, then extra rows for the queues it under-represents (their ready-set sections),
-      // walked straight into the ready set's slot: no entry objects.
       r = this.deps.ready.publishWith(now, (w) => {
-        top = this.core.publishWalk(
-          this.publishCapacity(),
-          this.deps.ready.extraCapacity,
-          now,
-          {
-            top: (key, score, dueMs, held) => {
-              if (head.length < HEAD_CHECK_ROWS) head.push(key);
-              w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
-            },
-            extra: (key, score, dueMs, held) =>
-              w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
-          },
-          this.leaseSkip(now),
-        );
+        top = this.walkInto(w, now, head);
         return top.completeQueues;
       });
     }
@@ -444,6 +433,27 @@ export class KeeperService {
     return Math.min(this.deps.config().queue.ready.capacity, this.deps.ready.capacity);
   }
 
+  /**
+   * The global top, then extra rows for the queues it under-represents (their ready-set sections),
+   * walked straight into the ready set's slot: no entry objects. The first keys go to `head`.
+   */
+  private walkInto(w: ReadyWriter, now: number, head: string[]): PublishWalk {
+    return this.core.publishWalk(
+      this.publishCapacity(),
+      this.deps.ready.extraCapacity,
+      now,
+      {
+        top: (key, score, dueMs, held) => {
+          if (head.length < HEAD_CHECK_ROWS) head.push(key);
+          w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
+        },
+        extra: (key, score, dueMs, held) =>
+          w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
+      },
+      this.leaseSkip(now),
+    );
+  }
+
   /** The publish's lease skip at `now`: the stored lease hash when the table is wired, else the key. */
   private leaseSkip(now: number): TopSkip {
     const leasedUntil = this.deps.leasedUntilHash;
@@ -451,37 +461,46 @@ export class KeeperService {
   }
 
   /**
-   * Selects now what the minute publish at `at` (just after the next boundary) will write, when rows come
-   * due at that boundary; the publish then only writes it (the due instant's first grant waits for no
-   * walk). Nothing is staged while loading, when `at` is not the next minute, or when no row comes due.
-   * (Reading the due counts at `at` moves the core's due cursor there; every reader of the counts syncs
-   * it to its own clock first, and the rows that came due are counted once, in `at`'s minute.) True when
-   * a selection was staged.
+   * Writes now, into the ready set's inactive slot, what the minute publish at `at` (just after the next
+   * boundary) would write, when rows come due at that boundary; that publish then only flips the slot
+   * active, so the due instant's first grant waits for no walk and no write. Nothing is staged while
+   * loading, when `at` is not the next minute, when no row comes due, or when the slot is busy. (Reading
+   * the due counts at `at` moves the core's due cursor there; every reader of the counts syncs it to its
+   * own clock first, and the rows that came due are counted once, in `at`'s minute.) True when staged.
    */
   stageMinutePublish(now: number, at: number): boolean {
-    this.staged = null;
+    this.dropStage();
     if (!this.serving || !this.loadComplete || minuteOf(at) !== minuteOf(now) + 1) return false;
     const comingDue = this.core.dueSummary(at).due - this.core.dueSummary(now).due;
     if (comingDue <= 0) return false;
-    const selection = this.core.publishSelection(
-      this.publishCapacity(),
-      this.deps.ready.extraCapacity,
-      at,
-      this.leaseSkip(at),
-    );
-    this.staged = { at, selection };
+    const head: string[] = [];
+    let walk: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
+    const slot = this.deps.ready.stageWith(at, (w) => {
+      walk = this.walkInto(w, at, head);
+      return walk.completeQueues;
+    });
+    if (slot === null) return false;
+    this.staged = { at, slot, walk, head };
     return true;
   }
 
+  /** Lets a staged minute publish go (its slot released unpublished); a no-op when none is staged. */
+  dropStage(): void {
+    this.staged?.slot.abandon();
+    this.staged = null;
+  }
+
   /**
-   * The staged selection, for a publish in the minute it was made for (within STAGE_USE_MS of its
-   * instant); it is dropped by that publish either way. A publish before the boundary leaves it.
+   * The staged publish, for a publish in the minute it was made for (within STAGE_USE_MS of its instant);
+   * that publish takes it either way (a late one lets it go). Called only once its boundary has passed.
    */
   private takeStaged(now: number): StagedPublish | null {
     const s = this.staged;
-    if (s === null || minuteOf(now) < minuteOf(s.at)) return null;
+    if (s === null) return null;
     this.staged = null;
-    return minuteOf(now) === minuteOf(s.at) && now - s.at < STAGE_USE_MS ? s : null;
+    if (minuteOf(now) === minuteOf(s.at) && now - s.at < STAGE_USE_MS) return s;
+    s.slot.abandon();
+    return null;
   }
 
   /** Point-reads the head of the published set and repairs what the keeper holds wrongly (headCheck.ts). */
@@ -502,7 +521,7 @@ export class KeeperService {
    * the table for the rows it gained. `owns` must already answer with the new membership.
    */
   membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
-    this.staged = null;
+    this.dropStage();
     return this.verifier.membershipChanged(now);
   }
 

@@ -816,7 +816,7 @@ test('live, the keeper publishes every publish interval and just after each minu
   assert.deepEqual(h.publishes, [NOW + 20_000, NOW + 40_000, NOW + MINUTE, NOW + MINUTE + 5]);
 });
 
-test('rows coming due at a minute boundary are selected before it, and the minute publish only writes them', async () => {
+test('rows coming due at a minute boundary are written before it, and the minute publish only flips them active', async () => {
   const h = harness();
   h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
   h.fill(3, () => NOW + HOUR);
@@ -884,30 +884,51 @@ test('a row filed due at the boundary after the stage drops it; one rescheduled 
   assert.equal(keys.length, 20, 'rows 11..30: the unclaimed ones of minute 1 and all of minute 2');
 });
 
-test('a stage is used only by a publish in its minute, within a second of its instant', async () => {
+test("a stage holds the ready set's inactive slot until its boundary: periodic publishes wait, early ones drop it", async () => {
   const h = harness();
-  h.fill(3, () => NOW - HOUR); // due now: the minute publish walks unless a stage is used
-  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  h.fill(3, () => NOW - HOUR); // due now: a publish walks them unless it flips a stage
+  for (let m = 1; m <= 4; m++)
+    for (let i = 0; i < 10; i++) h.table.put(keyOf(10 * m + i), stored(NOW + m * MINUTE));
   await h.start();
   h.svc.serving = true;
-  const at = NOW + MINUTE + 5;
-  assert.equal(h.svc.stageMinutePublish(NOW + MINUTE - 400, NOW + 2 * MINUTE), false, 'not the next minute');
-  assert.equal(h.svc.stageMinutePublish(NOW + MINUTE - 400, at), true);
+  const at = (m: number) => NOW + m * MINUTE + 5;
+  const lead = (m: number) => NOW + m * MINUTE - STAGE_LEAD_MS;
+  assert.equal(h.svc.stageMinutePublish(lead(1), at(2)), false, 'not the next minute');
+  // Minute 1: a periodic publish ahead of the boundary waits; the boundary flips the stage.
+  assert.equal(h.svc.stageMinutePublish(lead(1), at(1)), true);
+  const generation = h.ready.snapshot().generation;
+  assert.equal(
+    h.svc.publishOnce(NOW + MINUTE - 100, false),
+    false,
+    'the periodic publish waits for the flip',
+  );
+  assert.equal(h.ready.snapshot().generation, generation, 'and the active set is untouched');
   let before = h.probes.count;
-  assert.equal(h.svc.publishOnce(NOW + MINUTE - 100, true), true);
-  assert.ok(h.probes.count > before, 'a publish before the boundary walks, and leaves the stage');
+  assert.equal(h.svc.publishOnce(at(1), true), true);
+  assert.equal(h.probes.count, before, 'the boundary publish only flipped the stage');
+  assert.equal(h.ready.snapshot().count, 13);
+  // Minute 2: an early publish ahead of the boundary takes the slot; the boundary walks afresh.
+  assert.equal(h.svc.stageMinutePublish(lead(2), at(2)), true);
   before = h.probes.count;
-  assert.equal(h.svc.publishOnce(at, true), true);
-  assert.equal(h.probes.count, before, 'the boundary publish writes the stage');
-  assert.equal(h.svc.stageMinutePublish(NOW + MINUTE - 400, at), true);
+  assert.equal(h.svc.publishOnce(NOW + 2 * MINUTE - 100, true), true);
+  assert.ok(h.probes.count > before, 'the early publish walked');
   before = h.probes.count;
-  assert.equal(h.svc.publishOnce(at + 1000, true), true);
+  assert.equal(h.svc.publishOnce(at(2), true), true);
+  assert.ok(h.probes.count > before, 'and so did the boundary publish');
+  assert.equal(h.ready.snapshot().count, 23);
+  // Minute 3: a publish a second late lets the stage go and walks.
+  assert.equal(h.svc.stageMinutePublish(lead(3), at(3)), true);
+  before = h.probes.count;
+  assert.equal(h.svc.publishOnce(at(3) + 1000, true), true);
   assert.ok(h.probes.count > before, 'a second late: a fresh walk');
-  before = h.probes.count;
-  assert.equal(h.svc.publishOnce(at + 1000, true), true);
-  assert.ok(h.probes.count > before, 'and the stage is gone');
-  // Nothing comes due at the next boundary (every row is due already): nothing is staged.
-  assert.equal(h.svc.stageMinutePublish(NOW + 2 * MINUTE - 400, NOW + 2 * MINUTE + 5), false);
+  assert.equal(h.ready.snapshot().count, 33);
+  // Minute 4: withdraw lets the staged slot go, so its empty set is published, not refused as busy.
+  assert.equal(h.svc.stageMinutePublish(lead(4), at(4)), true);
+  h.svc.withdraw(lead(4) + 10);
+  assert.equal(h.ready.snapshot().count, 0);
+  h.svc.serving = true;
+  // Every row is due by minute 5's boundary already: nothing comes due at it, nothing is staged.
+  assert.equal(h.svc.stageMinutePublish(lead(5), at(5)), false);
 });
 
 test('a change to the restart-only queue.ready.capacity does not reclassify; a route or score change does', async () => {

@@ -76,6 +76,21 @@ export interface ReadySnapshot {
 export type PublishStep = 'acquired' | 'written' | 'flipped' | 'released';
 
 /**
+ * A publish written ahead into the inactive slot (stageWith), which holds that slot's write side until
+ * it is flipped active or let go. Takes keep reading the active set meanwhile. The holder must end it:
+ * another publish meets a held slot as busy (and after WRITER_STALL_SEC may take it over, which the
+ * flip then answers as busy).
+ */
+export interface StagedSlot {
+  /** Top entries written (as PublishResult.published). */
+  readonly published: number;
+  /** Makes the staged slot the active set, stamped `now`; busy when the slot was taken over. */
+  flip(now: number): PublishResult;
+  /** Lets the slot go unpublished; the active set stays as it is. */
+  abandon(): void;
+}
+
+/**
  * Takes one publish row by row, as the keeper's selection walks (no entry objects): the global top
  * best first, then the extras, each queue's best first. `flags` is flagBits(fromSitemap, verified, mark).
  */
@@ -85,6 +100,14 @@ export interface ReadyWriter {
 }
 
 const CLAMP_ATTEMPTS = 4;
+
+/** What a staged publish keeps of its slot: the counter it holds, the top it wrote, the flip's clock. */
+interface StageHold {
+  count: number;
+  seqAt: number;
+  lock: number;
+  flipAt: number | undefined;
+}
 
 /**
  * Writes one slot of a publish: the global top at 0..count, extras from `capacity` on, keys packed in
@@ -292,6 +315,35 @@ export class ReadySet {
   }
 
   /**
+   * publishWith() up to the flip: `fill` writes the inactive slot now, and the returned StagedSlot makes
+   * it active later in one step (a few atomic stores), or lets it go. Null when another writer holds the
+   * slot (`fill` still runs, writing nothing) or took it over meanwhile.
+   */
+  stageWith(now: number, fill: (w: ReadyWriter) => Iterable<string>): StagedSlot | null {
+    const held: StageHold = { count: 0, seqAt: -1, lock: 0, flipAt: undefined };
+    const steps = this.publishFilled(now, fill, held);
+    if (steps.next().done === true || steps.next().done === true) return null;
+    const h = this.buf.header;
+    let open = true;
+    return {
+      published: held.count,
+      flip: (flipNow) => {
+        if (!open) return this.busyResult();
+        open = false;
+        held.flipAt = flipNow;
+        return runToEnd(steps);
+      },
+      abandon: () => {
+        if (!open) return;
+        open = false;
+        // Back to even without a flip: a reader that began on this slot's older generation sees the
+        // counter moved and retries; no reader starts on it, as it is not the active one.
+        Atomics.compareExchange(h, held.seqAt, held.lock, (held.lock + 1) | 0);
+      },
+    };
+  }
+
+  /**
    * publish() as resumable steps. Production code calls publish(); tests drive this to interleave a
    * publish with takes step by step.
    */
@@ -308,22 +360,25 @@ export class ReadySet {
     });
   }
 
+  private busyResult(): PublishResult {
+    return { published: 0, extras: 0, sections: 0, generation: this.buf.activeGeneration(), busy: true };
+  }
+
+  /**
+   * The publish's steps. `held` (a staged publish) learns the slot's counter and top count once written,
+   * and the set is stamped with its `flipAt` when set by the time the flip runs, instead of `now`.
+   */
   private *publishFilled(
     now: number,
     fill: (w: ReadyWriter) => Iterable<string>,
+    held?: StageHold,
   ): Generator<PublishStep, PublishResult, void> {
     const h = this.buf.header;
     const nowSec = sharedSecondsAtOrBefore(now);
     const slot = 1 - Atomics.load(h, H_ACTIVE);
     const at = SLOT_HEADER[slot]!;
     const lock = acquireSlot(h, at, nowSec);
-    const busy = (): PublishResult => ({
-      published: 0,
-      extras: 0,
-      sections: 0,
-      generation: this.buf.activeGeneration(),
-      busy: true,
-    });
+    const busy = (): PublishResult => this.busyResult();
     const writer = new SlotWriter(this.buf, (route) => this.queueHash(route), slot, lock);
     if (lock < 0) {
       fill(writer); // writes nothing: the caller's walk still runs, as it does for a publish that lands
@@ -337,7 +392,14 @@ export class ReadySet {
     const complete = new Set<number>();
     for (const q of completeQueues) if (!cut.has(this.queueHash(q))) complete.add(this.queueHash(q));
     const sectionCount = this.sections.write(slot, count, extraCount, complete);
+    if (held !== undefined) {
+      held.count = count;
+      held.seqAt = at + S_SEQ;
+      held.lock = lock;
+    }
     yield 'written';
+    const flipAt = held?.flipAt;
+    const stampSec = flipAt === undefined ? nowSec : sharedSecondsAtOrBefore(flipAt);
 
     if (Atomics.load(h, at + S_SEQ) !== lock) return busy();
     const generation = (Atomics.add(h, H_GENERATION, 1) + 1) | 0;
@@ -345,7 +407,7 @@ export class ReadySet {
     Atomics.store(h, at + S_EXTRAS, extraCount);
     Atomics.store(h, at + S_SECTIONS, sectionCount);
     Atomics.store(h, at + S_GENERATION, generation);
-    Atomics.store(h, at + S_PUBLISHED_AT, nowSec);
+    Atomics.store(h, at + S_PUBLISHED_AT, stampSec);
     // Flip while still holding the slot: a reader landing between flip and release sees an odd counter
     // and retries rather than trusting a slot whose write it cannot vouch for.
     Atomics.store(h, H_ACTIVE, slot);
