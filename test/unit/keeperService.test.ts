@@ -188,6 +188,8 @@ function harness(
     heldWalk?: boolean;
     /** The node owns every row (no `owns`), with the store's row count from this. */
     estimateRows?: () => number;
+    /** The leader slot, as leadership.ts holds it: the keeper asks every publish tick. */
+    leadership?: { held: boolean };
   } = {},
 ) {
   const capacity = opts.capacity ?? 100;
@@ -262,6 +264,7 @@ function harness(
       await hook?.(yields);
     },
     ...(opts.estimateRows ? {} : { owns: (key: string) => owner(key) }),
+    ...(opts.leadership ? { holdLeadership: () => opts.leadership!.held } : {}),
     scheduler,
     clock: now,
     onConfigChange: (l) => {
@@ -929,6 +932,22 @@ test("a stage holds the ready set's inactive slot until its boundary: periodic p
   h.svc.serving = true;
   // Every row is due by minute 5's boundary already: nothing comes due at it, nothing is staged.
   assert.equal(h.svc.stageMinutePublish(lead(5), at(5)), false);
+});
+
+test('a keeper that loses its leader slot lets its staged slot go, so the next keeper can publish', async () => {
+  // Fails without the dropStage of the leadership check: the slot stays held until the writer stall
+  // limit (10 s), and the next keeper's publishes meet it busy.
+  const leadership = { held: true };
+  const h = harness({ leadership });
+  h.fill(3, () => NOW + HOUR);
+  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.run();
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS);
+  assert.equal(h.ready.publish([], h.clock.t).busy, true, 'staged: the inactive slot is held');
+  leadership.held = false;
+  await h.clock.advance(STAGE_LEAD_MS); // the publish tick at the boundary finds the slot lost
+  assert.equal(h.svc.serving, false);
+  assert.equal(h.ready.publish([], h.clock.t).busy, false, 'the slot was let go at once');
 });
 
 test('a change to the restart-only queue.ready.capacity does not reclassify; a route or score change does', async () => {
