@@ -6,7 +6,12 @@ import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
 import { KeeperCore, type HeldFields, type PublishWalk, type TopSkip } from '../../util/keeper/core.js';
-import { flagBits, type ReadyWriter, type StagedSlot } from '../../util/handoff/readySet.js';
+import {
+  flagBits,
+  type PublishResult,
+  type ReadyWriter,
+  type StagedSlot,
+} from '../../util/handoff/readySet.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import { classifyUrl, toScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
@@ -156,13 +161,13 @@ export class KeeperService {
   /** Unsubscribes (the schedule and config), stops every duty, and waits for one that is running. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.dropStage(); // before waiting for a running duty: a long verify must not keep the slot held
     this.unsubscribeConfig?.();
     this.unsubscribeConfig = null;
     this.closeSubscription();
     await this.duties.stop();
     this.closeSubscription(); // one a load or resubscribe in progress opened meanwhile
     this.serving = false;
-    this.dropStage();
   }
 
   /** Runs `duty` on the keeper's scheduler until the keeper stops (e.g. the status sync). */
@@ -400,8 +405,14 @@ export class KeeperService {
     let top: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
     // Written before the boundary: only the flip is left. Rows granted, rescheduled or deleted since are
     // skipped by the claims, as in any set; a row that came due by then dropped the stage.
-    let r = staged?.slot.flip(now);
-    if (r !== undefined && !r.busy) {
+    // Claims went on granting from the old set in the lead: a staged head they leased would make the
+    // boundary's first claims come back empty, so such a stage gives way to a fresh walk.
+    if (staged !== null && staged.head.some((k) => this.deps.isLeased(k, now))) staged.slot.abandon();
+    const flip = staged?.slot.flip(now);
+    const flipped = flip !== undefined && !flip.busy;
+    let r: PublishResult;
+    if (flipped) {
+      r = flip;
       top = staged!.walk;
       head = staged!.head;
     } else {
@@ -420,6 +431,7 @@ export class KeeperService {
       published: r.published,
       skippedLeased: top.skipped,
       complete: top.complete,
+      staged: flipped,
     };
     this.deps.metric?.('keeper_publish_ms', ms);
     this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
@@ -437,7 +449,7 @@ export class KeeperService {
    * The global top, then extra rows for the queues it under-represents (their ready-set sections),
    * walked straight into the ready set's slot: no entry objects. The first keys go to `head`.
    */
-  private walkInto(w: ReadyWriter, now: number, head: string[]): PublishWalk {
+  private walkInto(w: ReadyWriter, now: number, head: string[], countFlow = true): PublishWalk {
     return this.core.publishWalk(
       this.publishCapacity(),
       this.deps.ready.extraCapacity,
@@ -451,6 +463,7 @@ export class KeeperService {
           w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
       },
       this.leaseSkip(now),
+      countFlow,
     );
   }
 
@@ -464,19 +477,18 @@ export class KeeperService {
    * Writes now, into the ready set's inactive slot, what the minute publish at `at` (just after the next
    * boundary) would write, when rows come due at that boundary; that publish then only flips the slot
    * active, so the due instant's first grant waits for no walk and no write. Nothing is staged while
-   * loading, when `at` is not the next minute, when no row comes due, or when the slot is busy. (Reading
-   * the due counts at `at` moves the core's due cursor there; every reader of the counts syncs it to its
-   * own clock first, and the rows that came due are counted once, in `at`'s minute.) True when staged.
+   * loading, when `at` is not the next minute, when no row comes due, or when the slot is busy. The walk
+   * reads the due counts at `at` without counting a minute's flow (rows are counted as come due when the
+   * clock gets there). True when staged.
    */
   stageMinutePublish(now: number, at: number): boolean {
     this.dropStage();
     if (!this.serving || !this.loadComplete || minuteOf(at) !== minuteOf(now) + 1) return false;
-    const comingDue = this.core.dueSummary(at).due - this.core.dueSummary(now).due;
-    if (comingDue <= 0) return false;
+    if (this.core.rowsComingDue(now, at) === 0) return false;
     const head: string[] = [];
     let walk: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
     const slot = this.deps.ready.stageWith(at, (w) => {
-      walk = this.walkInto(w, at, head);
+      walk = this.walkInto(w, at, head, false);
       return walk.completeQueues;
     });
     if (slot === null) return false;

@@ -101,7 +101,15 @@ export const WALK_CHUNK = 1000;
 export interface KeeperStats {
   loadMs: number | null;
   loadRows: number;
-  lastPublish: { at: number; ms: number; published: number; skippedLeased: number; complete: boolean } | null;
+  lastPublish: {
+    at: number;
+    ms: number;
+    published: number;
+    skippedLeased: number;
+    complete: boolean;
+    /** It flipped a set staged before its minute boundary (no walk at the instant). */
+    staged: boolean;
+  } | null;
   headCheck: { at: number; checked: number; repaired: number } | null;
   lastVerify: {
     at: number;

@@ -834,7 +834,7 @@ test('rows coming due at a minute boundary are written before it, and the minute
   h.publishes.length = 0;
   await h.clock.advance(STAGE_LEAD_MS + 5);
   assert.deepEqual(h.publishes, [NOW + MINUTE + 5], 'the minute publish');
-  assert.equal(h.probes.count, staged, 'it walked nothing: the stage had selected its rows');
+  assert.equal(h.svc.stats.lastPublish?.staged, true, 'it flipped the staged set: no walk');
   assert.deepEqual(
     h.ready
       .take(100)
@@ -867,9 +867,9 @@ test('a row filed due at the boundary after the stage drops it; one rescheduled 
   await h.clock.advance(MINUTE - STAGE_LEAD_MS);
   write(10, NOW + HOUR);
   await settle(() => h.svc.core.describe(keyOf(10), NOW)?.dueMs === NOW + HOUR, 'the move applied');
-  let before = h.probes.count;
+
   await h.clock.advance(STAGE_LEAD_MS + 5);
-  assert.equal(h.probes.count, before, 'the minute publish wrote the stage');
+  assert.equal(h.svc.stats.lastPublish?.staged, true, 'the minute publish flipped the stage');
   assert.equal(h.ready.snapshot().count, 10);
   // Minute 2: rows 20..29 due at its boundary, and row 30 filed due at it after the stage.
   for (let i = 20; i < 30; i++) write(i, NOW + 2 * MINUTE);
@@ -877,14 +877,36 @@ test('a row filed due at the boundary after the stage drops it; one rescheduled 
   await h.clock.advance(MINUTE - STAGE_LEAD_MS - 5);
   write(30, NOW + 2 * MINUTE);
   await settle(() => h.svc.core.has(keyOf(30)), 'the late row held');
-  before = h.probes.count;
+
   h.publishes.length = 0;
   await h.clock.advance(STAGE_LEAD_MS + 5);
   assert.deepEqual(h.publishes, [NOW + 2 * MINUTE + 5]);
-  assert.ok(h.probes.count > before, 'the minute publish walked afresh');
+  assert.equal(h.svc.stats.lastPublish?.staged, false, 'the minute publish walked afresh');
   const keys = h.ready.take(100).map((e) => e.key);
   assert.ok(keys.includes(keyOf(30)), 'so the late row is in the set at its due instant');
   assert.equal(keys.length, 20, 'rows 11..30: the unclaimed ones of minute 1 and all of minute 2');
+  const flow = h.svc.core.state(h.clock.t).flow.at(-1)!;
+  assert.deepEqual(
+    [flow.minute, flow.cameDue],
+    [(NOW + 2 * MINUTE) / MINUTE, 11],
+    'the late row came due too',
+  );
+});
+
+test('a stage whose head claims leased in the lead gives way to a fresh walk at the boundary', async () => {
+  const h = harness();
+  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
+  h.fill(3, () => NOW + HOUR);
+  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.run();
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS);
+  h.leased.add(keyOf(10)); // granted from the old set meanwhile
+
+  await h.clock.advance(STAGE_LEAD_MS + 5);
+  assert.equal(h.svc.stats.lastPublish?.staged, false, 'the boundary publish walked afresh');
+  const keys = h.ready.take(100).map((e) => e.key);
+  assert.equal(keys.length, 9);
+  assert.ok(!keys.includes(keyOf(10)), 'without the leased row');
 });
 
 test("a stage holds the ready set's inactive slot until its boundary: periodic publishes wait, early ones drop it", async () => {
@@ -906,24 +928,24 @@ test("a stage holds the ready set's inactive slot until its boundary: periodic p
     'the periodic publish waits for the flip',
   );
   assert.equal(h.ready.snapshot().generation, generation, 'and the active set is untouched');
-  let before = h.probes.count;
+
   assert.equal(h.svc.publishOnce(at(1), true), true);
-  assert.equal(h.probes.count, before, 'the boundary publish only flipped the stage');
+  assert.equal(h.svc.stats.lastPublish?.staged, true, 'the boundary publish only flipped the stage');
   assert.equal(h.ready.snapshot().count, 13);
   // Minute 2: an early publish ahead of the boundary takes the slot; the boundary walks afresh.
   assert.equal(h.svc.stageMinutePublish(lead(2), at(2)), true);
-  before = h.probes.count;
+
   assert.equal(h.svc.publishOnce(NOW + 2 * MINUTE - 100, true), true);
-  assert.ok(h.probes.count > before, 'the early publish walked');
-  before = h.probes.count;
+  assert.equal(h.svc.stats.lastPublish?.staged, false, 'the early publish walked');
+
   assert.equal(h.svc.publishOnce(at(2), true), true);
-  assert.ok(h.probes.count > before, 'and so did the boundary publish');
+  assert.equal(h.svc.stats.lastPublish?.staged, false, 'and so did the boundary publish');
   assert.equal(h.ready.snapshot().count, 23);
   // Minute 3: a publish a second late lets the stage go and walks.
   assert.equal(h.svc.stageMinutePublish(lead(3), at(3)), true);
-  before = h.probes.count;
+
   assert.equal(h.svc.publishOnce(at(3) + 1000, true), true);
-  assert.ok(h.probes.count > before, 'a second late: a fresh walk');
+  assert.equal(h.svc.stats.lastPublish?.staged, false, 'a second late: a fresh walk');
   assert.equal(h.ready.snapshot().count, 33);
   // Minute 4: withdraw lets the staged slot go, so its empty set is published, not refused as busy.
   assert.equal(h.svc.stageMinutePublish(lead(4), at(4)), true);

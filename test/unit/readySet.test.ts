@@ -10,6 +10,7 @@ import {
   type PublishResult,
 } from '../../util/handoff/readySet.js';
 import { nameHash } from '../../util/leases/token.js';
+import { SLOT_HEADER, S_COUNT } from '../../util/handoff/readyLayout.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 const MINUTE = 60_000;
@@ -219,6 +220,36 @@ test('an abandoned stage lets its slot go: the active set stays and the next pub
   );
   assert.equal(staged.flip(NOW + MINUTE).busy, true, 'an abandoned stage never flips');
   assert.equal(keeper.stageWith(NOW + 2000, fillWith(entries('d', 1)))!.published, 1);
+});
+
+test('an abandoned stage empties its slot header before letting it go, so a late reader finds nothing', () => {
+  // Fails without the header reset in abandon(): the slot's counts still describe its older generation.
+  const buf = new ArrayBuffer(ReadySet.byteLength(8, MIN_KEY_BYTES_PER_SLOT));
+  const keeper = new ReadySet(buf, 8, MIN_KEY_BYTES_PER_SLOT);
+  const header = new Int32Array(buf, 0, SLOT_HEADER[1]! + S_COUNT + 1);
+  keeper.publish(entries('a', 3), NOW); // slot 1 active
+  keeper.publish(entries('b', 2), NOW + 1000); // slot 0 active, slot 1 still counts a's 3
+  assert.equal(header[SLOT_HEADER[1]! + S_COUNT], 3);
+  keeper.stageWith(NOW + MINUTE, fillWith(entries('c', 4)))!.abandon();
+  assert.equal(header[SLOT_HEADER[1]! + S_COUNT], 0);
+  assert.equal(keeper.publish(entries('d', 1), NOW + 2000).busy, false);
+});
+
+test('a fill that throws lets the slot go instead of holding it until the stall limit', () => {
+  const [keeper, claimer] = twoViews();
+  assert.throws(
+    () =>
+      keeper.publishWith(NOW, () => {
+        throw new Error('walk failed');
+      }),
+    /walk failed/,
+  );
+  assert.throws(() => keeper.stageWith(NOW, () => assert.fail('stage walk failed')), /stage walk failed/);
+  assert.equal(keeper.publish(entries('a', 2), NOW + 1000).busy, false);
+  assert.deepEqual(
+    keysOf(claimer.take(2)),
+    entries('a', 2).map((e) => e.key),
+  );
 });
 
 test('a second publisher is refused while the first holds the slot', () => {

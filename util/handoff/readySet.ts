@@ -336,8 +336,15 @@ export class ReadySet {
       abandon: () => {
         if (!open) return;
         open = false;
-        // Back to even without a flip: a reader that began on this slot's older generation sees the
-        // counter moved and retries; no reader starts on it, as it is not the active one.
+        // Back to even without a flip. Its header still counted the slot's older generation over what the
+        // stage wrote, so it is emptied first: a reader that loaded the active-slot index before that
+        // generation was replaced, and the counter only now, then finds nothing rather than a mix.
+        const at = held.seqAt - S_SEQ;
+        if (Atomics.load(h, held.seqAt) === held.lock) {
+          Atomics.store(h, at + S_COUNT, 0);
+          Atomics.store(h, at + S_EXTRAS, 0);
+          Atomics.store(h, at + S_SECTIONS, 0);
+        }
         Atomics.compareExchange(h, held.seqAt, held.lock, (held.lock + 1) | 0);
       },
     };
@@ -386,7 +393,14 @@ export class ReadySet {
     }
     yield 'acquired';
 
-    const completeQueues = fill(writer);
+    let completeQueues: Iterable<string>;
+    try {
+      completeQueues = fill(writer);
+    } catch (e) {
+      // A fill that throws (the keeper's walk) must not leave the slot held until the stall limit.
+      Atomics.compareExchange(h, at + S_SEQ, lock, (lock + 1) | 0);
+      throw e;
+    }
     if (writer.lost) return busy();
     const { count, extraCount, cut } = writer;
     const complete = new Set<number>();

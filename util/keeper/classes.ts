@@ -72,14 +72,14 @@ export class KeeperClasses {
    * the rows passed as cameDue (returned, and recorded in `flow`); a clock stepping back only
    * un-counts them.
    */
-  syncDue(now: number, flow: FlowLedger): number {
+  syncDue(now: number, flow: FlowLedger, countFlow = true): number {
     const nowMinute = minuteOf(now);
     if (!Number.isFinite(nowMinute)) return 0;
     const cursor = this.dueCursor;
     this.dueCursor = nowMinute;
     if (cursor === null) {
       for (const cls of this.list) cls.recountDue(nowMinute);
-      this.cameDueThrough = nowMinute;
+      if (countFlow) this.cameDueThrough = nowMinute;
       return 0;
     }
     if (nowMinute === cursor) return 0;
@@ -95,6 +95,9 @@ export class KeeperClasses {
         cls.dueRows -= cls.rowsBetween(nowMinute, cursor);
       }
     }
+    // A look ahead (a staged publish's walk) moves the counts only: the minute's flow is counted once the
+    // clock itself gets there, with the rows it then holds.
+    if (!countFlow) return 0;
     this.cameDueThrough = Math.max(nowMinute, this.cameDueThrough ?? nowMinute);
     flow.count(nowMinute, 'cameDue', cameDue);
     return cameDue;

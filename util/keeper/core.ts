@@ -172,9 +172,29 @@ export class KeeperCore {
     return this.selection.publishSelection(k, extraBudget, now, skip);
   }
 
-  /** `publishSelection` without the entry objects: the rows go to `sink` as they are selected. */
-  publishWalk(k: number, extraBudget: number, now: number, sink: PublishSink, skip?: TopSkip): PublishWalk {
-    return this.selection.publishWalk(k, extraBudget, now, sink, skip);
+  /**
+   * `publishSelection` without the entry objects: the rows go to `sink` as they are selected. A walk for
+   * a later instant (a staged publish) passes `countFlow` false, so no minute's flow is counted early.
+   */
+  publishWalk(
+    k: number,
+    extraBudget: number,
+    now: number,
+    sink: PublishSink,
+    skip?: TopSkip,
+    countFlow = true,
+  ): PublishWalk {
+    return this.selection.publishWalk(k, extraBudget, now, sink, skip, countFlow);
+  }
+
+  /** Held rows whose due minute is after `now`'s and no later than `at`'s (what comes due by then). */
+  rowsComingDue(now: number, at: number): number {
+    const from = minuteOf(now);
+    const through = minuteOf(at);
+    if (!(through > from)) return 0;
+    let n = 0;
+    for (const cls of this.classes.list) n += cls.rowsBetween(from, through);
+    return n;
   }
 
   /** Due counts per queue and each queue's oldest due verified row; walks class heads, not rows. */

@@ -90,7 +90,14 @@ export class TopSelection {
    * each queue's extras to `sink.extra`, as the ready set's writer takes them. `sink` must not change
    * the keeper.
    */
-  publishWalk(k: number, extraBudget: number, now: number, sink: PublishSink, skip?: TopSkip): PublishWalk {
+  publishWalk(
+    k: number,
+    extraBudget: number,
+    now: number,
+    sink: PublishSink,
+    skip?: TopSkip,
+    countFlow = true,
+  ): PublishWalk {
     const completeQueues = new Set<string>();
     const nowMinute = minuteOf(now);
     if (!Number.isFinite(nowMinute)) return { complete: true, skipped: 0, completeQueues };
@@ -128,7 +135,7 @@ export class TopSelection {
     });
     for (const route of have.keys()) if (!rest.has(route)) completeQueues.add(route);
     if (rest.size > 0 && extraBudget > 0) {
-      this.classes.syncDue(now, this.flow);
+      this.classes.syncDue(now, this.flow, countFlow);
       const shares = new Map<string, QueueShare>();
       for (const cls of this.classes.list) {
         if (!rest.has(cls.route)) continue;
