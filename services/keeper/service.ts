@@ -36,8 +36,8 @@ export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RE
 
 const FORCED_PUBLISH_MS = 10_000;
 /**
- * A selection staged for a minute publish is written by a publish up to this long after the instant it
- * was made for; a later one walks afresh.
+ * A staged minute publish is flipped by a publish up to this long after the instant it was made for; a
+ * later one lets it go and walks afresh.
  */
 const STAGE_USE_MS = 1000;
 
@@ -46,8 +46,9 @@ const STAGE_USE_MS = 1000;
  * (stageMinutePublish) and flipped active at the boundary. In a 20,000-row burst the due instant's
  * publish cost 20–40 ms of worker 0's CPU to walk rows never published before, and 10–18 ms more to
  * write them (bench/README.md, session 9), all between the due instant and the first grant. Dropped
- * (the slot let go) by an early publish before the boundary, a change to a row due by then, a reclassify,
- * a membership change, withdraw(), stop() and a lost leadership.
+ * (the slot let go) by an early publish before the boundary, a change to a row due by then, a head row
+ * leased meanwhile, a flip more than STAGE_USE_MS late, a reclassify, a membership change, withdraw(),
+ * stop() and a lost leadership.
  */
 interface StagedPublish {
   /** The instant it was selected for: the minute publish's time. */
@@ -403,10 +404,10 @@ export class KeeperService {
     const staged = this.takeStaged(now);
     let head: string[] = [];
     let top: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
-    // Written before the boundary: only the flip is left. Rows granted, rescheduled or deleted since are
-    // skipped by the claims, as in any set; a row that came due by then dropped the stage.
-    // Claims went on granting from the old set in the lead: a staged head they leased would make the
-    // boundary's first claims come back empty, so such a stage gives way to a fresh walk.
+    // Written before the boundary: only the flip is left. Rows rescheduled or deleted since are skipped
+    // by the claims, as in any set, and a row that came due by then dropped the stage. Claims went on
+    // granting from the old set in the lead: a staged head they leased would make the boundary's first
+    // claims come back empty, so such a stage gives way to a fresh walk.
     if (staged !== null && staged.head.some((k) => this.deps.isLeased(k, now))) staged.slot.abandon();
     const flip = staged?.slot.flip(now);
     const flipped = flip !== undefined && !flip.busy;
