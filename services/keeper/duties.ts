@@ -163,7 +163,7 @@ export class KeeperDuties {
     return { refill: 1 };
   }
 
-  /** Selects the next minute publish's rows, when the stage runs shortly before its boundary. */
+  /** Writes the next minute publish ahead (stageMinutePublish), when this runs shortly before its boundary. */
   private stageOnce(now: number): Counts {
     const at = now - (now % MINUTE_MS) + MINUTE_MS + MINUTE_SLACK_MS;
     if (!this.svc.serving || at - now > 2 * STAGE_LEAD_MS) return {};

@@ -492,6 +492,9 @@ export class KeeperService {
       walk = this.walkInto(w, at, head, false);
       return walk.completeQueues;
     });
+    // The walk's section extras moved the due cursor to `at` (without counting flow): back to the present,
+    // or the clock's own arrival at `at` would find the cursor there already and count nothing.
+    this.core.tick(now);
     if (slot === null) return false;
     this.staged = { at, slot, walk, head };
     return true;

@@ -893,6 +893,27 @@ test('a row filed due at the boundary after the stage drops it; one rescheduled 
   );
 });
 
+test('a staged walk that reads the due counts for its sections counts the minute of flow once, at the boundary', async () => {
+  // Two queues and a set of 10, so the stage's walk adds section extras and reads the due counts at the
+  // boundary. Fails with that walk counting flow (the 60 rows counted at the stage, the late row never)
+  // and without the cursor moved back after it (the boundary then counts nothing).
+  const h = harness({ capacity: 10 });
+  h.setConfig({
+    queue: { keeper: { publishInterval: 25_000 } },
+    render: { routes: [{ name: 'blog', match: 'prefix', path: '/blog/', renderInterval: HOUR }] },
+  });
+  h.fill(30, () => NOW + MINUTE);
+  for (let i = 0; i < 30; i++) h.table.put(`https://example.com/blog/${i}`, stored(NOW + MINUTE));
+  await h.run();
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS);
+  h.table.put(keyOf(99), stored(NOW + MINUTE));
+  h.streams[0]!.push(put(keyOf(99), stored(NOW + MINUTE)));
+  await settle(() => h.svc.core.has(keyOf(99)), 'the late row held');
+  await h.clock.advance(STAGE_LEAD_MS + 5);
+  const flow = h.svc.core.state(h.clock.t).flow.at(-1)!;
+  assert.deepEqual([flow.minute, flow.cameDue], [(NOW + MINUTE) / MINUTE, 61]);
+});
+
 test('a stage whose head claims leased in the lead gives way to a fresh walk at the boundary', async () => {
   const h = harness();
   h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });

@@ -187,7 +187,6 @@ test('a staged publish stays out of sight until its flip, which stamps the flip 
   keeper.publish(entries('a', 3), NOW);
   const staged = keeper.stageWith(NOW + MINUTE, fillWith(entries('b', 4)));
   assert.ok(staged !== null);
-  assert.equal(staged.published, 4);
   assert.deepEqual(keysOf(claimer.take(1)), ['https://ex.test/a/0'], 'takes still read the active set');
   assert.equal(keeper.publish(entries('c', 2), NOW + 1000).busy, true, 'the staged slot is held');
   const r = staged.flip(NOW + MINUTE + 5);
@@ -219,7 +218,7 @@ test('an abandoned stage lets its slot go: the active set stays and the next pub
     entries('c', 2).map((e) => e.key),
   );
   assert.equal(staged.flip(NOW + MINUTE).busy, true, 'an abandoned stage never flips');
-  assert.equal(keeper.stageWith(NOW + 2000, fillWith(entries('d', 1)))!.published, 1);
+  assert.ok(keeper.stageWith(NOW + 2000, fillWith(entries('d', 1))) !== null, 'the slot can be staged again');
 });
 
 test('an abandoned stage empties its slot header before letting it go, so a late reader finds nothing', () => {

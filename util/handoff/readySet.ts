@@ -82,8 +82,6 @@ export type PublishStep = 'acquired' | 'written' | 'flipped' | 'released';
  * flip then answers as busy).
  */
 export interface StagedSlot {
-  /** Top entries written (as PublishResult.published). */
-  readonly published: number;
   /** Makes the staged slot the active set, stamped `now`; busy when the slot was taken over. */
   flip(now: number): PublishResult;
   /** Lets the slot go unpublished; the active set stays as it is. */
@@ -101,9 +99,8 @@ export interface ReadyWriter {
 
 const CLAMP_ATTEMPTS = 4;
 
-/** What a staged publish keeps of its slot: the counter it holds, the top it wrote, the flip's clock. */
+/** What a staged publish keeps of its slot: the counter it holds and the flip's clock. */
 interface StageHold {
-  count: number;
   seqAt: number;
   lock: number;
   flipAt: number | undefined;
@@ -320,13 +317,12 @@ export class ReadySet {
    * slot (`fill` still runs, writing nothing) or took it over meanwhile.
    */
   stageWith(now: number, fill: (w: ReadyWriter) => Iterable<string>): StagedSlot | null {
-    const held: StageHold = { count: 0, seqAt: -1, lock: 0, flipAt: undefined };
+    const held: StageHold = { seqAt: -1, lock: 0, flipAt: undefined };
     const steps = this.publishFilled(now, fill, held);
     if (steps.next().done === true || steps.next().done === true) return null;
     const h = this.buf.header;
     let open = true;
     return {
-      published: held.count,
       flip: (flipNow) => {
         if (!open) return this.busyResult();
         open = false;
@@ -372,7 +368,7 @@ export class ReadySet {
   }
 
   /**
-   * The publish's steps. `held` (a staged publish) learns the slot's counter and top count once written,
+   * The publish's steps. `held` (a staged publish) learns the slot's counter once written,
    * and the set is stamped with its `flipAt` when set by the time the flip runs, instead of `now`.
    */
   private *publishFilled(
@@ -407,7 +403,6 @@ export class ReadySet {
     for (const q of completeQueues) if (!cut.has(this.queueHash(q))) complete.add(this.queueHash(q));
     const sectionCount = this.sections.write(slot, count, extraCount, complete);
     if (held !== undefined) {
-      held.count = count;
       held.seqAt = at + S_SEQ;
       held.lock = lock;
     }
