@@ -146,10 +146,12 @@ export class KeeperDuties {
   /**
    * The gap between early publishes: POKE_MIN_MS, or PUBLISH_COST_SPACING × the last publish's cost when
    * that is longer (a publish skipping 100,000 leased rows took 213 ms; every 50 ms it would leave worker
-   * 0 no time for claims), never longer than the publish interval.
+   * 0 no time for claims), never longer than the publish interval. A flipped stage costs what its walk
+   * did before the boundary: the next early publish walks.
    */
   private earlySpacing(): number {
-    const cost = (this.svc.stats.lastPublish?.ms ?? 0) * PUBLISH_COST_SPACING;
+    const last = this.svc.stats.lastPublish;
+    const cost = (last === null ? 0 : last.ms + last.stageMs) * PUBLISH_COST_SPACING;
     const interval = this.deps.config().queue.keeper.publishInterval;
     return Math.max(POKE_MIN_MS, Math.min(cost, interval));
   }

@@ -30,7 +30,7 @@ export class HeadCheck {
       const row = this.deps.source.read(key);
       const want = row && this.deps.owns(key) ? row : null;
       if (!this.deps.core.matches(key, want)) {
-        this.deps.core.apply(key, want, now);
+        this.deps.repair(key, want, now);
         repaired++;
       }
     }

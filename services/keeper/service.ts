@@ -13,7 +13,7 @@ import {
   type StagedSlot,
 } from '../../util/handoff/readySet.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
-import { classifyUrl, toScheduleRow } from '../../util/schedule/rules.js';
+import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
 import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './types.js';
 import { WALK_CHUNK } from './types.js';
@@ -57,6 +57,8 @@ interface StagedPublish {
   slot: StagedSlot;
   walk: PublishWalk;
   head: string[];
+  /** What its walk and write took (ms), for the early publishes' spacing after the flip. */
+  ms: number;
 }
 
 /** Whether the keeper holds a row due at `now`: its minute has begun (no finite time: due now). */
@@ -118,6 +120,9 @@ export class KeeperService {
     this.clock = deps.clock ?? (() => Date.now());
     const rows: RowCheckDeps = {
       core: this.core,
+      repair: (key, row, now) => {
+        this.applyHeld(key, row, now);
+      },
       source: deps.source,
       owns: (key) => this.owns(key),
       stats: this.stats,
@@ -209,17 +214,25 @@ export class KeeperService {
     this.verifier.touched(key);
     const row = ev.type === 'delete' || !ev.value ? undefined : toScheduleRow(key, ev.value);
     const held = row && this.owns(key) ? row : null;
-    const changed = this.core.apply(key, held, now);
+    const changed = this.applyHeld(key, held, now);
     this.eventsApplied++;
     // A live write made a row due now (filed due-now, revalidated, changed, a result rescheduling into
     // this minute): publish early so it is claimable within ~50 ms instead of at the next interval
     // (SPEC §10). Due by the core's own rule (its minute has begun), or a row due later this minute
     // would be held due and still wait a tick.
     if (changed && held && this.serving && dueByMinute(held.nextRenderTime, now)) this.publishSoon();
-    // A row that is due by the staged minute publish and changed (filed, marked, moved into it) is not in
-    // its selection as it is now: the minute publish walks afresh instead.
+  }
+
+  /**
+   * Every change to what the keeper holds, from an event or a repair (verify, head check). A row that is
+   * due by the staged minute publish and changed (filed, marked, moved into it, repaired) is not in its
+   * selection as it is now: the minute publish walks afresh instead. True when the held entry changed.
+   */
+  private applyHeld(key: string, held: ScheduleRow | null, now: number): boolean {
+    const changed = this.core.apply(key, held, now);
     if (changed && held && this.staged !== null && dueByMinute(held.nextRenderTime, this.staged.at))
       this.dropStage();
+    return changed;
   }
 
   /** Opens the subscription and consumes it in the background; resolves once subscribed. */
@@ -433,6 +446,7 @@ export class KeeperService {
       skippedLeased: top.skipped,
       complete: top.complete,
       staged: flipped,
+      stageMs: flipped ? staged!.ms : 0,
     };
     this.deps.metric?.('keeper_publish_ms', ms);
     this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
@@ -486,6 +500,7 @@ export class KeeperService {
     this.dropStage();
     if (!this.serving || !this.loadComplete || minuteOf(at) !== minuteOf(now) + 1) return false;
     if (this.core.rowsComingDue(now, at) === 0) return false;
+    const t0 = performance.now();
     const head: string[] = [];
     let walk: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
     const slot = this.deps.ready.stageWith(at, (w) => {
@@ -496,7 +511,7 @@ export class KeeperService {
     // or the clock's own arrival at `at` would find the cursor there already and count nothing.
     this.core.tick(now);
     if (slot === null) return false;
-    this.staged = { at, slot, walk, head };
+    this.staged = { at, slot, walk, head, ms: performance.now() - t0 };
     return true;
   }
 

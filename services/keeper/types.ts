@@ -109,6 +109,8 @@ export interface KeeperStats {
     complete: boolean;
     /** It flipped a set staged before its minute boundary (no walk at the instant). */
     staged: boolean;
+    /** The staged walk and write that flipped set took before the boundary (ms); 0 for a walk. */
+    stageMs: number;
   } | null;
   headCheck: { at: number; checked: number; repaired: number } | null;
   lastVerify: {
@@ -130,7 +132,13 @@ export interface KeeperStats {
 
 /** The held rows and what they are checked against: what the verification walk and head check need. */
 export interface RowCheckDeps {
+  /** Reads only (has, matches, keys); every change goes through `repair`. */
   core: KeeperCore;
+  /**
+   * Applies a repaired row (null: hold nothing) through the keeper's one apply path, which also lets a
+   * staged minute publish go when the row is due by its instant (the stage's selection lacks it).
+   */
+  repair: (key: string, row: ScheduleRow | null, now: number) => void;
   source: ScheduleSource;
   owns: (key: string) => boolean;
   stats: KeeperStats;

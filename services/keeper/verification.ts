@@ -69,7 +69,7 @@ export class KeeperVerifier {
         if (touched.has(key) || !row) continue;
         if (!this.deps.owns(key)) {
           if (this.deps.core.has(key)) {
-            this.deps.core.apply(key, null, now());
+            this.deps.repair(key, null, now());
             unowned++;
           }
           continue;
@@ -79,7 +79,7 @@ export class KeeperVerifier {
           else missing++;
         } else if (!this.deps.core.matches(key, row)) mismatched++;
         else continue;
-        this.deps.core.apply(key, row, now());
+        this.deps.repair(key, row, now());
       }
       lastKey = chunk[chunk.length - 1]!.key;
       await this.deps.yieldLoop();
@@ -90,7 +90,7 @@ export class KeeperVerifier {
     for (let i = 0; i < held.length; i++) {
       const key = held[i]!;
       if (!touched.has(key) && this.deps.source.read(key) === undefined) {
-        this.deps.core.apply(key, null, now());
+        this.deps.repair(key, null, now());
         phantom++;
       }
       if (i % WALK_CHUNK === WALK_CHUNK - 1) await this.deps.yieldLoop();
@@ -127,7 +127,7 @@ export class KeeperVerifier {
     let dropped = 0;
     for (const key of [...this.deps.core.keys()]) {
       if (this.deps.owns(key)) continue;
-      this.deps.core.apply(key, null, now());
+      this.deps.repair(key, null, now());
       dropped++;
     }
     // The caller logs the new membership; a walk that drops nothing (the re-walk a tick later) says nothing here.

@@ -276,12 +276,17 @@ function harness(
   const publishes: number[] = [];
   // A publish's cost is real time (performance.now) and spaces early publishes apart; on the fake clock
   // publishes cost what the test says (0 unless it sets `cost.publishMs`), not what the machine's load did.
-  const cost = { publishMs: 0 };
+  // A flipped stage reports its walk's cost as `stageMs`: `cost.stageMs` here.
+  const cost = { publishMs: 0, stageMs: 0 };
   const publishOnce = svc.publishOnce.bind(svc);
   svc.publishOnce = (t, force) => {
     publishes.push(t);
     const published = publishOnce(t, force);
-    if (published && svc.stats.lastPublish) svc.stats.lastPublish.ms = cost.publishMs;
+    const last = svc.stats.lastPublish;
+    if (published && last) {
+      last.ms = cost.publishMs;
+      if (last.staged) last.stageMs = cost.stageMs;
+    }
     return published;
   };
   return {
@@ -891,6 +896,63 @@ test('a row filed due at the boundary after the stage drops it; one rescheduled 
     [(NOW + 2 * MINUTE) / MINUTE, 11],
     'the late row came due too',
   );
+});
+
+test('after a flipped stage, an early publish is spaced by what the stage walk cost, not by the flip', async () => {
+  // Fails with the spacing read from the flip's own ms alone (~0: the early publish at once).
+  const h = harness();
+  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
+  h.fill(3, () => NOW + HOUR);
+  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.run();
+  const dueNow = (i: number) => {
+    h.table.put(keyOf(i), stored(NOW));
+    h.streams[0]!.push(put(keyOf(i), stored(NOW)));
+  };
+  // An early publish 500 ms before the boundary, then the stage (as if its walk took 150 ms: 4 × 150 =
+  // 600 ms before the next early publish), then its flip at the boundary.
+  await h.clock.advance(MINUTE - 500);
+  dueNow(30);
+  await settle(() => h.svc.core.has(keyOf(30)), 'the first due-now row held');
+  await h.clock.advance(0);
+  h.cost.stageMs = 150;
+  await h.clock.advance(500 + 5);
+  assert.equal(h.svc.stats.lastPublish?.staged, true, 'the boundary flipped the stage');
+  assert.equal(h.svc.stats.lastPublish?.stageMs, 150);
+  h.publishes.length = 0;
+  dueNow(31);
+  await settle(() => h.svc.core.has(keyOf(31)), 'the second due-now row held');
+  await h.clock.advance(94);
+  assert.deepEqual(h.publishes, [], 'not before 600 ms after the last early publish');
+  await h.clock.advance(1);
+  assert.deepEqual(h.publishes, [NOW + MINUTE + 100]);
+});
+
+test('a row a repair brings in after the stage (verify, head check) drops it, so the boundary set holds the row', async () => {
+  // Fails with the repairs applying to the core directly: the stage flips without the repaired rows.
+  const h = harness();
+  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
+  h.fill(3, () => NOW + HOUR);
+  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.run();
+  // Minute 1: a row due at the boundary whose event never came; the verify walk finds it missing.
+  h.table.put(keyOf(40), stored(NOW + MINUTE));
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS);
+  const walk = await h.svc.verify(h.now);
+  assert.equal(walk?.missing, 1, 'the verify walk repaired the missing row');
+  await h.clock.advance(STAGE_LEAD_MS + 5);
+  assert.equal(h.svc.stats.lastPublish?.staged, false, 'the minute publish walked afresh');
+  assert.ok(
+    h.ready.take(100).some((e) => e.key === keyOf(40)),
+    'with the repaired row',
+  );
+  // Minute 2: the same through the head check's repair of a row it holds wrongly.
+  h.table.put(keyOf(41), stored(NOW + 2 * MINUTE));
+  await h.clock.advance(MINUTE - STAGE_LEAD_MS - 5);
+  assert.equal(h.svc.headCheck(h.clock.t, [keyOf(41)]), 1, 'the head check repaired it');
+  await h.clock.advance(STAGE_LEAD_MS + 5);
+  assert.equal(h.svc.stats.lastPublish?.staged, false);
+  assert.ok(h.ready.take(100).some((e) => e.key === keyOf(41)));
 });
 
 test('a staged walk that reads the due counts for its sections counts the minute of flow once, at the boundary', async () => {
