@@ -67,7 +67,8 @@ for (let i = 0; i < ROWS; i++) {
   const key = urlOf(i);
   core.apply(key, rowOf(key, i), NOW);
 }
-const leases = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(4096)), 4096);
+const TABLE = Number(process.env.MAX_LEASES ?? 4096);
+const leases = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(TABLE)), TABLE);
 for (const e of core.topK(LEASED, NOW).entries)
   leases.grant(e.key, NOW, { leaseMs: 600_000, dueMs: e.dueMs, cadenceMs: DAY, fastRetries: 2 });
 const ready = new ReadySet(

@@ -28,6 +28,8 @@ export interface ScratchOptions {
   profileDir?: string;
   /** Adds POST /prerender_admin/bench-read-path (admin): times the claim's point read and its parts on the worker. */
   readPathRoute?: boolean;
+  /** Adds POST /prerender_admin/bench-write-path (admin): times a schedule row's rewrite by its form (write-path.ts). */
+  writePathRoute?: boolean;
   /**
    * Records every keeper publish (top-K selection through the ready-set write, the window of
    * `lastPublish.ms`): wall ms, the thread's on-CPU and run-queue ms from /proc/thread-self/schedstat, and
@@ -161,6 +163,51 @@ router.route('POST', '/prerender_admin/bench-read-path', 'admin', async (req) =>
 });
 `;
 
+// Rewrites existing schedule rows in transactions of `batch` rows through one form of write (bench/write-path.ts),
+// timing wall and this thread's on-CPU time (/proc/thread-self/schedstat) per row, commits awaited.
+const WRITE_PATH_ROUTE = `
+import { reply as qkWReply } from './services/http/router.js';
+import { readRow as qkWReadRow } from './services/schedule/store.js';
+import { table as qkWTable, transaction as qkWTxn } from './services/runtime/harper.js';
+import { readFileSync as qkWRead } from 'node:fs';
+import { threadId as qkWThread } from 'node:worker_threads';
+router.route('POST', '/prerender_admin/bench-write-path', 'admin', async (req) => {
+  const { form, batch, keys } = req.body;
+  const T = qkWTable('render_schedule', 'RenderSchedule');
+  const store = T.primaryStore;
+  const cpuNs = () => Number(qkWRead('/proc/thread-self/schedstat', 'utf8').split(' ')[0]);
+  const rows = keys.map((k) => qkWReadRow(k));
+  const c0 = cpuNs();
+  const t0 = performance.now();
+  for (let i = 0; i < keys.length; i += batch) {
+    const at = Date.now() + 86_400_000;
+    if (form === 'owner') {
+      // The product's result write: group commit, key locks, read, rule, put, commit, read-back.
+      await schedule.applyResults(keys.slice(i, i + batch).map((url) => ({ url, outcome: 'rendered', statusCode: 200, completedAt: Date.now() })));
+      continue;
+    }
+    if (form === 'rawPut') {
+      let last;
+      for (let j = i; j < Math.min(i + batch, keys.length); j++) last = store.put(keys[j], { ...rows[j], nextRenderTime: at });
+      await last;
+      continue;
+    }
+    // putTxnPath: Harper's commit takes one transaction callback instead of the per-write ifVersion
+    // chain when writes + store.retryRisk reach 100 (its own switch); this forces that path at any size.
+    if (form === 'putTxnPath') store.retryRisk = 100;
+    await qkWTxn(async (txn) => {
+      for (let j = i; j < Math.min(i + batch, keys.length); j++) {
+        if (form === 'put' || form === 'putTxnPath') await T.put(keys[j], { ...rows[j], nextRenderTime: at, lastRenderedAt: at - 1, lastOutcome: 'rendered', strikes: 0 }, txn);
+        else await T.patch(keys[j], { nextRenderTime: at, lastRenderedAt: at - 1, lastOutcome: 'rendered', strikes: 0 }, txn);
+      }
+    });
+  }
+  const wallUs = ((performance.now() - t0) * 1000) / keys.length;
+  const cpuUs = (cpuNs() - c0) / 1000 / keys.length;
+  return qkWReply({ thread: qkWThread, form, batch, rows: keys.length, wallUsPerRow: wallUs, cpuUsPerRow: cpuUs });
+});
+`;
+
 /** Makes the copy and returns its folder. */
 export function scratchComponent(opts: ScratchOptions): string {
   const dir = mkdtempSync(join(tmpdir(), 'qk-scratch-component-'));
@@ -178,6 +225,7 @@ export function scratchComponent(opts: ScratchOptions): string {
   }
   if (opts.profileDir) src += profilerSource(opts.profileDir);
   if (opts.readPathRoute) src += READ_PATH_ROUTE;
+  if (opts.writePathRoute) src += WRITE_PATH_ROUTE;
   if (opts.publishProfileDir) src += publishProfileSource(opts.publishProfileDir);
   writeFileSync(entry, src);
   return dir;
