@@ -824,6 +824,17 @@ test('live, the keeper publishes every publish interval and just after each minu
   assert.deepEqual(h.publishes, [NOW + 20_000, NOW + 40_000, NOW + MINUTE, NOW + MINUTE + 5]);
 });
 
+/**
+ * Starts `h` live with 3 rows an hour out and rows 10..19 due at the next minute boundary (what a stage
+ * is made of), with the publish interval set when one is given.
+ */
+async function runWithMinuteRows(h: ReturnType<typeof harness>, publishInterval?: number): Promise<void> {
+  if (publishInterval !== undefined) h.setConfig({ queue: { keeper: { publishInterval } } });
+  h.fill(3, () => NOW + HOUR);
+  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
+  await h.run();
+}
+
 test('rows coming due at a minute boundary are written before it, and the minute publish only flips them active', async () => {
   const h = harness();
   h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
@@ -859,10 +870,7 @@ test('rows coming due at a minute boundary are written before it, and the minute
 
 test('a row filed due at the boundary after the stage drops it; one rescheduled away leaves it in use', async () => {
   const h = harness();
-  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
-  h.fill(3, () => NOW + HOUR);
-  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
-  await h.run();
+  await runWithMinuteRows(h, 25_000);
   const write = (i: number, due: number) => {
     h.table.put(keyOf(i), stored(due));
     h.streams[0]!.push(put(keyOf(i), stored(due)));
@@ -901,10 +909,7 @@ test('a row filed due at the boundary after the stage drops it; one rescheduled 
 test('after a flipped stage, an early publish is spaced by what the stage walk cost, not by the flip', async () => {
   // Fails with the spacing read from the flip's own ms alone (~0: the early publish at once).
   const h = harness();
-  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
-  h.fill(3, () => NOW + HOUR);
-  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
-  await h.run();
+  await runWithMinuteRows(h, 25_000);
   const dueNow = (i: number) => {
     h.table.put(keyOf(i), stored(NOW));
     h.streams[0]!.push(put(keyOf(i), stored(NOW)));
@@ -931,10 +936,7 @@ test('after a flipped stage, an early publish is spaced by what the stage walk c
 test('a row a repair brings in after the stage (verify, head check) drops it, so the boundary set holds the row', async () => {
   // Fails with the repairs applying to the core directly: the stage flips without the repaired rows.
   const h = harness();
-  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
-  h.fill(3, () => NOW + HOUR);
-  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
-  await h.run();
+  await runWithMinuteRows(h, 25_000);
   // Minute 1: a row due at the boundary whose event never came; the verify walk finds it missing.
   h.table.put(keyOf(40), stored(NOW + MINUTE));
   await h.clock.advance(MINUTE - STAGE_LEAD_MS);
@@ -978,10 +980,7 @@ test('a staged walk that reads the due counts for its sections counts the minute
 
 test('a stage whose head claims leased in the lead gives way to a fresh walk at the boundary', async () => {
   const h = harness();
-  h.setConfig({ queue: { keeper: { publishInterval: 25_000 } } });
-  h.fill(3, () => NOW + HOUR);
-  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
-  await h.run();
+  await runWithMinuteRows(h, 25_000);
   await h.clock.advance(MINUTE - STAGE_LEAD_MS);
   h.leased.add(keyOf(10)); // granted from the old set meanwhile
 
@@ -1044,9 +1043,7 @@ test('a keeper that loses its leader slot lets its staged slot go, so the next k
   // limit (10 s), and the next keeper's publishes meet it busy.
   const leadership = { held: true };
   const h = harness({ leadership });
-  h.fill(3, () => NOW + HOUR);
-  for (let i = 10; i < 20; i++) h.table.put(keyOf(i), stored(NOW + MINUTE));
-  await h.run();
+  await runWithMinuteRows(h);
   await h.clock.advance(MINUTE - STAGE_LEAD_MS);
   assert.equal(h.ready.publish([], h.clock.t).busy, true, 'staged: the inactive slot is held');
   leadership.held = false;
