@@ -273,11 +273,16 @@ export class Router {
       return res;
     });
     // Harper refuses wrong credentials itself, before any route runs, with a bare {"error":"Login
-    // failed"}. Wrapping the whole chain (runFirst) lets our paths answer that in the API's own shape.
+    // failed"}; a refresh token sent as a Bearer token it stops with its "not found" (status -1, a plain
+    // 404). Our middleware answers every request under our prefixes that reaches it, so one that comes
+    // back without our answer and without a user was refused by Harper's authentication. Wrapping the
+    // whole chain (runFirst) lets our paths answer that in the API's own shape.
     deps.http(
       async (request, next) => {
         const res = await next(request);
-        if (res?.status !== 401 || ours.has(res) || !hasOurPrefix(request.url ?? '')) return res;
+        if (res !== undefined && ours.has(res)) return res;
+        if (!hasOurPrefix(request.url ?? '')) return res;
+        if (res?.status !== 401 && request.user) return res;
         return served(
           json(401, {
             error: 'authentication failed: the credentials were not accepted',

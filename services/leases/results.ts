@@ -127,12 +127,16 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
   const o = requireObject(input, RESULT_FIELDS, 'result');
   if (typeof o.id !== 'string' || o.id.length === 0)
     throw new HttpError(400, 'invalid_body', 'id must be the job id string');
-  // Any string is well-formed here; one that is not a token we issued is simply not the latest grant.
-  if (typeof o.leaseToken !== 'string' || o.leaseToken.length === 0 || o.leaseToken.length > 64)
+  // The token is opaque (API.md): any string is well-formed here, and so is a number (the contract's
+  // examples show one). One that is not a token we issued (ours are strings) is simply not the latest
+  // grant: 409 superseded, not a 400.
+  const token =
+    typeof o.leaseToken === 'number' && Number.isFinite(o.leaseToken) ? String(o.leaseToken) : o.leaseToken;
+  if (typeof token !== 'string' || token.length === 0 || token.length > 64)
     throw new HttpError(
       400,
       'invalid_body',
-      `leaseToken must be the token string the claim returned, not ${describeType(o.leaseToken)}`,
+      `leaseToken must be the token the claim returned, not ${describeType(o.leaseToken)}`,
     );
   if (typeof o.outcome !== 'string' || !(OUTCOMES as readonly string[]).includes(o.outcome))
     throw new HttpError(400, 'invalid_body', `outcome must be one of ${OUTCOMES.join(', ')}`);
@@ -165,12 +169,16 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
       Object.keys(e).some((k) => k !== 'name' && k !== 'message')
     )
       throw new HttpError(400, 'invalid_body', 'error must be {name, message}');
+    for (const k of ['name', 'message'] as const) {
+      if (e[k] !== undefined && e[k] !== null && typeof e[k] !== 'string')
+        throw new HttpError(400, 'invalid_body', `error.${k} must be a string, not ${describeType(e[k])}`);
+    }
   }
   const body = typeof o.body === 'string' ? o.body : null;
   if (body !== null && Buffer.byteLength(body, 'utf8') > maxBodyBytes) throw tooLarge(maxBodyBytes);
   return {
     id: o.id,
-    leaseToken: o.leaseToken,
+    leaseToken: token,
     outcome: o.outcome as Outcome,
     statusCode: typeof o.statusCode === 'number' ? o.statusCode : null,
     contentType: typeof o.contentType === 'string' ? o.contentType : null,

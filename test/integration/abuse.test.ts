@@ -363,6 +363,30 @@ test('hole 6: without credentials every path and method under both prefixes is 4
   }
 });
 
+test('hole 6: a refresh token sent as a Bearer token is 401 in the API shape, not Harper’s plain 404', async () => {
+  const tokens = (await h.operation({
+    operation: 'create_authentication_tokens',
+    username: fleet.username,
+    password: fleet.password,
+  })) as { operation_token: string; refresh_token: string };
+  const bearer = (token: string) => ({ auth: null, headers: { authorization: `Bearer ${token}` } });
+  const cases: Array<[string, string]> = [
+    ['POST', '/render_queue/claim'],
+    ['GET', '/prerender_admin/queue-state'],
+    ['DELETE', '/prerender_admin/anything'],
+  ];
+  for (const [method, path] of cases) {
+    const r = await h.fetch(path, {
+      method,
+      ...bearer(tokens.refresh_token),
+      ...(method === 'POST' ? { body: { limit: 1 } } : {}),
+    });
+    assert.deepEqual([r.status, r.json?.code], [401, 'unauthenticated'], `${method} ${path}`);
+  }
+  const ok = await h.fetch('/render_queue/claim', { ...bearer(tokens.operation_token), body: { limit: 1 } });
+  assert.equal(ok.status, 200, 'the operation token itself is accepted');
+});
+
 test('hole 7: names and URLs that would not fit a 4 KiB wake are refused where they enter', async () => {
   const longFleet = await h.fetch('/prerender_admin/fleets', { body: { name: 'f'.repeat(61) } });
   assert.deepEqual([longFleet.status, longFleet.json.code], [400, 'invalid_name']);

@@ -81,6 +81,28 @@ function refusal(partial: unknown): ConfigError {
   assert.fail('expected a ConfigError');
 }
 
+test('a known section given anything but an object is refused naming the section, not ignored as unknown', () => {
+  for (const [partial, key] of [
+    [{ stall: 5 }, 'stall'],
+    [{ queue: { keeper: 'fast' } }, 'queue.keeper'],
+    [{ notify: null }, 'notify'],
+    [{ render: [1, 2] }, 'render'],
+  ] as const) {
+    const e = refusal(partial);
+    assert.equal(e.key, key);
+    assert.match(e.message, /is a section of keys and must be an object/);
+  }
+  // Lenient (stored overrides): the error is collected and nothing is taken from the section.
+  const lenient = checkPartial({ stall: 5, queue: { maxClaimLimit: 10 } }, { lenient: true });
+  assert.deepEqual(
+    lenient.errors.map((e) => e.key),
+    ['stall'],
+  );
+  assert.deepEqual([...lenient.values.keys()], ['queue.maxClaimLimit']);
+  assert.deepEqual(lenient.unknown, []);
+  assert.deepEqual(checkPartial({ nosuch: 5 }).unknown, ['nosuch'], 'a name we do not know is still unknown');
+});
+
 test('a bad value is refused with the key named', () => {
   assert.equal(refusal({ stall: { after: 'soon' } }).key, 'stall.after');
   assert.equal(refusal({ queue: { keeper: { publishInterval: 50 } } }).key, 'queue.keeper.publishInterval');
@@ -116,9 +138,9 @@ test('unknown keys are reported by path and ignored', () => {
   const { values, unknown } = checkPartial({
     stall: { after: 2000, soon: 1 },
     nope: { a: 1 },
-    queue: { keeper: 3 },
+    queue: { keeperz: 3 },
   });
-  assert.deepEqual(unknown.sort(), ['nope', 'queue.keeper', 'stall.soon']);
+  assert.deepEqual(unknown.sort(), ['nope', 'queue.keeperz', 'stall.soon']);
   assert.deepEqual([...values.keys()], ['stall.after']);
 });
 

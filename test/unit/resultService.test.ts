@@ -238,3 +238,30 @@ test('a result body over render.maxBodyBytes is a 413; an error field on a succe
     { status: 400, code: 'invalid_body' },
   );
 });
+
+test("a result's error must be {name, message} of strings: another type there is a 400, so no strike is counted", () => {
+  const failed = (error: unknown) => ({ id: KEY, leaseToken: 't', outcome: 'failed', error });
+  for (const error of [{ name: { deep: [1] } }, { message: 5 }, { name: 'E', message: ['m'] }])
+    assert.throws(() => checkResult(failed(error), 10), {
+      status: 400,
+      code: 'invalid_body',
+      message: /^error\.(name|message) must be a string/,
+    });
+  assert.equal(checkResult(failed({ name: 'TimeoutError', message: 'took 30 s' }), 10).outcome, 'failed');
+  assert.equal(checkResult(failed({ name: null }), 10).outcome, 'failed');
+});
+
+test("a numeric leaseToken (the contract's examples show one) is a token we never issued: 409 superseded, not a 400", async () => {
+  const w = world();
+  w.grant();
+  const checked = checkResult({ id: KEY, leaseToken: 1767225600123, outcome: 'rendered' }, 10);
+  assert.equal(checked.leaseToken, '1767225600123');
+  const [a] = await w.results.apply([checked], FLEET, NOW + 1000);
+  assert.equal(a!.accepted === false && a!.code, 'superseded');
+  assert.equal(w.writes.length, 0);
+  for (const bad of [Number.NaN, true, {}, ''])
+    assert.throws(() => checkResult({ id: KEY, leaseToken: bad, outcome: 'rendered' }, 10), {
+      status: 400,
+      code: 'invalid_body',
+    });
+});

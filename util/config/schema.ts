@@ -213,13 +213,19 @@ export function checkPartial(partial: unknown, opts: { lenient?: boolean } = {})
           if (!opts.lenient || !(e instanceof ConfigError)) throw e;
           errors.push(e);
         }
-      } else if (
-        typeof v === 'object' &&
-        v !== null &&
-        !Array.isArray(v) &&
-        CONFIG_KEYS.some((k) => k.path.startsWith(path + '.'))
-      ) {
-        walk(v as Record<string, unknown>, path);
+      } else if (CONFIG_KEYS.some((k) => k.path.startsWith(path + '.'))) {
+        // A section we know: its keys are checked one by one; anything but an object there is a
+        // wrong type for the section (a 400 naming it), not an unknown key to ignore.
+        if (typeof v === 'object' && v !== null && !Array.isArray(v)) {
+          walk(v as Record<string, unknown>, path);
+          continue;
+        }
+        const e = new ConfigError(
+          path,
+          `${path} is a section of keys and must be an object, not ${v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v}`,
+        );
+        if (!opts.lenient) throw e;
+        errors.push(e);
       } else {
         unknown.push(path);
       }
