@@ -120,6 +120,29 @@ test('a failure kept on its lease (fast retry) is a duplicate when sent again, n
   assert.equal(next.requeued, false);
 });
 
+test('a failure kept by the fast-retry lane clears the misses: only unreported leases lead to a hold', () => {
+  // Fails with a reported lease counted as a miss: the key was held after 2 unreported leases, not 4.
+  const t = table();
+  const key = 'https://example.com/a';
+  let now = T0;
+  for (let i = 0; i < 2; i++) {
+    const g = grant(t, key, now);
+    assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first');
+    t.finishReport(key, g.token, { accepted: true, nextRenderTime: DUE }, true, now + 1000);
+    now = g.expiresAt;
+  }
+  const missesOfGrants: number[] = [];
+  for (let i = 0; i < 4; i++) {
+    const g = grant(t, key, now); // the first after the two kept failures, then three after expiries
+    missesOfGrants.push(t.lookup(key, now).misses);
+    now = g.expiresAt;
+  }
+  assert.deepEqual(missesOfGrants, [0, 1, 2, 3]);
+  const held = t.grant(key, now, opts());
+  assert.equal(held.ok, false, 'the fourth unreported lease (fastRetries + 2) holds the key');
+  assert.equal(t.lookup(key, now).state, 'held');
+});
+
 test('a report given up (its write failed) can be started again by a retry', () => {
   const t = table();
   const key = 'https://example.com/a';

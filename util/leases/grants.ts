@@ -221,10 +221,18 @@ export class LeaseGrants extends LeaseUpkeep {
         );
       }
       // A lease whose result came (released, or kept by the fast-retry lane) was not lost: no requeue.
-      const reported =
-        ownState === RELEASED || ownReport === REPORT_ACCEPTED || ownReport === REPORT_UNKNOWN_JOB;
+      // A release whose row did not move (same due minute) counts a miss: the render did not stick. A
+      // failure the fast-retry lane kept its lease for counts none: that lane keeps the row due on
+      // purpose, its failures are paced by their strikes, and misses count leases that expired with no
+      // result (SPEC §2); counting these held a failing key after 2 unreported leases instead of 4.
+      const keptReport = ownReport === REPORT_ACCEPTED || ownReport === REPORT_UNKNOWN_JOB;
+      const reported = ownState === RELEASED || keptReport;
       const requeued = !reported;
-      const misses = requeued ? (sameDue ? ownMisses : 0) + 1 : sameDue ? ownMisses + 1 : 0;
+      const misses = requeued
+        ? (sameDue ? ownMisses : 0) + 1
+        : ownState !== RELEASED || !sameDue
+          ? 0
+          : ownMisses + 1;
       if (misses >= options.fastRetries + 2) return this.hold(own, ownWord, now, options, misses, dueMinute);
       return this.take(own, ownWord, Math.max(Math.floor(now), ownToken + 1), now, options, misses, requeued);
     }
