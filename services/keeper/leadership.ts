@@ -165,7 +165,7 @@ export class KeeperLeadership {
     if (this.ownership.nodes.length > 1)
       log.info(`keeper: clustered with ${this.ownership.nodes.join(', ')}; holding the rows this node owns`);
 
-    const syncStatus = (force = false) => control.publishStatus(nodeStatusNow(control.isPaused()), force);
+    const syncStatus = () => control.publishStatus(nodeStatusNow(control.isPaused()));
     const svc = new KeeperService({
       source,
       ready: readySet(),
@@ -196,7 +196,7 @@ export class KeeperLeadership {
     this.service = svc;
     svc.withdraw(Date.now());
     this.undo.push(
-      control.onChange(() => void syncStatus(true).catch((e) => log.error('status write failed', e))),
+      control.onChange(() => void syncStatus().catch((e) => log.error('status write failed', e))),
     );
     await syncStatus().catch((e) => log.error('status write failed', e));
     // The exhausted-set poke: a claim on any worker found the set used up while due rows remain.

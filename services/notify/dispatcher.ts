@@ -144,7 +144,7 @@ export class Dispatcher {
     this.deps.log.warn(`notify: dropped a delivery because ${why}; ${this.drops} dropped since start`);
   }
 
-  /** Forgets rate buckets that have refilled (maintenance). */
+  /** Forgets the rate windows of hooks with no delivery in the last minute (maintenance). */
   prune(now: number): number {
     return this.limiter.prune(now);
   }

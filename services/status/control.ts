@@ -8,8 +8,12 @@ import { HttpError, echo } from '../../util/http/errors.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { TableFollower, type TableSubscription } from '../runtime/tableFollower.js';
 import { nodeName } from '../cluster/nodeName.js';
+import { withStoreLock } from '../runtime/storeLock.js';
 
 export type NodeStatus = 'empty' | 'queued' | 'paused' | 'unready';
+
+/** How long a status write waits for another writer of the same row (one put: milliseconds). */
+const STATUS_LOCK_WAIT_MS = 5000;
 
 /** A closed or failed QueueControl subscription is opened again after this wait. */
 export const CONTROL_RESUBSCRIBE_MS = 5000;
@@ -74,7 +78,6 @@ export class NodeControl {
   // Keyed by scope, which is `all` or a node name (checkPauseScope): the map and the table are bounded by
   // the cluster's size, never by what callers send.
   private readonly pauses = new Map<string, boolean>();
-  private lastWritten: NodeStatus | undefined;
   private readonly listeners: Array<() => void> = [];
   private loaded = false;
   private readonly follower: TableFollower<ControlEvent>;
@@ -175,21 +178,32 @@ export class NodeControl {
   }
 
   /**
-   * Writes this node's status row when it differs from the last one written. An unforced update never
-   * moves the node off `paused`; only a resume (forced) does.
+   * Writes this node's status row when it differs from the row stored (SPEC §3: only changes are written,
+   * so MQTT subscribers are not woken twice for one change). The read and the write run under the row's
+   * store lock: a pause answered on one worker and worker 0's reaction to the same control change
+   * cannot both write it. True when written.
    */
-  async publishStatus(next: NodeStatus, force = false): Promise<boolean> {
-    if (this.lastWritten === undefined) {
-      const row = await statusTable().get(nodeName());
-      this.lastWritten = (row?.status as NodeStatus | undefined) ?? undefined;
-    }
-    if (!force && this.lastWritten === 'paused' && this.isPaused()) return false;
-    if (next === this.lastWritten && !force) return false;
+  async publishStatus(next: NodeStatus): Promise<boolean> {
     const host = nodeName();
-    this.lastWritten = next;
-    await transaction(async (txn) => {
-      await statusTable().put(host, { id: host, hostname: host, status: next, updatedTime: Date.now() }, txn);
+    const store = statusTable().primaryStore;
+    const r = await withStoreLock(store, 'status', host, STATUS_LOCK_WAIT_MS, async () => {
+      const row = store.get(host) as { status?: unknown } | undefined;
+      if (row?.status === next) return false;
+      await transaction(async (txn) => {
+        await statusTable().put(
+          host,
+          { id: host, hostname: host, status: next, updatedTime: Date.now() },
+          txn,
+        );
+      });
+      return true;
     });
-    return true;
+    if (!r.locked) {
+      log.warn(
+        `status: the ${host} status row stayed locked for ${STATUS_LOCK_WAIT_MS} ms; ${next} not written`,
+      );
+      return false;
+    }
+    return r.value;
   }
 }

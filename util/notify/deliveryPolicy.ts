@@ -39,17 +39,21 @@ export function retryDelayMs(attemptJustFailed: number, random: () => number): n
   return Math.round(base * (1 - RETRY_JITTER + 2 * RETRY_JITTER * random()));
 }
 
-interface Bucket {
-  tokens: number;
-  at: number;
+/** A hook's deliveries of the last minute, oldest first, from `head` on. */
+interface Window {
+  times: number[];
+  head: number;
 }
 
+const WINDOW_MS = 60_000;
+
 /**
- * Per-hook token bucket: up to `perMinute` at once, refilled evenly over the minute. A bucket that has
- * refilled to full carries no information and is pruned, so memory follows active hooks only.
+ * Per-hook sliding window: at most `perMinute` deliveries in any 60 s (SPEC §6, "120 deliveries per
+ * minute per hook"), so a burst of the whole rate waits a full minute for the next. A hook with nothing
+ * in its window carries no information and is pruned, so memory follows active hooks only.
  */
 export class RateLimiter {
-  private readonly buckets = new Map<string, Bucket>();
+  private readonly windows = new Map<string, Window>();
   private perMinute: number;
 
   constructor(perMinute: number) {
@@ -61,34 +65,43 @@ export class RateLimiter {
     return perMinute;
   }
 
-  /** A config change applies to the next take; tokens already earned are capped at the new ceiling. */
+  /** A config change applies to the next take, counted over the deliveries already in the window. */
   setRate(perMinute: number): void {
     this.perMinute = RateLimiter.checked(perMinute);
   }
 
-  private level(b: Bucket, now: number): number {
-    const earned = (Math.max(0, now - b.at) * this.perMinute) / 60_000;
-    return Math.min(this.perMinute, b.tokens + earned);
+  /** Deliveries in the minute up to `now`, after dropping the older ones. */
+  private live(w: Window, now: number): number {
+    const from = now - WINDOW_MS;
+    while (w.head < w.times.length && w.times[w.head]! <= from) w.head++;
+    if (w.head > 64 && w.head * 2 > w.times.length) {
+      w.times = w.times.slice(w.head);
+      w.head = 0;
+    }
+    return w.times.length - w.head;
   }
 
   /** Takes one delivery slot for `hookId` at `now`; false means over the rate (the caller drops or waits). */
   tryTake(hookId: string, now: number): boolean {
-    const b = this.buckets.get(hookId);
-    const tokens = b === undefined ? this.perMinute : this.level(b, now);
-    if (tokens < 1) return false;
-    this.buckets.set(hookId, { tokens: tokens - 1, at: now });
+    let w = this.windows.get(hookId);
+    if (w === undefined) {
+      w = { times: [], head: 0 };
+      this.windows.set(hookId, w);
+    }
+    if (this.live(w, now) >= this.perMinute) return false;
+    w.times.push(now);
     return true;
   }
 
   /** Forgets a deleted hook. */
   forget(hookId: string): void {
-    this.buckets.delete(hookId);
+    this.windows.delete(hookId);
   }
 
-  /** Drops buckets that have refilled; returns how many remain. */
+  /** Drops hooks with nothing in their window; returns how many remain. */
   prune(now: number): number {
-    for (const [id, b] of this.buckets) if (this.level(b, now) >= this.perMinute) this.buckets.delete(id);
-    return this.buckets.size;
+    for (const [id, w] of this.windows) if (this.live(w, now) === 0) this.windows.delete(id);
+    return this.windows.size;
   }
 }
 

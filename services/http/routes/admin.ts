@@ -88,7 +88,7 @@ export function registerAdmin(
     await control.setPause(scope, paused);
     // Published at once, not at the next status sync, when it concerns this node.
     if (scope === 'all' || scope === nodeName())
-      await control.publishStatus(nodeStatusNow(control.isPaused()), true);
+      await control.publishStatus(nodeStatusNow(control.isPaused()));
     return reply({ scope, paused });
   };
   router.route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
