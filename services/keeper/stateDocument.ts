@@ -4,6 +4,7 @@
 import { stateMaxAgeMs, type KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import type { KeeperCore } from '../../util/keeper/core.js';
 import type { KeeperStats } from './types.js';
+import { MINUTE_MS } from '../../util/time.js';
 
 /** What the document reads of the keeper service. */
 export interface KeeperStateView {
@@ -38,7 +39,9 @@ export function keeperStateDocument(k: KeeperStateView, input: StateInputs) {
     },
     coming: counts.coming,
     lateness: counts.lateness,
-    flow: counts.flow,
+    // The ledger keys its minutes by index; the document says when each began, in epoch ms (API.md:
+    // times are epoch milliseconds).
+    flow: counts.flow.map((f) => ({ ...f, minute: f.minute * MINUTE_MS })),
     trust: {
       source: 'keeper',
       live: k.phase === 'live',

@@ -97,6 +97,11 @@ test('rows filed through the API show up in queue-state with exact counts', asyn
     5,
   );
   assert.equal(state.flow.length, 60);
+  // Each minute says when it began, in epoch ms like every time of the API: the last is this minute.
+  const last = state.flow.at(-1).minute as number;
+  assert.equal(last % 60_000, 0);
+  assert.ok(Math.abs(last - Date.now()) < 2 * 60_000, `last flow minute ${last}`);
+  assert.equal(last - state.flow.at(-2).minute, 60_000);
   await drain('https://qs.example.com/');
 });
 
