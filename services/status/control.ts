@@ -165,16 +165,25 @@ export class NodeControl {
 
   /**
    * Records operator intent; returns the new pause state for the scope. A resume deletes the scope's row
-   * (absent means not paused), so the table holds only scopes paused now.
+   * (absent means not paused), so the table holds only scopes paused now. Resuming `all` deletes every
+   * row, the hostnames' too: "resume all nodes" leaves no node paused by an earlier pause of its own.
    */
   async setPause(scope: string, paused: boolean): Promise<boolean> {
+    const resumed = !paused && scope === 'all' ? await this.storedScopes() : paused ? [] : [scope];
     await transaction(async (txn) => {
       if (paused) await controlTable().put(scope, { id: scope, paused, updatedAt: Date.now() }, txn);
-      else await controlTable().delete(scope, txn);
+      for (const s of resumed) await controlTable().delete(s, txn);
     });
     if (paused) this.pauses.set(scope, true);
-    else this.pauses.delete(scope);
+    for (const s of resumed) this.pauses.delete(s);
     return paused;
+  }
+
+  /** Every scope with a row now (`all` among them whether or not it has one). */
+  private async storedScopes(): Promise<string[]> {
+    const scopes = new Set<string>(['all']);
+    for await (const row of controlTable().search({})) if (typeof row.id === 'string') scopes.add(row.id);
+    return [...scopes];
   }
 
   /**

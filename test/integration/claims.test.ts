@@ -276,6 +276,20 @@ test('pause answers [] with x-queue-status paused and a QueueStatus row; resume 
     return s.json[0].status !== 'paused' ? s.json[0].status : undefined;
   });
   assert.ok(['queued', 'empty'].includes(status));
+
+  // Resuming all also lifts a pause of this node by its own name: no node stays paused after it.
+  const node = (await h.fetch('/prerender_admin/overview')).json.node as string;
+  await h.fetch('/prerender_admin/pause', { body: { scope: node } });
+  await h.fetch('/prerender_admin/pause', { body: { scope: 'all' } });
+  assert.equal((await claim(5)).status, 'paused');
+  const all = await h.fetch('/prerender_admin/resume', { body: { scope: 'all' } });
+  assert.deepEqual(all.json, { scope: 'all', paused: false });
+  const lifted = await until('a claim after resume all', async () => {
+    const x = await claim(5);
+    return x.status !== 'paused' ? x : undefined;
+  });
+  assert.notEqual(lifted.status, 'paused');
+  assert.equal((await h.fetch('/prerender_admin/overview')).json.paused, false);
   await drain('https://pause.');
 });
 
