@@ -266,11 +266,12 @@ test('pause answers [] with x-queue-status paused and a QueueStatus row; resume 
   assert.equal(rows.json[0].status, 'paused');
   const r = await h.fetch('/prerender_admin/resume', { body: { scope: 'all' } });
   assert.deepEqual(r.json, { scope: 'all', paused: false });
-  const after = await until('a claim after resume', async () => {
-    const x = await claim(5);
-    return x.status !== 'paused' ? x : undefined;
-  });
-  assert.notEqual(after.status, 'paused');
+  const claimedUnpaused = (what: string) =>
+    until(what, async () => {
+      const x = await claim(5);
+      return x.status !== 'paused' ? x : undefined;
+    });
+  assert.notEqual((await claimedUnpaused('a claim after resume')).status, 'paused');
   const status = await until('QueueStatus off paused', async () => {
     const s = await h.fetch('/queue_status/');
     return s.json[0].status !== 'paused' ? s.json[0].status : undefined;
@@ -284,11 +285,7 @@ test('pause answers [] with x-queue-status paused and a QueueStatus row; resume 
   assert.equal((await claim(5)).status, 'paused');
   const all = await h.fetch('/prerender_admin/resume', { body: { scope: 'all' } });
   assert.deepEqual(all.json, { scope: 'all', paused: false });
-  const lifted = await until('a claim after resume all', async () => {
-    const x = await claim(5);
-    return x.status !== 'paused' ? x : undefined;
-  });
-  assert.notEqual(lifted.status, 'paused');
+  assert.notEqual((await claimedUnpaused('a claim after resume all')).status, 'paused');
   assert.equal((await h.fetch('/prerender_admin/overview')).json.paused, false);
   await drain('https://pause.');
 });
