@@ -56,7 +56,13 @@ installProcessWideConfig(settings);
 settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
 // The cluster: Harper's replication peers, and (started on worker 0 only) the heartbeat membership.
 const peers = harperPeers();
-const membership = harperMembership({ scheduler: duties, peers, connections: harperConnections(sleep) });
+const membership = harperMembership({
+  scheduler: duties,
+  peers,
+  connections: harperConnections(sleep),
+  // Worker 0's beats hand over the leases on rows it gave away (util/cluster/handoff.ts).
+  handoff: (at) => leadership.handoffFor(at),
+});
 const control = new NodeControl({ scheduler: duties, peerNames: () => peers.names() });
 
 const metrics = processWideMetrics;

@@ -6,6 +6,7 @@
 // built once per worker in resources.ts (the composition root).
 import type { DutyScheduler } from '../../util/duties/scheduler.js';
 import type { NodeBeat } from '../../util/cluster/holding.js';
+import { decodeHandoff, encodeHandoff, type HandoffLease } from '../../util/cluster/handoff.js';
 import { ClusterMembership, ReplicationPeers, type ConnectionView } from '../../util/cluster/membership.js';
 import { config } from '../runtime/config.js';
 import { log, table, transaction } from '../runtime/harper.js';
@@ -25,7 +26,8 @@ export function harperPeers(): ReplicationPeers {
 function toBeat(r: Record<string, unknown>): NodeBeat | null {
   if (typeof r.id !== 'string' || typeof r.beatAt !== 'number') return null;
   const view = Array.isArray(r.view) ? r.view.filter((n): n is string => typeof n === 'string') : null;
-  return { node: r.id, beatAt: r.beatAt, view };
+  const handoff = decodeHandoff(r.handoff);
+  return { node: r.id, beatAt: r.beatAt, view, ...(handoff.length > 0 ? { handoff } : {}) };
 }
 
 /** The membership over Harper's tables. Only worker 0 starts it (the peer wait, then the keeper). */
@@ -33,6 +35,8 @@ export function harperMembership(deps: {
   scheduler: DutyScheduler;
   peers: ReplicationPeers;
   connections?: ConnectionView;
+  /** The leases each beat hands over (worker 0's keeper leadership). */
+  handoff?: (now: number) => readonly HandoffLease[];
 }): ClusterMembership {
   return new ClusterMembership({
     self: nodeName,
@@ -49,7 +53,14 @@ export function harperMembership(deps: {
       transaction(async (txn) => {
         await nodeTable().put(
           b.node,
-          { id: b.node, view: b.view ? [...b.view] : null, beatAt: b.beatAt, startedAt: b.startedAt },
+          {
+            id: b.node,
+            view: b.view ? [...b.view] : null,
+            beatAt: b.beatAt,
+            startedAt: b.startedAt,
+            // Null, not absent: a put replaces the row, and an old list must not outlive its leases.
+            handoff: b.handoff && b.handoff.length > 0 ? encodeHandoff(b.handoff) : null,
+          },
           txn,
         );
       }),
@@ -57,6 +68,7 @@ export function harperMembership(deps: {
     beatIntervalMs: () => config().queue.keeper.publishInterval,
     scheduler: deps.scheduler,
     connections: deps.connections,
+    handoff: deps.handoff,
     log,
   });
 }

@@ -8,6 +8,9 @@ import type { DueSummary, HeldDescription } from '../../util/keeper/core.js';
 import { nameHash, randomWord } from '../../util/leases/token.js';
 import { threadId } from 'node:worker_threads';
 import type { Ownership } from '../../util/cluster/ownership.js';
+import type { HoldingView } from '../../util/cluster/holding.js';
+import { HandoffLedger, RELEASED_HANDOFF_MS, type HandoffLease } from '../../util/cluster/handoff.js';
+import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../../util/time.js';
 import { leaderIdFor, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import type { ConfigListener } from '../runtime/config.js';
 import { log, threads, workerIndex } from '../runtime/harper.js';
@@ -54,12 +57,14 @@ export interface KeeperLeadershipDeps {
   /** A one-shot wait (the held ask's timeout). */
   sleep: (ms: number) => Promise<void>;
   /** The cluster membership the keeper holds rows by, re-read every maintenance tick (services/cluster). */
-  currentOwnership: () => Promise<Ownership>;
+  currentOwnership: () => Promise<Ownership & Partial<Pick<HoldingView, 'handedOver'>>>;
 }
 
 export class KeeperLeadership {
   private service: KeeperService | undefined;
   private ownership: Ownership | undefined;
+  /** The leases this node hands over with rows it no longer holds (util/cluster/handoff.ts). */
+  private readonly handoff = new HandoffLedger();
   /** Set when the membership changed: the next tick walks for gains once more (see refreshMembership). */
   private walkAgain = false;
   private readonly heldAsks = new Map<number, (held: HeldDescription | null) => void>();
@@ -160,8 +165,13 @@ export class KeeperLeadership {
     process.on('exit', release);
     this.undo.push(() => process.off('exit', release));
 
-    // Row ownership over the cluster's members, re-read every maintenance tick (SPEC §9).
-    this.ownership = await this.deps.currentOwnership();
+    // Row ownership over the cluster's members, re-read every maintenance tick (SPEC §9). A worker 0
+    // that restarts in a live process finds the lease table as the last one left it: its first beats
+    // scan it too, in case the view changed meanwhile.
+    const first = await this.deps.currentOwnership();
+    this.ownership = first;
+    this.handoff.changed(Date.now());
+    this.adoptHandedOver(first, Date.now());
     if (this.ownership.nodes.length > 1)
       log.info(`keeper: clustered with ${this.ownership.nodes.join(', ')}; holding the rows this node owns`);
 
@@ -251,8 +261,65 @@ export class KeeperLeadership {
     return names;
   }
 
+  /**
+   * What this node's beat hands over (util/cluster/handoff.ts): for HANDOFF_SCAN_MS after a membership
+   * change the beat scans the lease table for leases on rows this node no longer holds; what it found
+   * stays in the list until each lease ends.
+   */
+  handoffFor(now: number): readonly HandoffLease[] {
+    const ownership = this.ownership;
+    if (!ownership) return [];
+    if (this.handoff.scanning(now)) {
+      const found = leaseTable().handoffScan(
+        now,
+        (hi, lo) => ownership.ownsHash(hi, lo),
+        RELEASED_HANDOFF_MS,
+      );
+      const added = this.handoff.note(found);
+      if (added > 0)
+        log.info(
+          `keeper: handing over ${added} leases out on rows this node no longer holds (${this.handoff.size} in all)`,
+        );
+    }
+    this.handoff.prune(sharedSecondsAtOrBefore(now));
+    const { leases, left } = this.handoff.list();
+    if (left > 0 && this.handoff.sayOverflow())
+      log.warn(
+        `keeper: ${left} leases on rows this node gave away do not fit the heartbeat and are not handed over; ` +
+          'their new holder may grant those rows again before the leases end',
+      );
+    return leases;
+  }
+
+  /**
+   * Records, as leases of this node's table, the leases present peers hand over on rows this node holds
+   * under `view`: before the keeper picks those rows up, so it never publishes or grants them while a
+   * fleet renders them under the old holder's lease.
+   */
+  private adoptHandedOver(view: Partial<Pick<HoldingView, 'handedOver'>>, now: number): void {
+    const handed = view.handedOver?.() ?? [];
+    if (handed.length === 0) return;
+    const leases = leaseTable();
+    const adopted = new Map<string, number>();
+    let refused = 0;
+    for (const { from, lease } of handed) {
+      if (fromSharedSeconds(lease.until) <= now) continue;
+      if (leases.adopt(lease, now)) adopted.set(from, (adopted.get(from) ?? 0) + 1);
+      else if (!leases.isLeasedHash(lease.hi, lease.lo, now)) refused++;
+    }
+    for (const [from, n] of adopted)
+      log.info(
+        `keeper: took over ${n} leases ${from} has out on rows this node now holds; they are not granted here before they end`,
+      );
+    if (refused > 0)
+      log.warn(
+        `keeper: could not record ${refused} leases handed over (lease table full); those rows may be granted twice`,
+      );
+  }
+
   private async refreshMembership(svc: KeeperService): Promise<Counts> {
     const next = await this.deps.currentOwnership();
+    this.adoptHandedOver(next, Date.now());
     if (this.ownership && next.sameMembership(this.ownership)) {
       // One more walk a tick after a change: rows still arriving by replication while the first walk ran
       // (evaluated under the previous view) would otherwise wait for the verification walk.
@@ -263,6 +330,7 @@ export class KeeperLeadership {
     }
     log.info(`keeper: cluster membership is now ${next.nodes.join(', ')}`);
     this.ownership = next;
+    this.handoff.changed(Date.now());
     this.walkAgain = true;
     const r = await svc.membershipChanged(() => Date.now());
     return { dropped: r.dropped, gained: r.gained };

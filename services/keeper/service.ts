@@ -548,12 +548,18 @@ export class KeeperService {
   }
 
   /**
-   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once, then walk
-   * the table for the rows it gained. `owns` must already answer with the new membership.
+   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once and publish
+   * without them, then walk the table for the rows it gained. `owns` must already answer with the new
+   * membership.
    */
   membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
     this.dropStage();
-    return this.verifier.membershipChanged(now);
+    // The published set may list the dropped rows: a new one goes out at once, so claims stop granting
+    // them now and not a publish later (the view that gives them away is published after a settle,
+    // util/cluster/membership.ts, which only covers claims already under way).
+    return this.verifier.membershipChanged(now, (dropped) => {
+      if (dropped > 0 && this.serving) this.publishOnce(now(), true);
+    });
   }
 
   /** Whether the keeper can vouch for its numbers right now. */

@@ -120,16 +120,21 @@ export class KeeperVerifier {
   }
 
   /**
-   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once, then walk
-   * the table for the rows it gained. `owns` must already answer with the new membership.
+   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once (then
+   * `afterDrop`, before anything else runs), then walk the table for the rows it gained. `owns` must
+   * already answer with the new membership.
    */
-  async membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
+  async membershipChanged(
+    now: () => number,
+    afterDrop?: (dropped: number) => void,
+  ): Promise<{ dropped: number; gained: number }> {
     let dropped = 0;
     for (const key of [...this.deps.core.keys()]) {
       if (this.deps.owns(key)) continue;
       this.deps.repair(key, null, now());
       dropped++;
     }
+    afterDrop?.(dropped);
     // The caller logs the new membership; a walk that drops nothing (the re-walk a tick later) says nothing here.
     if (dropped > 0)
       this.deps.log.info(`keeper: dropped ${dropped} rows no longer owned after the membership change`);

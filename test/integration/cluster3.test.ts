@@ -416,6 +416,24 @@ test('a stopped node loses nothing: its rows are claimable on the other two, and
     );
     assert.equal(s.json.trust.keeper.repairedTotal, 0, `${n} never repaired a row`);
   }
+  // Every one of node-c's rows is still leased on node-a or node-b (granted above, never reported, 10 min
+  // leases). Those leases came over with the rows: node-c grants none of them while they run.
+  const output = node('node-c').output();
+  const tookOver = [...output.matchAll(/took over (\d+) leases (node-[ab]) has out/g)];
+  t.diagnostic(`node-c: ${tookOver.map((m) => `${m[1]} from ${m[2]}`).join(', ')}`);
+  assert.equal(
+    tookOver.reduce((sum, m) => sum + Number(m[1]), 0),
+    ofC.length,
+    `node-c took over a lease for each of its ${ofC.length} rows\n${logsOf('node-c')}`,
+  );
+  const regranted: string[] = [];
+  for (let i = 0; i < 10; i++) {
+    const r = await node('node-c').fetch('/render_queue/claim', { body: { limit: 25 } });
+    assert.equal(r.status, 200, r.text);
+    for (const j of r.json as Array<{ id: string }>) if (grants.has(j.id)) regranted.push(j.id);
+    await sleep(200);
+  }
+  assert.deepEqual(regranted, [], 'node-c granted rows whose leases still run on node-a or node-b');
 });
 
 test('a node whose peers are down waits for them (503 waiting-for-peers), then loads alone after the cap', async (t) => {

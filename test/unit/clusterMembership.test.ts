@@ -6,14 +6,27 @@ import assert from 'node:assert/strict';
 import { beatStaleAfterMs, type NodeBeat } from '../../util/cluster/holding.js';
 import { DutyScheduler } from '../../util/duties/scheduler.js';
 import { ConnectionWatch, LOOK_TIMEOUT_MS, peersDown } from '../../util/cluster/connections.js';
-import { ClusterMembership, ReplicationPeers, type ConnectionView } from '../../util/cluster/membership.js';
+import {
+  ClusterMembership,
+  PUBLISH_SETTLE_MS,
+  ReplicationPeers,
+  type ConnectionView,
+} from '../../util/cluster/membership.js';
+import type { HandoffLease } from '../../util/cluster/handoff.js';
 import { PEER_WAIT_POLL_MS, waitForPeers } from '../../util/cluster/peerWait.js';
 import { FakeClock, turns } from '../fakeClock.js';
 
 const T0 = 1_000_000;
 const quiet = { warn: () => undefined, info: () => undefined };
 
-function cluster(opts: { interval?: number; peers?: string[]; connections?: ConnectionView } = {}) {
+function cluster(
+  opts: {
+    interval?: number;
+    peers?: string[];
+    connections?: ConnectionView;
+    handoff?: (now: number) => readonly HandoffLease[];
+  } = {},
+) {
   const clock = new FakeClock(T0);
   const scheduler = new DutyScheduler({
     now: clock.now,
@@ -34,6 +47,7 @@ function cluster(opts: { interval?: number; peers?: string[]; connections?: Conn
     beatIntervalMs: () => opts.interval ?? 200,
     scheduler,
     connections: opts.connections,
+    handoff: opts.handoff,
     log: quiet,
   });
   return { clock, scheduler, beats, written, membership };
@@ -243,4 +257,59 @@ test('a peer whose beats stop while Harper still reports its socket connected le
   c.clock.t += 1;
   assert.deepEqual((await c.membership.presence()).missing, ['node-b']);
   assert.equal(c.membership.departures().get('node-b')?.kind, 'heartbeat');
+});
+
+test('a view that gives rows away is published only after the settle, one that only gains at once; beats carry the handoff', async () => {
+  let handing: HandoffLease[] = [];
+  const c = cluster({ interval: 1000, peers: ['node-b', 'node-c'], handoff: () => handing });
+  const beatOf = (n: string) => ({ node: n, beatAt: c.clock.t, view: null });
+  const published = () => c.beats.get('node-a')?.view?.join(',');
+  c.beats.set('node-b', beatOf('node-b'));
+  assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a', 'node-b']);
+  await c.clock.advance(0);
+  assert.equal(published(), 'node-a,node-b', 'the first view goes out at once');
+  assert.equal(c.beats.get('node-a')?.handoff, undefined, 'nothing to hand over: no list');
+
+  // node-c comes back: node-a applies the three-node view (and drops node-c's rows) at once, but its
+  // beats keep the old view for PUBLISH_SETTLE_MS, so node-c abstains until claims under way are done.
+  const changedAt = c.clock.t;
+  c.beats.set('node-b', beatOf('node-b'));
+  c.beats.set('node-c', beatOf('node-c'));
+  assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a', 'node-b', 'node-c']);
+  handing = [{ hi: 1, lo: 2, until: 3, dueMinute: 4, misses: 0 }];
+  const seen: string[] = [];
+  while (c.clock.t < changedAt + PUBLISH_SETTLE_MS + 1000) {
+    await c.clock.advance(250);
+    c.beats.set('node-b', beatOf('node-b'));
+    c.beats.set('node-c', beatOf('node-c'));
+    if (seen.at(-1) !== `${published()}@${c.clock.t >= changedAt + PUBLISH_SETTLE_MS}`)
+      seen.push(`${published()}@${c.clock.t >= changedAt + PUBLISH_SETTLE_MS}`);
+  }
+  assert.deepEqual(seen, ['node-a,node-b@false', 'node-a,node-b,node-c@true']);
+  assert.deepEqual(c.beats.get('node-a')?.handoff, handing, 'the beat carries the leases handed over');
+
+  // node-c leaves: the view only gains rows, and the next beat publishes it.
+  c.beats.delete('node-c');
+  assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a', 'node-b']);
+  await c.clock.advance(1000);
+  assert.equal(published(), 'node-a,node-b');
+});
+
+test("a change during another one's settle waits for it: the rows the first gave away are not given early", async () => {
+  const c = cluster({ interval: 1000, peers: ['node-b', 'node-c'] });
+  const beatOf = (n: string) => ({ node: n, beatAt: c.clock.t, view: null });
+  c.beats.set('node-b', beatOf('node-b'));
+  await c.membership.currentOwnership();
+  await c.clock.advance(0);
+  c.beats.set('node-c', beatOf('node-c'));
+  await c.membership.currentOwnership(); // gives rows to node-c: settles until +2 s
+  await c.clock.advance(500);
+  c.beats.delete('node-b'); // node-b leaves 0.5 s later: a change that only gains
+  c.beats.set('node-c', beatOf('node-c'));
+  assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a', 'node-c']);
+  await c.clock.advance(1000);
+  assert.equal(c.beats.get('node-a')?.view?.join(','), 'node-a,node-b', 'still the view before node-c came');
+  await c.clock.advance(1000);
+  c.beats.set('node-c', beatOf('node-c'));
+  assert.equal(c.beats.get('node-a')?.view?.join(','), 'node-a,node-c');
 });

@@ -12,6 +12,8 @@ import {
   type NodeBeat,
 } from '../../util/cluster/holding.js';
 import { Ownership } from '../../util/cluster/ownership.js';
+import type { HandoffLease } from '../../util/cluster/handoff.js';
+import { keyHash } from '../../util/keyHash.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'];
 const keys = Array.from({ length: 120 }, (_, i) => `https://model.example.com/p/${i}`);
@@ -208,4 +210,104 @@ test('a peer whose replication connection is down leaves after the quick window,
     'without the connection signal only the full window counts',
   );
   assert.equal(quickStaleAfterMs(2000), 6000, 'three beats when beats are slower than 1 s');
+});
+
+// ------------------------------------------------------------------ leases handed over with their rows
+
+interface LeasingNode extends ModelNode {
+  /** Keys this node's lease table refuses: its own grants and the leases it adopted. Leases never end here. */
+  leased: Set<string>;
+  /** Keys it granted itself (what a fleet renders under its lease). */
+  granted: Set<string>;
+  handoff: HandoffLease[];
+}
+
+const hashOf = new Map(keys.map((k) => [k, keyHash(k)]));
+
+type LeaseStep = { kind: 'read' | 'refresh' | 'publish' | 'grant'; n: number; m: number };
+
+/** The protocol with leases: grants lease every held row, a beat hands over leases on rows not held. */
+function applyLeasing(nodes: Map<string, LeasingNode>, s: LeaseStep, adopt: boolean): void {
+  const n = nodes.get(NAMES[s.n]!)!;
+  const m = nodes.get(NAMES[s.m]!)!;
+  if (!n.alive) return;
+  if (s.kind === 'read' && m !== n) {
+    if (m.alive) n.seen.set(m.name, { node: m.name, beatAt: 0, view: m.published, handoff: m.handoff });
+    else n.seen.delete(m.name);
+  } else if (s.kind === 'refresh') {
+    if (n.holding === null && [...nodes.values()].some((p) => p.alive && p !== n && !n.seen.has(p.name)))
+      return;
+    const next = new HoldingView(n.name, [...n.seen.values()]);
+    // Before the keeper holds the new rows: the leases handed over on them become leases of this table.
+    if (adopt)
+      for (const { lease } of next.handedOver())
+        for (const [k, h] of hashOf) if (h.hi === lease.hi && h.lo === lease.lo) n.leased.add(k);
+    n.holding = next;
+  } else if (s.kind === 'publish') {
+    n.published = n.holding ? n.holding.nodes : null;
+    // The beat's list: its own grants on rows it no longer holds (sticky: leases never end here).
+    n.handoff = [...n.granted]
+      .filter((k) => !n.holding?.owns(k))
+      .map((k) => ({ ...hashOf.get(k)!, until: 1, dueMinute: 0, misses: 0 }));
+  } else if (s.kind === 'grant') {
+    for (const k of keys)
+      if (n.holding?.owns(k) && !n.leased.has(k)) {
+        n.leased.add(k);
+        n.granted.add(k);
+      }
+  }
+}
+
+/** Keys granted by two live nodes whose leases both still run (no lease ends in this model). */
+function grantedTwice(nodes: Map<string, LeasingNode>): string[] {
+  const live = [...nodes.values()].filter((n) => n.alive);
+  return keys.filter((k) => live.filter((n) => n.granted.has(k)).length > 1);
+}
+
+function leasingReturn(joiner: number): Map<string, LeasingNode> {
+  const base = settled(NAMES.filter((_, i) => i !== joiner));
+  const nodes = new Map<string, LeasingNode>();
+  for (const [name, n] of base) nodes.set(name, { ...n, leased: new Set(), granted: new Set(), handoff: [] });
+  // Every row is due and leased by its holder before the node comes back.
+  for (let i = 0; i < 3; i++) applyLeasing(nodes, { kind: 'grant', n: i, m: i }, true);
+  nodes.get(NAMES[joiner]!)!.alive = true;
+  return nodes;
+}
+
+const leaseSteps = fc.array(
+  fc.record({
+    kind: fc.constantFrom<LeaseStep['kind']>('read', 'refresh', 'publish', 'grant'),
+    n: fc.integer({ min: 0, max: 2 }),
+    m: fc.integer({ min: 0, max: 2 }),
+  }),
+  { minLength: 15, maxLength: 100 },
+);
+
+test('a node that returns never grants a row its covering peer still has leased: the leases come over with the rows', () => {
+  fc.assert(
+    fc.property(fc.integer({ min: 0, max: 2 }), leaseSteps, (joiner, trace) => {
+      const nodes = leasingReturn(joiner);
+      for (const s of trace) {
+        applyLeasing(nodes, s, true);
+        assert.deepEqual(grantedTwice(nodes), [], `after ${JSON.stringify(s)}`);
+      }
+    }),
+    { numRuns: 150 },
+  );
+});
+
+test('without the handoff the returning node grants rows still leased elsewhere (the handoff is needed)', () => {
+  const nodes = leasingReturn(2);
+  const run = (kind: LeaseStep['kind'], n: number, m = n) => applyLeasing(nodes, { kind, n, m }, false);
+  // node-a and node-b see node-c, drop its rows and publish; node-c reads them, picks its rows up, grants.
+  for (const n of [0, 1]) {
+    run('read', n, 2);
+    run('refresh', n);
+    run('publish', n);
+  }
+  run('read', 2, 0);
+  run('read', 2, 1);
+  run('refresh', 2);
+  run('grant', 2);
+  assert.ok(grantedTwice(nodes).length > 0, 'rows granted on two nodes');
 });

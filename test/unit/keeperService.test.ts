@@ -696,7 +696,7 @@ test('a closed subscription is retried only after the backoff, and a failed retr
   assert.notEqual(h.svc.stats.lastVerify, null, 'a verification walk followed the new subscription');
 });
 
-test('a membership change drops rows no longer owned at once and picks up gained rows without calling them repairs', async () => {
+test('a membership change drops rows no longer owned at once, publishes without them, and picks up gained rows without calling them repairs', async () => {
   const h = harness();
   h.fill(100, () => NOW - MINUTE);
   await h.start();
@@ -707,6 +707,10 @@ test('a membership change drops rows no longer owned at once and picks up gained
   assert.equal(shrink.dropped, 50);
   assert.equal(h.svc.core.size, 50);
   assert.ok([...h.svc.core.keys()].every(even));
+  // The set is published again without them at once: no claim here grants a row given away.
+  const listed = h.ready.take(100).map((e) => e.key);
+  assert.equal(listed.length, 50);
+  assert.ok(listed.every(even), 'the published set lists only rows still held');
 
   h.setOwner(() => true);
   const grow = await h.svc.membershipChanged(h.now);

@@ -23,7 +23,7 @@ import {
   STATE_MASK,
   nextWord,
 } from '../../util/leases/slots.js';
-import { fromSharedSeconds } from '../../util/time.js';
+import { fromSharedSeconds, sharedSecondsAtOrAfter } from '../../util/time.js';
 import { formatToken } from '../../util/leases/token.js';
 
 const T0 = Date.UTC(2026, 0, 1, 10, 0, 0, 123);
@@ -756,4 +756,75 @@ test('a drain releasing many times maxLeases keys within one grace refuses none 
   const refusedSmall = drainWithinOneGrace(small, keys, 600);
   assert.ok(refusedSmall > keys / 2, `4 slots per lease refused only ${refusedSmall} of ${keys}`);
   assert.equal(drainWithinOneGrace(roomy, keys, 600), 0);
+});
+
+// ------------------------------------------------------------------ handing leases over (util/cluster/handoff.ts)
+
+test('the handoff scan lists live leases and recent releases on keys not held, nothing else', () => {
+  const { table } = setup();
+  const kept = 'https://example.com/kept';
+  const given = 'https://example.com/given';
+  const done = 'https://example.com/done';
+  const old = 'https://example.com/old';
+  const lapsed = 'https://example.com/lapsed';
+  const heldByUs = keyHash(kept);
+  granted(table.grant(kept, T0, opts()));
+  const live = granted(table.grant(given, T0, opts()));
+  const released = granted(table.grant(done, T0, opts()));
+  assert.equal(table.release(done, released.token, T0 + 2000), true);
+  const oldLease = granted(table.grant(old, T0 - 60_000, opts()));
+  assert.equal(table.release(old, oldLease.token, T0 - 30_000), true);
+  granted(table.grant(lapsed, T0 - LEASE - 1000, opts()));
+  const now = T0 + 3000;
+  const holds = (hi: number, lo: number) => hi === heldByUs.hi && lo === heldByUs.lo;
+  const found = table.handoffScan(now, holds, 10_000);
+  const byKey = new Map(found.map((l) => [`${l.hi}:${l.lo}`, l]));
+  const of = (k: string) => byKey.get(`${keyHash(k).hi}:${keyHash(k).lo}`);
+  assert.equal(found.length, 2, JSON.stringify(found));
+  assert.equal(fromSharedSeconds(of(given)!.until), live.expiresAt, 'a live lease is held off until its end');
+  assert.equal(of(given)!.dueMinute, Math.floor(DUE / 60_000));
+  // Released at T0 + 2 s: held off until 10 s after the release (rounded up to the second).
+  assert.equal(fromSharedSeconds(of(done)!.until), Math.ceil((T0 + 12_000) / 1000) * 1000);
+  assert.equal(of(kept), undefined, 'a lease on a row still held stays here');
+  assert.equal(of(old), undefined, 'a release 30 s ago is not handed over');
+  assert.equal(of(lapsed), undefined, 'an expired lease is not handed over');
+});
+
+test('an adopted lease blocks its key until its end, raises no requeued there, then the next grant counts its miss', () => {
+  const giver = setup();
+  const taker = setup();
+  const key = 'https://example.com/moved';
+  const lease = granted(giver.table.grant(key, T0, opts()));
+  const [handed] = giver.table.handoffScan(T0 + 1000, () => false, 10_000);
+  assert.ok(handed);
+  assert.equal(taker.table.adopt(handed, T0 + 2000), true);
+  assert.equal(taker.table.isLeased(key, T0 + 2000), true);
+  assert.deepEqual(taker.table.grant(key, T0 + 3000, opts()), {
+    ok: false,
+    reason: 'leased',
+    expiresAt: lease.expiresAt,
+  });
+  assert.equal(taker.table.adopt(handed, T0 + 4000), false, 'adopting again changes nothing');
+  assert.equal(taker.table.check(key, lease.token), 'superseded', "the giver's token is not this table's");
+  const queues: number[] = [];
+  assert.equal(
+    taker.table.collectExpired(lease.expiresAt + 1000, (q) => queues.push(q)),
+    0,
+  );
+  assert.deepEqual(queues, [], 'the giver raises requeued for its own lease, not the taker');
+  const next = granted(taker.table.grant(key, lease.expiresAt + 1000, opts()));
+  assert.equal(next.misses, 1, 'the handed-over lease ended unreported: one miss, as on the giver');
+});
+
+test('adopting never overrides a lease of the taking table, nor an ended one', () => {
+  const { table } = setup();
+  const key = 'https://example.com/mine';
+  const mine = granted(table.grant(key, T0, opts()));
+  const { hi, lo } = keyHash(key);
+  const until = sharedSecondsAtOrAfter(T0 + 2 * LEASE);
+  assert.equal(table.adopt({ hi, lo, until, dueMinute: 0, misses: 0 }, T0 + 1000), false);
+  assert.equal(table.check(key, mine.token), 'current');
+  const other = keyHash('https://example.com/other');
+  assert.equal(table.adopt({ ...other, until: 5, dueMinute: 0, misses: 0 }, T0), false, 'ended long ago');
+  assert.equal(table.isLeased('https://example.com/other', T0), false);
 });

@@ -12,6 +12,7 @@
 // that includes it. A peer whose heartbeat went stale is out of the view and its published view no
 // longer counts: its rows are picked up at once. (If it was only cut off and still alive, both sides
 // hold its rows until the partition heals — the price of having no coordinator.)
+import type { HandoffLease } from './handoff.js';
 import { Ownership } from './ownership.js';
 
 /** One node's heartbeat as replicated: when it last beat and the node list it holds rows by. */
@@ -20,6 +21,8 @@ export interface NodeBeat {
   beatAt: number;
   /** The applied view, or null while the node holds nothing yet (waiting for peers, or starting). */
   view: readonly string[] | null;
+  /** Leases the node has out on rows it no longer holds (util/cluster/handoff.ts); none when absent. */
+  handoff?: readonly HandoffLease[];
 }
 
 /** A peer counts as present while its last beat is at most this old (ms). */
@@ -100,12 +103,14 @@ export function presentPeers(
 export class HoldingView extends Ownership {
   private readonly peerViews: ReadonlyArray<{ node: string; view: Ownership }>;
   private readonly signature: string;
+  private readonly present: readonly NodeBeat[];
 
   constructor(self: string, present: readonly NodeBeat[]) {
     super(
       present.map((b) => b.node),
       self,
     );
+    this.present = present;
     this.peerViews = present
       .filter((b): b is NodeBeat & { view: readonly string[] } => b.view !== null && b.view.length > 0)
       .map((b) => ({ node: b.node, view: new Ownership(b.view, b.node) }))
@@ -117,6 +122,24 @@ export class HoldingView extends Ownership {
     if (!super.owns(key)) return false;
     for (const p of this.peerViews) if (p.view.ownerOf(key) === p.node) return false;
     return true;
+  }
+
+  override ownsHash(hi: number, lo: number): boolean {
+    if (!super.ownsHash(hi, lo)) return false;
+    for (const p of this.peerViews) if (p.view.ownerOfHash(hi, lo) === p.node) return false;
+    return true;
+  }
+
+  /**
+   * The leases present peers hand over (util/cluster/handoff.ts) on rows this view holds, with the
+   * peer each came from: this node must not grant those rows before the leases end.
+   */
+  handedOver(): Array<{ from: string; lease: HandoffLease }> {
+    const out: Array<{ from: string; lease: HandoffLease }> = [];
+    for (const b of this.present)
+      for (const lease of b.handoff ?? [])
+        if (this.ownsHash(lease.hi, lease.lo)) out.push({ from: b.node, lease });
+    return out;
   }
 
   /** The same holding decision for every key: same nodes and the same published peer views. */

@@ -4,6 +4,7 @@
 // down (util/cluster/connections.ts). The heartbeat is a duty on the scheduler it is given. The Harper
 // side (tables, the QueueNode rows, the config) is services/cluster/membership.ts.
 import type { Counts, DutyHandle, DutyScheduler } from '../duties/scheduler.js';
+import type { HandoffLease } from './handoff.js';
 import {
   HoldingView,
   absenceOf,
@@ -15,6 +16,14 @@ import {
 
 /** Beats at most once a second: a replicated write per beat per node, for a 15 s departure window. */
 export const MIN_BEAT_MS = 1000;
+/**
+ * A view that gives rows away (a node joined or came back) is published this long after this node
+ * applied it. Applying it dropped the rows and republished the ready set at once, but a claim already
+ * taking one of them may still grant it; the view that lets the newcomer take the row must come after
+ * that grant, so the beat carrying it also hands the lease over (util/cluster/handoff.ts). A view that
+ * only gains rows (a peer left) is published at once.
+ */
+export const PUBLISH_SETTLE_MS = 2000;
 /** A failing beat write is logged at most this often (a down store fails every beat). */
 const BEAT_WARN_EVERY_MS = 60_000;
 
@@ -67,6 +76,8 @@ export interface MembershipDeps {
   scheduler: DutyScheduler;
   /** The second departure signal; without it only the heartbeat window counts. */
   connections?: ConnectionView;
+  /** The leases each beat hands over (worker 0's keeper; none when absent). */
+  handoff?: (now: number) => readonly HandoffLease[];
   log: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
 }
 
@@ -81,8 +92,10 @@ export interface PeerPresence {
 
 /** One node's membership: its heartbeat, and the holding view its keeper uses. */
 export class ClusterMembership {
-  /** The view last handed to the keeper; beats publish it. Null until the keeper has one. */
-  private applied: readonly string[] | null = null;
+  /** The view last handed to the keeper, and from when its beats may publish it. */
+  private applied: { nodes: readonly string[]; publishFrom: number } | null = null;
+  /** The view beats publish: the applied one once it settled. Null until the keeper has one. */
+  private published: readonly string[] | null = null;
   private beat: DutyHandle | null = null;
   private readonly startedAt: number;
   private lastWarnAt = -Infinity;
@@ -114,11 +127,14 @@ export class ClusterMembership {
 
   async beatOnce(now: number): Promise<boolean> {
     try {
+      const view = this.publishedView(now);
+      const handoff = this.deps.handoff?.(now) ?? [];
       await this.deps.writeBeat({
         node: this.deps.self(),
         beatAt: now,
-        view: this.applied,
+        view,
         startedAt: this.startedAt,
+        ...(handoff.length > 0 ? { handoff } : {}),
       });
       return true;
     } catch (e) {
@@ -173,14 +189,30 @@ export class ClusterMembership {
 
   /**
    * The holding view now. The caller (the keeper) applies it at once — drops what it no longer holds
-   * before anything else runs — so the next beat may publish it as applied.
+   * before anything else runs — so beats may publish it as applied: at once when it only adds rows,
+   * PUBLISH_SETTLE_MS later when it gives rows away.
    */
   async currentOwnership(): Promise<HoldingView> {
     this.start();
-    const { present } = await this.presence();
+    const now = this.deps.now();
+    const { present } = await this.presence(now);
     const view = new HoldingView(this.deps.self(), present);
-    this.applied = view.nodes;
+    const was = this.applied;
+    if (was === null || was.nodes.join(',') !== view.nodes.join(',')) {
+      // A node in the new list that the old one lacked takes some of this node's rows. A change during
+      // another's settle waits for that one too: the rows the first gave away are given away by this one.
+      const givesAway = was !== null && view.nodes.some((n) => !was.nodes.includes(n));
+      const from = givesAway ? now + PUBLISH_SETTLE_MS : now;
+      this.applied = { nodes: view.nodes, publishFrom: Math.max(from, was?.publishFrom ?? -Infinity) };
+    }
+    this.publishedView(now);
     return view;
+  }
+
+  /** The view a beat at `now` publishes (the applied one once it settled, else the one before). */
+  private publishedView(now: number): readonly string[] | null {
+    if (this.applied !== null && now >= this.applied.publishFrom) this.published = this.applied.nodes;
+    return this.published;
   }
 }
 

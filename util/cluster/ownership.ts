@@ -30,11 +30,17 @@ export class Ownership {
   ownerOf(key: string): string {
     if (this.nodes.length === 1) return this.nodes[0]!;
     const h = keyHash(key);
+    return this.ownerOfHash(h.hi, h.lo);
+  }
+
+  /** The owner of the key whose keyHash is (hi, lo): what the lease table stores of a key. */
+  ownerOfHash(hi: number, lo: number): string {
+    if (this.nodes.length === 1) return this.nodes[0]!;
     let best = -1;
     let bestIndex = 0;
     for (let i = 0; i < this.nodes.length; i++) {
       const n = this.nodeHashes[i]!;
-      const weight = mix32((h.lo ^ n.lo) + Math.imul(h.hi ^ n.hi, 0x9e3779b1));
+      const weight = mix32((lo ^ n.lo) + Math.imul(hi ^ n.hi, 0x9e3779b1));
       // Ties (1 in 2^32) go to the earlier name, so every node still agrees.
       if (weight > best) {
         best = weight;
@@ -46,6 +52,11 @@ export class Ownership {
 
   owns(key: string): boolean {
     return this.nodes.length === 1 || this.ownerOf(key) === this.self;
+  }
+
+  /** owns() for the key whose keyHash is (hi, lo). */
+  ownsHash(hi: number, lo: number): boolean {
+    return this.nodes.length === 1 || this.ownerOfHash(hi, lo) === this.self;
   }
 
   sameMembership(other: Ownership): boolean {

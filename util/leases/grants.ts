@@ -48,6 +48,7 @@ import {
   REPORT_UNKNOWN_JOB,
   RELEASE_GRACE_MS,
   RELEASED,
+  REPORT_EXPIRY_SEEN,
   S_DUE,
   S_EXPIRY,
   S_HASH_HI,
@@ -60,7 +61,9 @@ import {
   blocks,
   nextWord,
   toMinute,
+  NO_DUE,
 } from './slots.js';
+import type { HandoffLease } from '../cluster/handoff.js';
 import { fromSharedSeconds, sharedSecondsAtOrAfter } from '../time.js';
 import { formatToken, randomWord } from './token.js';
 import { LeaseUpkeep } from './upkeep.js';
@@ -135,7 +138,32 @@ export class LeaseGrants extends LeaseUpkeep {
     return { ok: false, reason: 'full' };
   }
 
-  private tryGrant(now: number, options: GrantOptions): GrantResult | undefined {
+  /**
+   * Records a lease another node had out on a row this node now holds (util/cluster/handoff.ts): the key
+   * is refused here until the lease's end, as a live lease of this table, under a token nobody holds (its
+   * result goes to the node that granted it). It is marked as seen expiring, so its end raises no
+   * `requeued` here (the granting node raises its own), and the key's next grant after it counts its
+   * miss as the granting node would have. False when the key is already refused here (a lease of its
+   * own, a grace or a hold), the lease has ended, or the table has no room.
+   */
+  adopt(lease: HandoffLease, now: number): boolean {
+    const untilMs = fromSharedSeconds(lease.until);
+    if (untilMs <= now) return false;
+    this.useHash(lease.hi, lease.lo);
+    const options: GrantOptions = {
+      leaseMs: untilMs - now,
+      dueMs: lease.dueMinute === NO_DUE ? NaN : lease.dueMinute * 60_000,
+      cadenceMs: Infinity,
+      fastRetries: 0,
+    };
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+      const result = this.tryGrant(now, options, lease);
+      if (result !== undefined) return result.ok;
+    }
+    return false;
+  }
+
+  private tryGrant(now: number, options: GrantOptions, adopted?: HandoffLease): GrantResult | undefined {
     let own = -1;
     let ownWord = 0;
     let ownToken = -1;
@@ -205,6 +233,17 @@ export class LeaseGrants extends LeaseUpkeep {
       }
     }
     const dueMinute = toMinute(options.dueMs);
+    if (own >= 0 && adopted)
+      return this.take(
+        own,
+        ownWord,
+        Math.max(Math.floor(now), ownToken + 1),
+        now,
+        options,
+        adopted.misses,
+        false,
+        adopted,
+      );
     if (own >= 0) {
       const ownState = ownWord & STATE_MASK;
       const sameDue = ownDue === dueMinute;
@@ -240,7 +279,7 @@ export class LeaseGrants extends LeaseUpkeep {
     const [slot, slotWord, k] = empty >= 0 ? [empty, emptyWord, emptyK] : [spare, spareWord, spareK];
     // Raised before the claim: a lookup that reads the reach after this grant publishes must walk here.
     if (k >= window) this.reach(k + 1);
-    return this.take(slot, slotWord, Math.floor(now), now, options, 0, false);
+    return this.take(slot, slotWord, Math.floor(now), now, options, adopted?.misses ?? 0, false, adopted);
   }
 
   /** Claims the slot at `base` for this key, publishes the lease, and keeps it only if no rival did. */
@@ -252,6 +291,7 @@ export class LeaseGrants extends LeaseUpkeep {
     options: GrantOptions,
     misses: number,
     requeued: boolean,
+    adopted?: HandoffLease,
   ): GrantResult | undefined {
     const a = this.words;
     const slot = (base - HEADER_WORDS) / SLOT_WORDS;
@@ -261,7 +301,7 @@ export class LeaseGrants extends LeaseUpkeep {
     if (Atomics.compareExchange(a, base, word, claimed) !== word) return undefined;
     if ((word & STATE_MASK) === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
     for (let w = 1; w < S_REACH; w++) this.undo[w] = a[base + w]!;
-    const expiry = sharedSecondsAtOrAfter(now + options.leaseMs);
+    const expiry = adopted ? adopted.until : sharedSecondsAtOrAfter(now + options.leaseMs);
     const grant = {
       randHi: this.random() | 0,
       randLo: this.random() | 0,
@@ -269,6 +309,8 @@ export class LeaseGrants extends LeaseUpkeep {
       queue: options.queue ?? 0,
     };
     this.writeFields(base, expiry, toMinute(options.dueMs), misses, token, grant);
+    // A handed-over lease's end is the granting node's to see (util/leases/upkeep.ts skips it).
+    if (adopted) a[base + S_REPORT] = REPORT_EXPIRY_SEEN;
     this.onGrantStep?.('claimed', slot);
     // Count before publishing and uncount after unpublishing, so the gauge can only run high.
     Atomics.add(a, H_OCCUPANCY, 1);

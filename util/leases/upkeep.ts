@@ -27,6 +27,7 @@ import {
   nextWord,
 } from './slots.js';
 import { fromSharedSeconds, MINUTE_MS, sharedSecondsAtOrAfter } from '../time.js';
+import type { HandoffLease } from '../cluster/handoff.js';
 
 /**
  * Reconcile empties slots dead for this long. Grants already take over dead slots in place, so this is
@@ -123,6 +124,43 @@ export class LeaseUpkeep extends LeaseSlots {
     }
     this.noteExpiry(next);
     return seen;
+  }
+
+  /**
+   * The leases to hand over with rows this node no longer holds (util/cluster/handoff.ts): every live
+   * lease whose key `holds` says no to, and every lease released within the last `releasedForMs`, held
+   * off until that long after its release (its row write may reach the new holder late). One pass over
+   * the slots; worker 0's beats run it for a while after each membership change.
+   */
+  handoffScan(
+    now: number,
+    holds: (hi: number, lo: number) => boolean,
+    releasedForMs: number,
+  ): HandoffLease[] {
+    const a = this.words;
+    const out: HandoffLease[] = [];
+    for (let slot = 0; slot < this.slotCount; slot++) {
+      const base = HEADER_WORDS + slot * SLOT_WORDS;
+      const state = Atomics.load(a, base) & STATE_MASK;
+      if (state !== LEASED && state !== RELEASED && state !== BUSY) continue;
+      const word = this.read(base, true);
+      const read = word & STATE_MASK;
+      const end = fromSharedSeconds(this.expiryRead);
+      let until: number;
+      if (read === LEASED && end > now) until = this.expiryRead;
+      else if (read === RELEASED && end - RELEASE_GRACE_MS + releasedForMs > now)
+        until = sharedSecondsAtOrAfter(end - RELEASE_GRACE_MS + releasedForMs);
+      else continue;
+      if (holds(this.hashHiRead, this.hashLoRead)) continue;
+      out.push({
+        hi: this.hashHiRead,
+        lo: this.hashLoRead,
+        until,
+        dueMinute: this.dueRead,
+        misses: this.missesRead,
+      });
+    }
+    return out;
   }
 
   /** Lowers H_NEXT_EXPIRY to `expirySec` (a lease end collectExpired must not skip past). */
