@@ -828,3 +828,48 @@ test('adopting never overrides a lease of the taking table, nor an ended one', (
   assert.equal(table.adopt({ ...other, until: 5, dueMinute: 0, misses: 0 }, T0), false, 'ended long ago');
   assert.equal(table.isLeased('https://example.com/other', T0), false);
 });
+
+test('a lease re-granted right after it ended, before any expiry pass, still raises requeued once per queue', () => {
+  const { table } = setup();
+  const a = 'https://example.com/quick/a';
+  const b = 'https://example.com/quick/b';
+  const other = 'https://example.com/quick/other';
+  const first = granted(table.grant(a, T0, opts({ queue: 7 })));
+  granted(table.grant(b, T0, opts({ queue: 7 })));
+  granted(table.grant(other, T0, opts({ queue: 9 })));
+  const end = first.expiresAt;
+  // A claim 100 ms after the end takes each key over in place: the ended leases are gone from the slots.
+  for (const k of [a, b, other])
+    assert.equal(granted(table.grant(k, end + 100, opts({ queue: 7 }))).misses, 1);
+  const queues: number[] = [];
+  assert.equal(
+    table.collectExpired(end + 500, (q) => queues.push(q)),
+    0,
+    'no slot of theirs is left to see end',
+  );
+  assert.deepEqual(
+    queues.sort((x, y) => x - y),
+    [7, 9],
+    'one requeued for each queue whose lease ended unseen',
+  );
+  queues.length = 0;
+  assert.equal(
+    table.collectExpired(end + 1500, (q) => queues.push(q)),
+    0,
+    'and only once',
+  );
+  // A lease the pass did see is not raised again when a claim takes it over.
+  const c = 'https://example.com/quick/c';
+  const seen = granted(table.grant(c, end, opts({ queue: 11 })));
+  assert.equal(
+    table.collectExpired(seen.expiresAt + 10, (q) => queues.push(q)),
+    1,
+    'the pass sees c end',
+  );
+  queues.length = 0;
+  granted(table.grant(c, seen.expiresAt + 100, opts({ queue: 11 })));
+  assert.equal(
+    table.collectExpired(seen.expiresAt + 200, (q) => queues.push(q)),
+    0,
+  );
+});

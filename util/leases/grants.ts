@@ -54,6 +54,7 @@ import {
   S_HASH_HI,
   S_HASH_LO,
   S_MISSES,
+  S_QUEUE,
   S_REACH,
   S_REPORT,
   SLOT_WORDS,
@@ -301,6 +302,11 @@ export class LeaseGrants extends LeaseUpkeep {
     if (Atomics.compareExchange(a, base, word, claimed) !== word) return undefined;
     if ((word & STATE_MASK) === LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
     for (let w = 1; w < S_REACH; w++) this.undo[w] = a[base + w]!;
+    // Only live, grace or hold slots are refused, so a LEASED or EXPIRED one taken here has ended; with no
+    // report and no expiry seen, this grant is the first to notice it: tell collectExpired (`requeued`).
+    const was = word & STATE_MASK;
+    if ((was === LEASED || was === EXPIRED) && this.undo[S_REPORT] === REPORT_NONE)
+      this.noteMissedExpiry(this.undo[S_QUEUE]!);
     const expiry = adopted ? adopted.until : sharedSecondsAtOrAfter(now + options.leaseMs);
     const grant = {
       randHi: this.random() | 0,

@@ -31,7 +31,8 @@ const MAGIC = 0x4c454153; // 'LEAS'
 // 2: slots grew to 16 words (random token bits, grantee, queue, report state and answer).
 // 3: word 15 of a slot is the window length of the keys whose home it is (S_REACH).
 // 4: header word 12 bounds the soonest end of a lease still to be seen expiring (H_NEXT_EXPIRY).
-const LAYOUT_VERSION = 4;
+// 5: the header grew by the missed-expiry mailbox (H_MISSED_EXPIRY, MISSED_EXPIRY_WORDS).
+const LAYOUT_VERSION = 5;
 const INIT_RUNNING = 1;
 const INIT_DONE = 2;
 // Header words.
@@ -53,7 +54,16 @@ const H_REC_DONE = 11;
  * such a slot; set afresh by a collectExpired pass (util/leases/upkeep.ts says why that is safe).
  */
 export const H_NEXT_EXPIRY = 12;
-export const HEADER_WORDS = 16;
+/**
+ * The missed-expiry mailbox: queue hashes of leases that expired unreported and were taken over by a
+ * grant before collectExpired saw them (a claim right after the end). Each word is 0 or one queue's
+ * hash; a grant CASes its queue into a free word (one word per queue, so a burst of one queue needs one),
+ * and collectExpired empties the words and raises `requeued` for each (SPEC §6: whether or not a claim
+ * comes after the expiry). Past MISSED_EXPIRY_WORDS distinct queues in one pass the rest are not raised.
+ */
+export const H_MISSED_EXPIRY = 16;
+export const MISSED_EXPIRY_WORDS = 32;
+export const HEADER_WORDS = H_MISSED_EXPIRY + MISSED_EXPIRY_WORDS;
 // Slot words.
 const S_WORD = 0;
 export const S_HASH_HI = 1;

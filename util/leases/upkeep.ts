@@ -10,8 +10,10 @@ import {
   H_OCCUPANCY,
   HEADER_WORDS,
   HELD,
+  H_MISSED_EXPIRY,
   H_NEXT_EXPIRY,
   INT32_MAX,
+  MISSED_EXPIRY_WORDS,
   LEASED,
   LeaseSlots,
   RELEASE_GRACE_MS,
@@ -78,7 +80,9 @@ export class LeaseUpkeep extends LeaseSlots {
   /**
    * Leases past their end with no result, each seen once (SPEC §6 `requeued` at expiry): marks them,
    * moves them out of the occupancy gauge, and calls `visit` with each one's queue hash. A late result
-   * of such a lease is still accepted. One pass over the slots; the keeper runs it every publish.
+   * of such a lease is still accepted. One pass over the slots; the keeper runs it every publish. First
+   * it empties the missed-expiry mailbox: a lease a claim took over right after its end, before any pass
+   * saw it, is visited (once per queue) from there; the answer counts the slots the walk saw end.
    *
    * The pass is skipped while H_NEXT_EXPIRY says no such lease can have ended yet (a drain's leases end
    * minutes out, and the walk over a 1M-slot table took 16-29 ms a publish). Why the word never lets a
@@ -91,6 +95,10 @@ export class LeaseUpkeep extends LeaseSlots {
    */
   collectExpired(now: number, visit: (queue: number) => void): number {
     const a = this.words;
+    for (let w = H_MISSED_EXPIRY; w < H_MISSED_EXPIRY + MISSED_EXPIRY_WORDS; w++) {
+      const queue = Atomics.load(a, w);
+      if (queue !== 0 && Atomics.compareExchange(a, w, queue, 0) === queue) visit(queue);
+    }
     if (fromSharedSeconds(Atomics.load(a, H_NEXT_EXPIRY)) > now) return 0;
     Atomics.store(a, H_NEXT_EXPIRY, INT32_MAX);
     const retry = sharedSecondsAtOrAfter(now);
@@ -124,6 +132,23 @@ export class LeaseUpkeep extends LeaseSlots {
     }
     this.noteExpiry(next);
     return seen;
+  }
+
+  /**
+   * A grant took over a lease that ended unseen: its queue goes into the mailbox for the next
+   * collectExpired (H_MISSED_EXPIRY). A queue already waiting there is not added twice.
+   */
+  protected noteMissedExpiry(queue: number): void {
+    if (queue === 0) return;
+    const a = this.words;
+    const start = (queue >>> 0) % MISSED_EXPIRY_WORDS;
+    for (let i = 0; i < MISSED_EXPIRY_WORDS; i++) {
+      const w = H_MISSED_EXPIRY + ((start + i) % MISSED_EXPIRY_WORDS);
+      const was = Atomics.load(a, w);
+      if (was === queue) return;
+      if (was === 0 && Atomics.compareExchange(a, w, 0, queue) === 0) return;
+      if (Atomics.load(a, w) === queue) return;
+    }
   }
 
   /**
