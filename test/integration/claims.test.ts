@@ -105,6 +105,22 @@ test('rows filed through the API show up in queue-state with exact counts', asyn
   await drain('https://qs.example.com/');
 });
 
+test("overview's keeper heartbeat age is never negative, though the beat is kept in whole seconds rounded up", async () => {
+  // A beat stored as the next whole second reads ahead of the clock for the rest of the second after it:
+  // sampled 12 times over ~1.5 s, about half would be negative if the age were not held at 0.
+  const ages: number[] = [];
+  for (let i = 0; i < 12; i++) {
+    const r = await h.fetch('/prerender_admin/overview');
+    assert.equal(r.status, 200, r.text);
+    ages.push(r.json.keeper.heartbeatAgeMs as number);
+    await sleep(125);
+  }
+  assert.ok(
+    ages.every((a) => Number.isFinite(a) && a >= 0 && a < 5000),
+    `heartbeat ages ${ages.join(', ')}`,
+  );
+});
+
 test('24 concurrent clients on separate connections drain 3,000 due rows, each granted exactly once', async () => {
   const now = Date.now();
   for (let b = 0; b < 3; b++)

@@ -201,7 +201,9 @@ export function registerQueue(
         stale: view.stale,
         dueCount: signal.dueCount,
         complete: signal.complete,
-        heartbeatAgeMs: signal.heartbeatAt === null ? null : now - signal.heartbeatAt,
+        // The heartbeat is stored in whole seconds, rounded up (a live keeper never looks older than it
+        // is), so right after a beat it reads up to a second ahead of `now`: that is age 0, not negative.
+        heartbeatAgeMs: signal.heartbeatAt === null ? null : Math.max(0, now - signal.heartbeatAt),
         exact: doc?.doc.trust?.exact ?? false,
         stats: doc?.doc.trust?.keeper ?? null,
       },
