@@ -9,7 +9,12 @@ import { nameHash, randomWord } from '../../util/leases/token.js';
 import { threadId } from 'node:worker_threads';
 import type { Ownership } from '../../util/cluster/ownership.js';
 import type { HoldingView } from '../../util/cluster/holding.js';
-import { HandoffLedger, RELEASED_HANDOFF_MS, type HandoffLease } from '../../util/cluster/handoff.js';
+import {
+  HANDOFF_MARGIN_MS,
+  HandoffLedger,
+  RELEASED_HANDOFF_MS,
+  type HandoffLease,
+} from '../../util/cluster/handoff.js';
 import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../../util/time.js';
 import { leaderIdFor, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import type { ConfigListener } from '../runtime/config.js';
@@ -268,7 +273,8 @@ export class KeeperLeadership {
    */
   handoffFor(now: number): readonly HandoffLease[] {
     const ownership = this.ownership;
-    if (!ownership) return [];
+    // Alone there is nobody to hand leases to (and the scan of a 1M-lease table costs ~90 ms a beat).
+    if (!ownership || ownership.nodes.length === 1) return [];
     if (this.handoff.scanning(now)) {
       const found = leaseTable().handoffScan(
         now,
@@ -303,8 +309,11 @@ export class KeeperLeadership {
     const adopted = new Map<string, number>();
     let refused = 0;
     for (const { from, lease } of handed) {
-      if (fromSharedSeconds(lease.until) <= now) continue;
-      if (leases.adopt(lease, now)) adopted.set(from, (adopted.get(from) ?? 0) + 1);
+      // Held off HANDOFF_MARGIN_MS past the giver's end: its clock may run behind ours, and a result that
+      // came near the end writes the row through another database than the beat (it may arrive late).
+      const held = { ...lease, until: lease.until + Math.ceil(HANDOFF_MARGIN_MS / 1000) };
+      if (fromSharedSeconds(held.until) <= now) continue;
+      if (leases.adopt(held, now)) adopted.set(from, (adopted.get(from) ?? 0) + 1);
       else if (!leases.isLeasedHash(lease.hi, lease.lo, now)) refused++;
     }
     for (const [from, n] of adopted)

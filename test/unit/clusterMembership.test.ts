@@ -25,6 +25,7 @@ function cluster(
     peers?: string[];
     connections?: ConnectionView;
     handoff?: (now: number) => readonly HandoffLease[];
+    log?: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
   } = {},
 ) {
   const clock = new FakeClock(T0);
@@ -48,7 +49,7 @@ function cluster(
     scheduler,
     connections: opts.connections,
     handoff: opts.handoff,
-    log: quiet,
+    log: opts.log ?? quiet,
   });
   return { clock, scheduler, beats, written, membership };
 }
@@ -312,4 +313,21 @@ test("a change during another one's settle waits for it: the rows the first gave
   await c.clock.advance(1000);
   c.beats.set('node-c', beatOf('node-c'));
   assert.equal(c.beats.get('node-a')?.view?.join(','), 'node-a,node-c');
+});
+
+test('a handoff list that fails to build never stops the beat: the peers would count this node gone', async () => {
+  const warned: unknown[] = [];
+  const c = cluster({
+    interval: 1000,
+    handoff: () => {
+      throw new Error('scan failed');
+    },
+    log: { info: () => undefined, warn: (m: unknown) => void warned.push(m) },
+  });
+  c.beats.set('node-b', { node: 'node-b', beatAt: T0, view: null });
+  await c.membership.currentOwnership();
+  assert.equal(await c.membership.beatOnce(T0), true);
+  assert.deepEqual(c.beats.get('node-a')?.view, ['node-a', 'node-b']);
+  assert.equal(c.beats.get('node-a')?.handoff, undefined);
+  assert.match(String(warned[0]), /could not list the leases to hand over/);
 });

@@ -36,6 +36,12 @@ export const HANDOFF_SCAN_MS = 30_000;
  * the result's row write may reach the newcomer after the beat that gives it the row.
  */
 export const RELEASED_HANDOFF_MS = 10_000;
+/**
+ * The receiving node holds a handed-over lease off this much longer than the giver's end: clocks of two
+ * nodes differ a little, and a result that came just before the end writes its row through another
+ * database than the beat, so the receiver's copy of the row may still read due when the lease ends.
+ */
+export const HANDOFF_MARGIN_MS = 10_000;
 /** The most leases one beat carries (20 bytes each): beyond this the rest are logged, not handed over. */
 export const MAX_HANDOFF_LEASES = 50_000;
 

@@ -128,7 +128,16 @@ export class ClusterMembership {
   async beatOnce(now: number): Promise<boolean> {
     try {
       const view = this.publishedView(now);
-      const handoff = this.deps.handoff?.(now) ?? [];
+      let handoff: readonly HandoffLease[] = [];
+      try {
+        handoff = this.deps.handoff?.(now) ?? [];
+      } catch (e) {
+        // The beat itself matters more than the list: without beats the peers count this node gone.
+        this.deps.log.warn(
+          'cluster heartbeat: could not list the leases to hand over; beating without them',
+          e,
+        );
+      }
       await this.deps.writeBeat({
         node: this.deps.self(),
         beatAt: now,
