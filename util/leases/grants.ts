@@ -65,7 +65,7 @@ import {
   NO_DUE,
 } from './slots.js';
 import type { HandoffLease } from '../cluster/handoff.js';
-import { fromSharedSeconds, sharedSecondsAtOrAfter } from '../time.js';
+import { fromSharedSeconds, MINUTE_MS, sharedSecondsAtOrAfter } from '../time.js';
 import { formatToken, randomWord } from './token.js';
 import { LeaseUpkeep } from './upkeep.js';
 
@@ -153,7 +153,7 @@ export class LeaseGrants extends LeaseUpkeep {
     this.useHash(lease.hi, lease.lo);
     const options: GrantOptions = {
       leaseMs: untilMs - now,
-      dueMs: lease.dueMinute === NO_DUE ? NaN : lease.dueMinute * 60_000,
+      dueMs: lease.dueMinute === NO_DUE ? NaN : lease.dueMinute * MINUTE_MS,
       cadenceMs: Infinity,
       fastRetries: 0,
     };
@@ -234,31 +234,15 @@ export class LeaseGrants extends LeaseUpkeep {
       }
     }
     const dueMinute = toMinute(options.dueMs);
-    if (own >= 0 && adopted)
-      return this.take(
-        own,
-        ownWord,
-        Math.max(Math.floor(now), ownToken + 1),
-        now,
-        options,
-        adopted.misses,
-        false,
-        adopted,
-      );
     if (own >= 0) {
+      // A key's grants only grow in their token's instant.
+      const token = Math.max(Math.floor(now), ownToken + 1);
+      if (adopted) return this.take(own, ownWord, token, now, options, adopted.misses, false, adopted);
       const ownState = ownWord & STATE_MASK;
       const sameDue = ownDue === dueMinute;
       if (ownState === HELD) {
         // The hold ran out: this grant is the probe, and its own expiry will count the next miss.
-        return this.take(
-          own,
-          ownWord,
-          Math.max(Math.floor(now), ownToken + 1),
-          now,
-          options,
-          sameDue ? ownMisses : 0,
-          false,
-        );
+        return this.take(own, ownWord, token, now, options, sameDue ? ownMisses : 0, false);
       }
       // A lease whose result came (released, or kept by the fast-retry lane) was not lost: no requeue.
       // A release whose row did not move (same due minute) counts a miss: the render did not stick. A
@@ -274,7 +258,7 @@ export class LeaseGrants extends LeaseUpkeep {
           ? 0
           : ownMisses + 1;
       if (misses >= options.fastRetries + 2) return this.hold(own, ownWord, now, options, misses, dueMinute);
-      return this.take(own, ownWord, Math.max(Math.floor(now), ownToken + 1), now, options, misses, requeued);
+      return this.take(own, ownWord, token, now, options, misses, requeued);
     }
     if (empty < 0 && spare < 0) return { ok: false, reason: 'full' };
     const [slot, slotWord, k] = empty >= 0 ? [empty, emptyWord, emptyK] : [spare, spareWord, spareK];
