@@ -816,17 +816,60 @@ test('an adopted lease blocks its key until its end, raises no requeued there, t
   assert.equal(next.misses, 1, 'the handed-over lease ended unreported: one miss, as on the giver');
 });
 
-test('adopting never overrides a lease of the taking table, nor an ended one', () => {
+test('adopting keeps a lease of the taking table and its token, and lengthens its block to the handed-over end', () => {
   const { table } = setup();
   const key = 'https://example.com/mine';
   const mine = granted(table.grant(key, T0, opts()));
   const { hi, lo } = keyHash(key);
+  const shorter = sharedSecondsAtOrAfter(T0 + LEASE / 2);
+  assert.equal(
+    table.adopt({ hi, lo, until: shorter, dueMinute: 0, misses: 0 }, T0 + 1000),
+    false,
+    'mine lasts longer',
+  );
   const until = sharedSecondsAtOrAfter(T0 + 2 * LEASE);
-  assert.equal(table.adopt({ hi, lo, until, dueMinute: 0, misses: 0 }, T0 + 1000), false);
-  assert.equal(table.check(key, mine.token), 'current');
+  assert.equal(table.adopt({ hi, lo, until, dueMinute: 0, misses: 0 }, T0 + 1000), true);
+  assert.equal(table.check(key, mine.token), 'current', 'the local holder keeps its lease');
+  // Past my lease's own end, the other node's lease still blocks the key here.
+  const between = mine.expiresAt + 1000;
+  assert.deepEqual(table.grant(key, between, opts()), {
+    ok: false,
+    reason: 'leased',
+    expiresAt: fromSharedSeconds(until),
+  });
+  assert.equal(table.adopt({ hi, lo, until, dueMinute: 0, misses: 0 }, between), false, 'already that long');
+  assert.equal(granted(table.grant(key, fromSharedSeconds(until) + 1000, opts())).misses, 1);
   const other = keyHash('https://example.com/other');
   assert.equal(table.adopt({ ...other, until: 5, dueMinute: 0, misses: 0 }, T0), false, 'ended long ago');
   assert.equal(table.isLeased('https://example.com/other', T0), false);
+});
+
+test('adopting lengthens a release grace and a hold that end before the handed-over lease', () => {
+  const { table } = setup();
+  const released = 'https://example.com/released';
+  const lease = granted(table.grant(released, T0, opts()));
+  assert.equal(table.release(released, lease.token, T0 + 1000), true);
+  const until = sharedSecondsAtOrAfter(T0 + 60_000);
+  assert.equal(table.adopt({ ...keyHash(released), until, dueMinute: 0, misses: 0 }, T0 + 2000), true);
+  const inGrace = table.grant(released, T0 + 30_000, opts());
+  assert.equal(inGrace.ok, false);
+  assert.equal(inGrace.ok === false && inGrace.reason, 'grace', 'blocked past the 5 s grace');
+  assert.equal(table.grant(released, fromSharedSeconds(until) + 1000, opts()).ok, true);
+
+  const held = 'https://example.com/held';
+  const few = opts({ fastRetries: 0 });
+  let now = T0;
+  let result = table.grant(held, now, few);
+  while (result.ok) {
+    now = result.expiresAt + 1000;
+    result = table.grant(held, now, few);
+  }
+  assert.equal(result.reason, 'held');
+  const heldUntil = result.heldUntil!;
+  const later = sharedSecondsAtOrAfter(heldUntil + 60_000);
+  assert.equal(table.adopt({ ...keyHash(held), until: later, dueMinute: 0, misses: 0 }, now), true);
+  const stillHeld = table.grant(held, heldUntil + 1000, few);
+  assert.equal(stillHeld.ok === false && stillHeld.reason, 'held');
 });
 
 test('a lease re-granted right after it ended, before any expiry pass, still raises requeued once per queue', () => {

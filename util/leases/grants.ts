@@ -75,6 +75,9 @@ import { LeaseUpkeep } from './upkeep.js';
  */
 export const MAX_ATTEMPTS = 16;
 
+/** What a handed-over lease's scan returns when it lengthened a shorter local block (LeaseGrants.adopt). */
+const BLOCK_LENGTHENED: GrantResult = { ok: false, reason: 'leased' };
+
 export interface GrantOptions {
   leaseMs: number;
   dueMs: number;
@@ -144,8 +147,10 @@ export class LeaseGrants extends LeaseUpkeep {
    * is refused here until the lease's end, as a live lease of this table, under a token nobody holds (its
    * result goes to the node that granted it). It is marked as seen expiring, so its end raises no
    * `requeued` here (the granting node raises its own), and the key's next grant after it counts its
-   * miss as the granting node would have. False when the key is already refused here (a lease of its
-   * own, a grace or a hold), the lease has ended, or the table has no room.
+   * miss as the granting node would have. When the key is already refused here (a lease of its own, a
+   * grace or a hold) that ends sooner, that block is lengthened to the handed-over lease's end, so the
+   * key cannot be granted here while the other node's lease is live. True when the table changed; false
+   * when the key was already refused at least that long, the lease has ended, or the table has no room.
    */
   adopt(lease: HandoffLease, now: number): boolean {
     const untilMs = fromSharedSeconds(lease.until);
@@ -159,7 +164,7 @@ export class LeaseGrants extends LeaseUpkeep {
     };
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const result = this.tryGrant(now, options, lease);
-      if (result !== undefined) return result.ok;
+      if (result !== undefined) return result.ok || result === BLOCK_LENGTHENED;
     }
     return false;
   }
@@ -204,7 +209,8 @@ export class LeaseGrants extends LeaseUpkeep {
       const end = fromSharedSeconds(this.expiryRead);
       if (this.readIsKey()) {
         const refusal = this.refusal(state, now);
-        if (refusal !== undefined) return refusal;
+        if (refusal !== undefined)
+          return adopted ? this.lengthen(base, word, adopted.until, refusal) : refusal;
         if (this.tokenRead > ownToken) {
           own = base;
           ownWord = word;
@@ -319,7 +325,8 @@ export class LeaseGrants extends LeaseUpkeep {
       if (!this.readIsKey() || !blocks(otherWord & STATE_MASK, this.expiryRead, now)) continue;
       const refusal = this.refusal(otherWord & STATE_MASK, now);
       this.giveBack(base, published, word);
-      return refusal;
+      // An adopted lease scans again, and so lengthens the rival's block if it ends sooner.
+      return adopted ? undefined : refusal;
     }
     return {
       ok: true,
@@ -329,6 +336,23 @@ export class LeaseGrants extends LeaseUpkeep {
       misses,
       requeued,
     };
+  }
+
+  /**
+   * Lengthens the block of this key's slot at `base` (read as `word`: a live lease, a grace or a hold)
+   * to `until` (shared seconds), for a lease handed over from another node that ends later. The state,
+   * token and report words stay: a local holder's token keeps working, for longer. BLOCK_LENGTHENED, the
+   * plain refusal when the block already lasts that long, or undefined when another writer got there
+   * first. No expiry note is needed: the pass that comes at the old end notes the new one.
+   */
+  private lengthen(base: number, word: number, until: number, refusal: GrantResult): GrantResult | undefined {
+    if (this.expiryRead >= until) return refusal;
+    const a = this.words;
+    const busy = nextWord(word, BUSY);
+    if (Atomics.compareExchange(a, base, word, busy) !== word) return undefined;
+    a[base + S_EXPIRY] = until;
+    Atomics.store(a, base, nextWord(busy, word & STATE_MASK));
+    return BLOCK_LENGTHENED;
   }
 
   /** Puts a slot this grant published back the way it found it. */
