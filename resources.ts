@@ -61,7 +61,7 @@ const membership = harperMembership({
   peers,
   connections: harperConnections(sleep),
   // Worker 0's beats hand over the leases on rows it gave away (util/cluster/handoff.ts).
-  handoff: (at) => leadership.handoffFor(at),
+  handoff: (at, newView) => leadership.handoffFor(at, newView),
 });
 const control = new NodeControl({ scheduler: duties, peerNames: () => peers.names() });
 

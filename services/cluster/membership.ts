@@ -36,8 +36,14 @@ export function harperMembership(deps: {
   peers: ReplicationPeers;
   connections?: ConnectionView;
   /** The leases each beat hands over (worker 0's keeper leadership). */
-  handoff?: (now: number) => readonly HandoffLease[];
+  handoff?: (now: number, newView: boolean) => Promise<readonly HandoffLease[]>;
 }): ClusterMembership {
+  // The list stays one array while it does not change: encode it once, not every beat.
+  let last: { list: readonly HandoffLease[]; text: string } | null = null;
+  const encoded = (list: readonly HandoffLease[]): string => {
+    if (last?.list !== list) last = { list, text: encodeHandoff(list) };
+    return last.text;
+  };
   return new ClusterMembership({
     self: nodeName,
     configuredPeers: () => deps.peers.names(),
@@ -59,7 +65,7 @@ export function harperMembership(deps: {
             beatAt: b.beatAt,
             startedAt: b.startedAt,
             // Null, not absent: a put replaces the row, and an old list must not outlive its leases.
-            handoff: b.handoff && b.handoff.length > 0 ? encodeHandoff(b.handoff) : null,
+            handoff: b.handoff && b.handoff.length > 0 ? encoded(b.handoff) : null,
           },
           txn,
         );

@@ -267,29 +267,40 @@ export class KeeperLeadership {
   }
 
   /**
-   * What this node's beat hands over (util/cluster/handoff.ts): for HANDOFF_SCAN_MS after a membership
-   * change the beat scans the lease table for leases on rows this node no longer holds; what it found
-   * stays in the list until each lease ends.
+   * What this node's beat hands over (util/cluster/handoff.ts). A few times after a membership change
+   * (SCANS_AFTER_CHANGE_MS: the change, after the settle, once more), and in every beat that publishes
+   * a new view (`newView`: the one that gives rows away, after its settle), the beat scans the lease
+   * table in slices for leases on rows this node no longer holds; what it found stays in the list until each
+   * lease ends. Every beat checks the listed leases still live for a result that came since, so their
+   * new holder counts no miss for them. The same array while nothing changed (the beat encodes it once).
    */
-  handoffFor(now: number): readonly HandoffLease[] {
+  async handoffFor(now: number, newView = false): Promise<readonly HandoffLease[]> {
     const ownership = this.ownership;
-    // Alone there is nobody to hand leases to (and the scan of a 1M-lease table costs ~90 ms a beat).
+    // Alone there is nobody to hand leases to (and the scan of a 1M-lease table costs ~90 ms).
     if (!ownership || ownership.nodes.length === 1) return [];
-    if (this.handoff.scanning(now)) {
-      const found = leaseTable().handoffScan(
+    const ledger = this.handoff;
+    if (newView || ledger.scanDue(now)) {
+      const found = await leaseTable().handoffScanInSlices(
         now,
         (hi, lo) => ownership.ownsHash(hi, lo),
         RELEASED_HANDOFF_MS,
+        nextTurn,
       );
-      const added = this.handoff.note(found);
+      const added = ledger.note(found, now);
       if (added > 0)
         log.info(
-          `keeper: handing over ${added} leases out on rows this node no longer holds (${this.handoff.size} in all)`,
+          `keeper: handing over ${added} leases out on rows this node no longer holds (${ledger.size} in all)`,
         );
     }
-    this.handoff.prune(sharedSecondsAtOrBefore(now));
-    const { leases, left } = this.handoff.list();
-    if (left > 0 && this.handoff.sayOverflow())
+    ledger.prune(sharedSecondsAtOrBefore(now));
+    if (ledger.size > 0) {
+      const leases = leaseTable();
+      const reported: HandoffLease[] = [];
+      for (const l of ledger.unreleased()) if (leases.reportedHash(l.hi, l.lo)) reported.push(l);
+      for (const l of reported) ledger.release(l.hi, l.lo);
+    }
+    const { leases, left } = ledger.list();
+    if (left > 0 && ledger.sayOverflow())
       log.warn(
         `keeper: ${left} leases on rows this node gave away do not fit the heartbeat and are not handed over; ` +
           'their new holder may grant those rows again before the leases end',

@@ -24,7 +24,7 @@ function cluster(
     interval?: number;
     peers?: string[];
     connections?: ConnectionView;
-    handoff?: (now: number) => readonly HandoffLease[];
+    handoff?: (now: number, newView: boolean) => readonly HandoffLease[];
     log?: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
   } = {},
 ) {
@@ -262,7 +262,15 @@ test('a peer whose beats stop while Harper still reports its socket connected le
 
 test('a view that gives rows away is published only after the settle, one that only gains at once; beats carry the handoff', async () => {
   let handing: HandoffLease[] = [];
-  const c = cluster({ interval: 1000, peers: ['node-b', 'node-c'], handoff: () => handing });
+  const asked: string[] = [];
+  const c = cluster({
+    interval: 1000,
+    peers: ['node-b', 'node-c'],
+    handoff: (_now, newView) => {
+      if (newView) asked.push(c.beats.get('node-a')?.view?.join(',') ?? 'none');
+      return handing;
+    },
+  });
   const beatOf = (n: string) => ({ node: n, beatAt: c.clock.t, view: null });
   const published = () => c.beats.get('node-a')?.view?.join(',');
   c.beats.set('node-b', beatOf('node-b'));
@@ -287,6 +295,9 @@ test('a view that gives rows away is published only after the settle, one that o
       seen.push(`${published()}@${c.clock.t >= changedAt + PUBLISH_SETTLE_MS}`);
   }
   assert.deepEqual(seen, ['node-a,node-b@false', 'node-a,node-b,node-c@true']);
+  // Told a new view goes out (so it scans then) on the first beat and on the settled one, only then;
+  // each time the beat row still shows the view before.
+  assert.deepEqual(asked, ['none', 'node-a,node-b']);
   assert.deepEqual(c.beats.get('node-a')?.handoff, handing, 'the beat carries the leases handed over');
 
   // node-c leaves: the view only gains rows, and the next beat publishes it.

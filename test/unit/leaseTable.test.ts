@@ -785,9 +785,83 @@ test('the handoff scan lists live leases and recent releases on keys not held, n
   assert.equal(of(given)!.dueMinute, Math.floor(DUE / 60_000));
   // Released at T0 + 2 s: held off until 10 s after the release (rounded up to the second).
   assert.equal(fromSharedSeconds(of(done)!.until), Math.ceil((T0 + 12_000) / 1000) * 1000);
+  assert.equal(of(done)!.released, true, 'its result came: marked released');
+  assert.equal(of(given)!.released, undefined);
   assert.equal(of(kept), undefined, 'a lease on a row still held stays here');
   assert.equal(of(old), undefined, 'a release 30 s ago is not handed over');
   assert.equal(of(lapsed), undefined, 'an expired lease is not handed over');
+  assert.deepEqual(
+    table.handoffScan(now, holds, 10_000),
+    found,
+    'the whole-table scan and the sliced one agree',
+  );
+});
+
+test('the sliced handoff scan finds what the whole one does, yielding between slices', async () => {
+  const { table } = setup(256);
+  for (let i = 0; i < 200; i++) granted(table.grant(`https://example.com/s/${i}`, T0, opts()));
+  let pauses = 0;
+  const sliced = await table.handoffScanInSlices(
+    T0 + 1000,
+    () => false,
+    10_000,
+    async () => void pauses++,
+    64,
+  );
+  assert.deepEqual(
+    sliced,
+    table.handoffScan(T0 + 1000, () => false, 10_000),
+  );
+  assert.equal(sliced.length, 200);
+  assert.equal(pauses, table.slotCount / 64 - 1);
+});
+
+test('reportedHash says whether the latest grant of a key had its result', () => {
+  const { table } = setup();
+  const key = 'https://example.com/reported';
+  const { hi, lo } = keyHash(key);
+  assert.equal(table.reportedHash(hi, lo), false, 'never granted');
+  const lease = granted(table.grant(key, T0, opts()));
+  assert.equal(table.reportedHash(hi, lo), false, 'live, no result');
+  assert.equal(table.release(key, lease.token, T0 + 1000), true);
+  assert.equal(table.reportedHash(hi, lo), true);
+  granted(table.grant(key, T0 + 10_000, opts({ dueMs: NEXT_DUE })));
+  assert.equal(table.reportedHash(hi, lo), false, 'the next grant has none yet');
+});
+
+test('a handed-over lease marked released blocks its key as a grace and costs its next grant no miss', () => {
+  const giver = setup();
+  const key = 'https://example.com/rendered';
+  const lease = granted(giver.table.grant(key, T0, opts()));
+  assert.equal(giver.table.release(key, lease.token, T0 + 1000), true);
+  const [handed] = giver.table.handoffScan(T0 + 2000, () => false, 10_000);
+  assert.equal(handed?.released, true);
+  const taker = setup();
+  assert.equal(taker.table.adopt(handed!, T0 + 2000), true);
+  const refused = taker.table.grant(key, T0 + 3000, opts({ dueMs: NEXT_DUE }));
+  assert.equal(refused.ok === false && refused.reason, 'grace');
+  assert.equal(taker.table.occupancy(), 0, 'a release is no live lease');
+  const next = granted(
+    taker.table.grant(key, fromSharedSeconds(handed!.until) + 1000, opts({ dueMs: NEXT_DUE })),
+  );
+  assert.equal(next.misses, 0, 'the render succeeded there: the row moved, no miss');
+
+  // Adopted while live, then handed over again once its result came: the adopted lease becomes a release.
+  const other = setup();
+  const live = granted(giver.table.grant(key, T0 + 20_000, opts()));
+  const [whileLive] = giver.table.handoffScan(T0 + 21_000, () => false, 10_000);
+  assert.equal(other.table.adopt(whileLive!, T0 + 21_000), true);
+  assert.equal(giver.table.release(key, live.token, T0 + 22_000), true);
+  assert.equal(other.table.adopt({ ...whileLive!, released: true }, T0 + 23_000), true);
+  assert.equal(other.table.adopt({ ...whileLive!, released: true }, T0 + 24_000), false, 'once');
+  const inGrace = other.table.grant(key, T0 + 25_000, opts({ dueMs: NEXT_DUE }));
+  assert.deepEqual(
+    inGrace,
+    { ok: false, reason: 'grace', expiresAt: live.expiresAt },
+    'held off as long as before',
+  );
+  const after = granted(other.table.grant(key, live.expiresAt + 1000, opts({ dueMs: NEXT_DUE })));
+  assert.equal(after.misses, 0);
 });
 
 test('an adopted lease blocks its key until its end, raises no requeued there, then the next grant counts its miss', () => {

@@ -77,7 +77,11 @@ export interface MembershipDeps {
   /** The second departure signal; without it only the heartbeat window counts. */
   connections?: ConnectionView;
   /** The leases each beat hands over (worker 0's keeper; none when absent). */
-  handoff?: (now: number) => readonly HandoffLease[];
+  /**
+   * The leases a beat at `now` hands over; `newView` when this beat publishes a view the last one did
+   * not (its list must come from a scan that starts now, after the settle).
+   */
+  handoff?: (now: number, newView: boolean) => readonly HandoffLease[] | Promise<readonly HandoffLease[]>;
   log: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
 }
 
@@ -97,6 +101,8 @@ export class ClusterMembership {
   /** The view beats publish: the applied one once it settled. Null until the keeper has one. */
   private published: readonly string[] | null = null;
   private beat: DutyHandle | null = null;
+  /** The view the last beat published (joined), to tell the handoff when a beat publishes a new one. */
+  private lastBeatView: string | null | undefined = undefined;
   private readonly startedAt: number;
   private lastWarnAt = -Infinity;
   /** The peers present at the last look (a departure is a peer in here that is no longer present). */
@@ -128,9 +134,12 @@ export class ClusterMembership {
   async beatOnce(now: number): Promise<boolean> {
     try {
       const view = this.publishedView(now);
+      const viewText = view?.join(',') ?? null;
+      const newView = viewText !== this.lastBeatView;
+      this.lastBeatView = viewText;
       let handoff: readonly HandoffLease[] = [];
       try {
-        handoff = this.deps.handoff?.(now) ?? [];
+        handoff = (await this.deps.handoff?.(now, newView)) ?? [];
       } catch (e) {
         // The beat itself matters more than the list: without beats the peers count this node gone.
         this.deps.log.warn(

@@ -147,7 +147,8 @@ export class LeaseGrants extends LeaseUpkeep {
    * is refused here until the lease's end, as a live lease of this table, under a token nobody holds (its
    * result goes to the node that granted it). It is marked as seen expiring, so its end raises no
    * `requeued` here (the granting node raises its own), and the key's next grant after it counts its
-   * miss as the granting node would have. When the key is already refused here (a lease of its own, a
+   * miss as the granting node would have (none when the lease is marked `released`: its result came
+   * there, and it is recorded here as a release). When the key is already refused here (a lease of its own, a
    * grace or a hold) that ends sooner, that block is lengthened to the handed-over lease's end, so the
    * key cannot be granted here while the other node's lease is live. True when the table changed; false
    * when the key was already refused at least that long, the lease has ended, or the table has no room.
@@ -162,11 +163,15 @@ export class LeaseGrants extends LeaseUpkeep {
       cadenceMs: Infinity,
       fastRetries: 0,
     };
+    let changed = false;
     for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const result = this.tryGrant(now, options, lease);
-      if (result !== undefined) return result.ok || result === BLOCK_LENGTHENED;
+      if (result === undefined) continue;
+      changed ||= result.ok || result === BLOCK_LENGTHENED;
+      // A lease whose result came is recorded live, then released by one more pass (see lengthen).
+      if (!(result.ok && lease.released)) return changed;
     }
-    return false;
+    return changed;
   }
 
   private tryGrant(now: number, options: GrantOptions, adopted?: HandoffLease): GrantResult | undefined {
@@ -209,8 +214,7 @@ export class LeaseGrants extends LeaseUpkeep {
       const end = fromSharedSeconds(this.expiryRead);
       if (this.readIsKey()) {
         const refusal = this.refusal(state, now);
-        if (refusal !== undefined)
-          return adopted ? this.lengthen(base, word, adopted.until, refusal) : refusal;
+        if (refusal !== undefined) return adopted ? this.lengthen(base, word, adopted, refusal) : refusal;
         if (this.tokenRead > ownToken) {
           own = base;
           ownWord = word;
@@ -340,18 +344,30 @@ export class LeaseGrants extends LeaseUpkeep {
 
   /**
    * Lengthens the block of this key's slot at `base` (read as `word`: a live lease, a grace or a hold)
-   * to `until` (shared seconds), for a lease handed over from another node that ends later. The state,
-   * token and report words stay: a local holder's token keeps working, for longer. BLOCK_LENGTHENED, the
-   * plain refusal when the block already lasts that long, or undefined when another writer got there
+   * to the handed-over lease's end, when that comes later. An adopted lease (live, its expiry seen)
+   * whose lease the handoff now marks released becomes a release, so the key's next grant counts no
+   * miss for it. The token and report words stay: a local holder's token keeps working, for longer.
+   * BLOCK_LENGTHENED, the plain refusal when nothing changes, or undefined when another writer got there
    * first. No expiry note is needed: the pass that comes at the old end notes the new one.
    */
-  private lengthen(base: number, word: number, until: number, refusal: GrantResult): GrantResult | undefined {
-    if (this.expiryRead >= until) return refusal;
+  private lengthen(
+    base: number,
+    word: number,
+    adopted: HandoffLease,
+    refusal: GrantResult,
+  ): GrantResult | undefined {
+    const state = word & STATE_MASK;
+    const release = adopted.released === true && state === LEASED && this.reportRead === REPORT_EXPIRY_SEEN;
+    if (this.expiryRead >= adopted.until && !release) return refusal;
     const a = this.words;
     const busy = nextWord(word, BUSY);
     if (Atomics.compareExchange(a, base, word, busy) !== word) return undefined;
-    a[base + S_EXPIRY] = until;
-    Atomics.store(a, base, nextWord(busy, word & STATE_MASK));
+    a[base + S_EXPIRY] = Math.max(this.expiryRead, adopted.until);
+    if (release) {
+      Atomics.sub(a, H_OCCUPANCY, 1);
+      a[base + S_MISSES] = adopted.misses;
+    }
+    Atomics.store(a, base, nextWord(busy, release ? RELEASED : state));
     return BLOCK_LENGTHENED;
   }
 

@@ -216,6 +216,26 @@ export class LeaseTable extends LeaseGrants {
   }
 
   /**
+   * Whether the latest grant of the key with this hash had its result: released, or kept by the
+   * fast-retry lane with its report accepted. The beat's check of leases it hands over
+   * (util/cluster/handoff.ts), so their new holder counts no miss for a render that succeeded.
+   */
+  reportedHash(hi: number, lo: number): boolean {
+    this.useHash(hi, lo);
+    let latest = -1;
+    let reported = false;
+    for (let k = 0, n = this.window(); k < n; k++) {
+      const state = this.read(this.base(k), true) & STATE_MASK;
+      if (state === EMPTY || state === BUSY || !this.readIsKey() || this.tokenRead <= latest) continue;
+      latest = this.tokenRead;
+      reported =
+        state === RELEASED ||
+        (state === LEASED && (this.reportRead === REPORT_ACCEPTED || this.reportRead === REPORT_UNKNOWN_JOB));
+    }
+    return reported;
+  }
+
+  /**
    * isLeasedHash with the end of the block it found: 0 when nothing blocks the key, else the instant
    * (ms) that block ends — the lease's expiry, a release grace's end or a hold's end, rounded as the
    * table stores it. Another slot of the key may block it for longer; never for less than this unless

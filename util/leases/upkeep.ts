@@ -155,16 +155,45 @@ export class LeaseUpkeep extends LeaseSlots {
    * The leases to hand over with rows this node no longer holds (util/cluster/handoff.ts): every live
    * lease whose key `holds` says no to, and every lease released within the last `releasedForMs`, held
    * off until that long after its release (its row write may reach the new holder late). One pass over
-   * the slots; worker 0's beats run it for a while after each membership change.
+   * the slots; worker 0's beats run it in slices (handoffScanInSlices) a few times after each membership
+   * change.
    */
   handoffScan(
     now: number,
     holds: (hi: number, lo: number) => boolean,
     releasedForMs: number,
   ): HandoffLease[] {
-    const a = this.words;
     const out: HandoffLease[] = [];
-    for (let slot = 0; slot < this.slotCount; slot++) {
+    this.handoffSlots(now, holds, releasedForMs, 0, this.slotCount, out);
+    return out;
+  }
+
+  /** handoffScan in slices of `sliceSlots`, yielding to `pause` between them (a big table's pass). */
+  async handoffScanInSlices(
+    now: number,
+    holds: (hi: number, lo: number) => boolean,
+    releasedForMs: number,
+    pause: () => Promise<void>,
+    sliceSlots = RECONCILE_SLICE_SLOTS,
+  ): Promise<HandoffLease[]> {
+    const out: HandoffLease[] = [];
+    for (let from = 0; from < this.slotCount; from += sliceSlots) {
+      if (from > 0) await pause();
+      this.handoffSlots(now, holds, releasedForMs, from, Math.min(this.slotCount, from + sliceSlots), out);
+    }
+    return out;
+  }
+
+  private handoffSlots(
+    now: number,
+    holds: (hi: number, lo: number) => boolean,
+    releasedForMs: number,
+    from: number,
+    to: number,
+    out: HandoffLease[],
+  ): void {
+    const a = this.words;
+    for (let slot = from; slot < to; slot++) {
       const base = HEADER_WORDS + slot * SLOT_WORDS;
       const state = Atomics.load(a, base) & STATE_MASK;
       if (state !== LEASED && state !== RELEASED && state !== BUSY) continue;
@@ -183,9 +212,9 @@ export class LeaseUpkeep extends LeaseSlots {
         until,
         dueMinute: this.dueRead,
         misses: this.missesRead,
+        ...(read === RELEASED ? { released: true } : {}),
       });
     }
-    return out;
   }
 
   /** Lowers H_NEXT_EXPIRY to `expirySec` (a lease end collectExpired must not skip past). */
