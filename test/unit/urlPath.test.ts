@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { simplePathname } from '../../util/schedule/urlPath.js';
+import { queueOf } from '../../util/schedule/rules.js';
 
 // urlPath.ts as it was before it stopped capturing (exec, a match array and two strings per URL): the
 // tested-only version must answer exactly as this one does.
@@ -126,4 +127,33 @@ test('property: it answers exactly as the exec-and-capture version it replaced, 
     'https://xn-/a',
   ])
     assert.equal(simplePathname(u), byRegExp(u), u);
+});
+
+test('property: the route match made in place picks the route the parsed pathname picks', () => {
+  // Routes and URLs over a few path pieces, so prefixes, exact paths, '/' and '' meet often.
+  const piece = fc.constantFrom('/', '/p', '/p/', '/pq', '/blog/', 'a', '.', '?', '#', '%2e', ' ');
+  const routePath = fc.constantFrom('/', '', '/p', '/p/', '/pq', '/blog/', '/blog/a');
+  const routes = fc.array(
+    fc.record({ match: fc.constantFrom('exact' as const, 'prefix' as const), path: routePath }),
+    { minLength: 1, maxLength: 4 },
+  );
+  const url = fc
+    .tuple(
+      fc.constantFrom('https://ex.com', 'http://a-b.c', 'https://1.2.3.4', 'https://EX.com'),
+      fc.array(piece, { maxLength: 5 }),
+    )
+    .map(([origin, path]) => origin + path.join(''));
+  fc.assert(
+    fc.property(routes, url, (rs, u) => {
+      const named = rs.map((r, i) => ({ ...r, name: `r${i}` }));
+      const path = parsed(u);
+      const expected =
+        path === null
+          ? 'unrouted'
+          : (named.find((r) => (r.match === 'exact' ? path === r.path : path.startsWith(r.path)))?.name ??
+            'unrouted');
+      assert.equal(queueOf(u, named), expected, `${u} ${JSON.stringify(rs)}`);
+    }),
+    { numRuns: 20_000 },
+  );
 });
