@@ -36,7 +36,7 @@ export function harperMembership(deps: {
   peers: ReplicationPeers;
   connections?: ConnectionView;
   /** The leases each beat hands over (worker 0's keeper leadership). */
-  handoff?: (now: number, newView: boolean) => Promise<readonly HandoffLease[]>;
+  handoff?: (now: number, newView: boolean) => Promise<readonly HandoffLease[] | null>;
 }): ClusterMembership {
   // The list stays one array while it does not change: encode it once, not every beat.
   let last: { list: readonly HandoffLease[]; text: string } | null = null;
@@ -57,6 +57,8 @@ export function harperMembership(deps: {
     },
     writeBeat: (b) =>
       transaction(async (txn) => {
+        // The list is not known (no view yet, or listing failed): keep the row's, whose leases still run.
+        const kept = b.keepHandoff ? ((await nodeTable().get(b.node))?.handoff ?? null) : undefined;
         await nodeTable().put(
           b.node,
           {
@@ -65,12 +67,14 @@ export function harperMembership(deps: {
             beatAt: b.beatAt,
             startedAt: b.startedAt,
             // Null, not absent: a put replaces the row, and an old list must not outlive its leases.
-            handoff: b.handoff && b.handoff.length > 0 ? encoded(b.handoff) : null,
+            handoff:
+              kept !== undefined ? kept : b.handoff && b.handoff.length > 0 ? encoded(b.handoff) : null,
           },
           txn,
         );
       }),
     now: () => Date.now(),
+    processStartedAt: Date.now() - process.uptime() * 1000,
     beatIntervalMs: () => config().queue.keeper.publishInterval,
     scheduler: deps.scheduler,
     connections: deps.connections,

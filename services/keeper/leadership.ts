@@ -271,13 +271,16 @@ export class KeeperLeadership {
    * (SCANS_AFTER_CHANGE_MS: the change, after the settle, once more), and in every beat that publishes
    * a new view (`newView`: the one that gives rows away, after its settle), the beat scans the lease
    * table in slices for leases on rows this node no longer holds; what it found stays in the list until each
-   * lease ends. Every beat checks the listed leases still live for a result that came since, so their
+   * lease ends (null before the keeper has a view: the beat row keeps its list). Every beat checks the listed leases still live for a result that came since, so their
    * new holder counts no miss for them. The same array while nothing changed (the beat encodes it once).
    */
-  async handoffFor(now: number, newView = false): Promise<readonly HandoffLease[]> {
+  async handoffFor(now: number, newView = false): Promise<readonly HandoffLease[] | null> {
     const ownership = this.ownership;
+    // No view yet (the peer wait): an earlier worker 0 of this process may have left a list whose leases
+    // still run, and this one cannot tell yet; the beat row keeps it.
+    if (!ownership) return null;
     // Alone there is nobody to hand leases to (and the scan of a 1M-lease table costs ~90 ms).
-    if (!ownership || ownership.nodes.length === 1) return [];
+    if (ownership.nodes.length === 1) return [];
     const ledger = this.handoff;
     if (newView || ledger.scanDue(now)) {
       const found = await leaseTable().handoffScanInSlices(

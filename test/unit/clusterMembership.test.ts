@@ -24,8 +24,11 @@ function cluster(
     interval?: number;
     peers?: string[];
     connections?: ConnectionView;
-    handoff?: (now: number, newView: boolean) => readonly HandoffLease[];
+    handoff?: (now: number, newView: boolean) => readonly HandoffLease[] | null;
     log?: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
+    processStartedAt?: number;
+    /** Beat rows already there (this node's own from an earlier worker, say). */
+    rows?: NodeBeat[];
   } = {},
 ) {
   const clock = new FakeClock(T0);
@@ -34,15 +37,17 @@ function cluster(
     timer: clock,
     log: { debug: () => undefined, error: () => undefined },
   });
-  const beats = new Map<string, NodeBeat>();
+  const beats = new Map<string, NodeBeat>((opts.rows ?? []).map((b) => [b.node, b]));
   const written: number[] = [];
   const membership = new ClusterMembership({
     self: () => 'node-a',
     configuredPeers: async () => opts.peers ?? ['node-b'],
     readBeats: async () => [...beats.values()],
-    writeBeat: async (b) => {
+    writeBeat: async ({ keepHandoff, ...b }) => {
       written.push(b.beatAt);
-      beats.set(b.node, b);
+      const kept = keepHandoff ? beats.get(b.node)?.handoff : b.handoff;
+      beats.set(b.node, { ...b, ...(kept ? { handoff: kept } : {}) });
+      if (!kept) delete beats.get(b.node)!.handoff;
     },
     now: clock.now,
     beatIntervalMs: () => opts.interval ?? 200,
@@ -50,6 +55,7 @@ function cluster(
     connections: opts.connections,
     handoff: opts.handoff,
     log: opts.log ?? quiet,
+    ...(opts.processStartedAt !== undefined ? { processStartedAt: opts.processStartedAt } : {}),
   });
   return { clock, scheduler, beats, written, membership };
 }
@@ -326,19 +332,76 @@ test("a change during another one's settle waits for it: the rows the first gave
   assert.equal(c.beats.get('node-a')?.view?.join(','), 'node-a,node-c');
 });
 
-test('a handoff list that fails to build never stops the beat: the peers would count this node gone', async () => {
+test('a handoff list that fails to build never stops the beat, and the row keeps the list it had', async () => {
   const warned: unknown[] = [];
+  const had = [{ hi: 1, lo: 2, until: 3, dueMinute: 4, misses: 0 }];
   const c = cluster({
     interval: 1000,
     handoff: () => {
       throw new Error('scan failed');
     },
     log: { info: () => undefined, warn: (m: unknown) => void warned.push(m) },
+    rows: [{ node: 'node-a', beatAt: T0 - 1000, view: null, handoff: had }],
   });
   c.beats.set('node-b', { node: 'node-b', beatAt: T0, view: null });
   await c.membership.currentOwnership();
   assert.equal(await c.membership.beatOnce(T0), true);
   assert.deepEqual(c.beats.get('node-a')?.view, ['node-a', 'node-b']);
-  assert.equal(c.beats.get('node-a')?.handoff, undefined);
+  assert.deepEqual(c.beats.get('node-a')?.handoff, had, 'its leases still run: not wiped');
   assert.match(String(warned[0]), /could not list the leases to hand over/);
+});
+
+test('before the keeper has a view (the peer wait) the beat keeps the list its row has; an empty list clears it', async () => {
+  const had = [{ hi: 1, lo: 2, until: 3, dueMinute: 4, misses: 0 }];
+  let list: HandoffLease[] | null = null;
+  const c = cluster({
+    interval: 1000,
+    handoff: () => list,
+    rows: [{ node: 'node-a', beatAt: 0, view: null, handoff: had }],
+  });
+  assert.equal(await c.membership.beatOnce(T0), true);
+  assert.deepEqual(c.beats.get('node-a')?.handoff, had);
+  list = [];
+  assert.equal(await c.membership.beatOnce(T0 + 1000), true);
+  assert.equal(c.beats.get('node-a')?.handoff, undefined);
+});
+
+test('a worker 0 restarted inside the process carries on the view its predecessor published, and settles a first view that gives rows away', async () => {
+  const earlier: NodeBeat = { node: 'node-a', beatAt: T0 - 500, view: ['node-a', 'node-b'] };
+  const peersUp = (c: ReturnType<typeof cluster>) => {
+    c.beats.set('node-b', { node: 'node-b', beatAt: c.clock.t, view: null });
+    c.beats.set('node-c', { node: 'node-c', beatAt: c.clock.t, view: null });
+  };
+  const restarted = cluster({
+    interval: 1000,
+    peers: ['node-b', 'node-c'],
+    processStartedAt: T0 - 60_000,
+    rows: [earlier],
+  });
+  peersUp(restarted);
+  assert.deepEqual((await restarted.membership.currentOwnership()).nodes, ['node-a', 'node-b', 'node-c']);
+  await restarted.clock.advance(0);
+  assert.deepEqual(
+    restarted.beats.get('node-a')?.view,
+    ['node-a', 'node-b'],
+    'the old view until the settle',
+  );
+  while (restarted.clock.t < T0 + PUBLISH_SETTLE_MS + 1000) {
+    await restarted.clock.advance(500);
+    peersUp(restarted);
+  }
+  assert.deepEqual(restarted.beats.get('node-a')?.view, ['node-a', 'node-b', 'node-c']);
+
+  // The same row from before this process started (the node itself restarted): it holds nothing now,
+  // so the first view goes out at once, as before.
+  const fresh = cluster({
+    interval: 1000,
+    peers: ['node-b', 'node-c'],
+    processStartedAt: T0 - 100,
+    rows: [earlier],
+  });
+  peersUp(fresh);
+  await fresh.membership.currentOwnership();
+  await fresh.clock.advance(0);
+  assert.deepEqual(fresh.beats.get('node-a')?.view, ['node-a', 'node-b', 'node-c']);
 });

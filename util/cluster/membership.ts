@@ -69,19 +69,32 @@ export interface MembershipDeps {
   self: () => string;
   configuredPeers: () => Promise<string[]>;
   readBeats: () => Promise<NodeBeat[]>;
-  writeBeat: (beat: NodeBeat & { startedAt: number }) => Promise<void>;
+  /**
+   * Writes this node's beat row. `keepHandoff`: the list is not known (the keeper has no view yet, or
+   * listing failed), so the row keeps the list it has rather than losing it.
+   */
+  writeBeat: (beat: NodeBeat & { startedAt: number; keepHandoff?: boolean }) => Promise<void>;
+  /**
+   * When this process started (ms). A beat row of this node written since then came from an earlier
+   * worker 0 of this process (Harper restarted the thread): its view is what claims on the other
+   * workers may still be granting by, so the first view here settles against it.
+   */
+  processStartedAt?: number;
   now: () => number;
   beatIntervalMs: () => number;
   /** Runs the heartbeat. */
   scheduler: DutyScheduler;
   /** The second departure signal; without it only the heartbeat window counts. */
   connections?: ConnectionView;
-  /** The leases each beat hands over (worker 0's keeper; none when absent). */
   /**
-   * The leases a beat at `now` hands over; `newView` when this beat publishes a view the last one did
-   * not (its list must come from a scan that starts now, after the settle).
+   * The leases a beat at `now` hands over (worker 0's keeper; none when absent); `newView` when this
+   * beat publishes a view the last one did not (its list must come from a scan that starts now, after
+   * the settle). Null while the keeper has no view yet: the row keeps the list it has.
    */
-  handoff?: (now: number, newView: boolean) => readonly HandoffLease[] | Promise<readonly HandoffLease[]>;
+  handoff?: (
+    now: number,
+    newView: boolean,
+  ) => readonly HandoffLease[] | null | Promise<readonly HandoffLease[] | null>;
   log: { warn(...a: unknown[]): void; info(...a: unknown[]): void };
 }
 
@@ -103,6 +116,8 @@ export class ClusterMembership {
   private beat: DutyHandle | null = null;
   /** The view the last beat published (joined), to tell the handoff when a beat publishes a new one. */
   private lastBeatView: string | null | undefined = undefined;
+  /** Whether presence() has looked at the beats yet (the first look reads this node's own row). */
+  private looked = false;
   private readonly startedAt: number;
   private lastWarnAt = -Infinity;
   /** The peers present at the last look (a departure is a peer in here that is no longer present). */
@@ -137,13 +152,14 @@ export class ClusterMembership {
       const viewText = view?.join(',') ?? null;
       const newView = viewText !== this.lastBeatView;
       this.lastBeatView = viewText;
-      let handoff: readonly HandoffLease[] = [];
+      let handoff: readonly HandoffLease[] | null = [];
       try {
-        handoff = (await this.deps.handoff?.(now, newView)) ?? [];
+        handoff = this.deps.handoff ? await this.deps.handoff(now, newView) : [];
       } catch (e) {
         // The beat itself matters more than the list: without beats the peers count this node gone.
+        handoff = null;
         this.deps.log.warn(
-          'cluster heartbeat: could not list the leases to hand over; beating without them',
+          'cluster heartbeat: could not list the leases to hand over; beating with the list the row has',
           e,
         );
       }
@@ -152,7 +168,7 @@ export class ClusterMembership {
         beatAt: now,
         view,
         startedAt: this.startedAt,
-        ...(handoff.length > 0 ? { handoff } : {}),
+        ...(handoff === null ? { keepHandoff: true } : handoff.length > 0 ? { handoff } : {}),
       });
       return true;
     } catch (e) {
@@ -183,6 +199,7 @@ export class ClusterMembership {
       this.deps.connections && configured.length > 0
         ? { downSince: await this.deps.connections.downSince(now), beatEveryMs: this.beatEveryMs() }
         : undefined;
+    if (!this.looked) this.adoptEarlierWorkersView(beats.find((b) => b.node === self));
     const present = presentPeers(self, configured, beats, now, this.staleAfterMs(), connection);
     const seen = new Set(present.map((b) => b.node));
     for (const node of this.wasPresent) {
@@ -225,6 +242,26 @@ export class ClusterMembership {
     }
     this.publishedView(now);
     return view;
+  }
+
+  /**
+   * On the first look: a beat row of this node written since this process started came from an earlier
+   * worker 0 of this process (Harper restarted the thread). Its view is the applied one — the other
+   * workers' claims may still grant by the ready set it left — so beats go on publishing it, and a first
+   * view here that gives rows away settles against it as any change does. A row from before this
+   * process (a restart of the node) holds nothing now: the first view goes out at once, as it did.
+   */
+  private adoptEarlierWorkersView(own: NodeBeat | undefined): void {
+    this.looked = true;
+    const since = this.deps.processStartedAt;
+    if (since === undefined || !own || own.view === null || own.beatAt < since || this.applied !== null)
+      return;
+    this.applied = { nodes: own.view, publishFrom: -Infinity };
+    this.published = own.view;
+    this.lastBeatView = own.view.join(',');
+    this.deps.log.info(
+      `cluster: carrying on the view ${own.view.join(', ')} an earlier worker of this process published`,
+    );
   }
 
   /** The view a beat at `now` publishes (the applied one once it settled, else the one before). */
