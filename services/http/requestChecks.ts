@@ -44,7 +44,7 @@ export function crossSiteProblem(get: HeaderGet): string | null {
 }
 
 /**
- * The body's media type rule (API.md): a body is `application/json` (a UTF-8 charset allowed), or
+ * The body's media type rule (API.md): a body is `application/json` (a charset allowed when it names UTF-8 or US-ASCII), or
  * `application/octet-stream` where the route takes raw bytes. A request with no body and no content type
  * (hook rotate, enable, disable; an empty claim) has no media type to refuse and passes. A content type
  * with an empty body does not: HTML forms always send one, so refusing them closes the empty-body form
@@ -63,7 +63,11 @@ export function mediaTypeProblem(
     return { problem: 'a request body needs content-type: application/json', octet: false };
   }
   const [type, ...params] = ct.split(';').map((p) => p.trim().toLowerCase());
-  const charsetOk = params.every((p) => !p.startsWith('charset=') || /^charset="?utf-?8"?$/.test(p));
+  // JSON is UTF-8 (RFC 8259 §8.1): a charset parameter may say so, or name US-ASCII (a subset); any
+  // other would have us misread its bytes.
+  const charsetOk = params.every(
+    (p) => !p.startsWith('charset=') || /^charset="?(?:utf-?8|us-ascii)"?$/.test(p),
+  );
   if (type === 'application/json' && charsetOk) return { problem: null, octet: false };
   if (octetStream && type === 'application/octet-stream') return { problem: null, octet: true };
   return {

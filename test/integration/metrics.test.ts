@@ -43,6 +43,7 @@ after(async () => {
 async function scrape(fresh = false): Promise<{ text: string; families: Map<string, Family>; by: string }> {
   const r = await h.fetch('/prerender_admin/metrics', { fresh });
   assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers['content-type'], 'text/plain; version=0.0.4', 'the type API.md names, exactly');
   return { text: r.text, families: parseExposition(r.text), by: String(r.headers['x-served-by']) };
 }
 

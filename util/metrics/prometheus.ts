@@ -24,7 +24,7 @@ export interface ExpositionFamily {
   histograms?: ExpositionHistogram[];
 }
 
-export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4';
 
 const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
