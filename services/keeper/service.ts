@@ -103,6 +103,12 @@ export class KeeperService {
   private lastPublishKey = '';
   private lastPublishAt = -Infinity;
   private staged: StagedPublish | null = null;
+  /**
+   * The active set may still list rows a membership change gave away: their republish met the slot
+   * busy (a stalled writer, up to its takeover). Claims are stopped (the signal says not live) until a
+   * publish goes through; otherwise they would grant rows the new holder grants after its settle.
+   */
+  private activeSetStale = false;
   private readonly verifier: KeeperVerifier;
   private readonly headChecker: HeadCheck;
   private readonly duties: KeeperDuties;
@@ -403,13 +409,14 @@ export class KeeperService {
     // Only a complete load is a baseline: a queue first seen in a later chunk is not a new edge.
     if (this.serving && this.loadComplete) this.deps.onDue?.(summary, now);
     const complete = this.loadComplete && !this.partial;
-    const unchanged = key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS;
+    const unchanged =
+      key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS && !this.activeSetStale;
     // A staged minute publish holds the inactive slot until its boundary (at most ~STAGE_LEAD_MS away):
     // a periodic publish before it leaves the slot to it; an early one (a due-now row, a refill) takes
     // the slot now, and the boundary walks afresh.
     const ahead = this.staged !== null && minuteOf(now) < minuteOf(this.staged.at);
     if (!force && (unchanged || ahead)) {
-      this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
+      this.deps.signal.write({ live: this.servingClaims(), phase: this.phase, dueCount: due, complete }, now);
       return false;
     }
     if (ahead) this.dropStage();
@@ -436,6 +443,7 @@ export class KeeperService {
       });
     }
     const ms = performance.now() - t0;
+    if (!r.busy) this.activeSetStale = false;
     // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
     this.lastPublishKey = this.changeKey(now);
     this.lastPublishAt = now;
@@ -449,10 +457,15 @@ export class KeeperService {
       stageMs: flipped ? staged!.ms : 0,
     };
     this.deps.metric?.('keeper_publish_ms', ms);
-    this.deps.signal.write({ live: this.serving, phase: this.phase, dueCount: due, complete }, now);
+    this.deps.signal.write({ live: this.servingClaims(), phase: this.phase, dueCount: due, complete }, now);
     this.duties.published(top.complete);
     this.headCheck(now, head);
     return true;
+  }
+
+  /** Whether claims may take from the active set: serving, and no given-away row left in it. */
+  private servingClaims(): boolean {
+    return this.serving && !this.activeSetStale;
   }
 
   /** The rows a publish takes: at most the set's own capacity (fixed at first allocation). */
@@ -558,7 +571,14 @@ export class KeeperService {
     // them now and not a publish later (the view that gives them away is published after a settle,
     // util/cluster/membership.ts, which only covers claims already under way).
     return this.verifier.membershipChanged(now, (dropped) => {
-      if (dropped > 0 && this.serving) this.publishOnce(now(), true);
+      if (dropped === 0 || !this.serving) return;
+      this.activeSetStale = true;
+      this.publishOnce(now(), true);
+      if (this.activeSetStale)
+        this.deps.log.warn(
+          `keeper: the ready set is held by another writer, so the rows given away (${dropped}) could not be ` +
+            'taken out of it; claims answer unready until a publish goes through',
+        );
     });
   }
 

@@ -720,6 +720,27 @@ test('a membership change drops rows no longer owned at once, publishes without 
   assert.equal(h.svc.exact(), true);
 });
 
+test('a republish after a drop that meets the set held by another writer stops claims until a publish goes through', async () => {
+  const h = harness();
+  h.fill(100, () => NOW - MINUTE);
+  await h.start();
+  assert.equal(h.signal.read().live, true);
+  // Another writer (a stalled earlier worker 0) holds the slot the republish needs.
+  const stalled = h.ready.stageWith(NOW, () => []);
+  assert.ok(stalled);
+  h.setOwner((key) => Number(key.replace(/\D/g, '')) % 2 === 0);
+  const shrink = await h.svc.membershipChanged(h.now);
+  assert.equal(shrink.dropped, 50);
+  assert.equal(h.signal.read().live, false, 'the active set still lists given-away rows: no claims');
+  h.svc.publishOnce(h.now(), false);
+  assert.equal(h.signal.read().live, false, 'still held: still stopped, even with nothing changed');
+  stalled.abandon();
+  h.svc.publishOnce(h.now(), false);
+  assert.equal(h.signal.read().live, true, 'the publish went through: claims again');
+  const listed = h.ready.take(100).map((e) => e.key);
+  assert.equal(listed.length, 50);
+});
+
 test('a live write that makes a row due now is published at once, and early publishes keep 50 ms apart', async () => {
   const k = harness();
   k.fill(3, () => NOW + HOUR);
