@@ -372,12 +372,9 @@ test('a worker 0 restarted inside the process carries on the view its predecesso
     c.beats.set('node-b', { node: 'node-b', beatAt: c.clock.t, view: null });
     c.beats.set('node-c', { node: 'node-c', beatAt: c.clock.t, view: null });
   };
-  const restarted = cluster({
-    interval: 1000,
-    peers: ['node-b', 'node-c'],
-    processStartedAt: T0 - 60_000,
-    rows: [earlier],
-  });
+  const startedAt = (processStartedAt: number) =>
+    cluster({ interval: 1000, peers: ['node-b', 'node-c'], processStartedAt, rows: [earlier] });
+  const restarted = startedAt(T0 - 60_000);
   peersUp(restarted);
   assert.deepEqual((await restarted.membership.currentOwnership()).nodes, ['node-a', 'node-b', 'node-c']);
   await restarted.clock.advance(0);
@@ -394,12 +391,7 @@ test('a worker 0 restarted inside the process carries on the view its predecesso
 
   // The same row from before this process started (the node itself restarted): it holds nothing now,
   // so the first view goes out at once, as before.
-  const fresh = cluster({
-    interval: 1000,
-    peers: ['node-b', 'node-c'],
-    processStartedAt: T0 - 100,
-    rows: [earlier],
-  });
+  const fresh = startedAt(T0 - 100);
   peersUp(fresh);
   await fresh.membership.currentOwnership();
   await fresh.clock.advance(0);
