@@ -20,13 +20,14 @@ const lease = fc.record(
     lo: int32,
     until: int32,
     dueMinute: int32,
-    misses: fc.integer({ min: 0, max: 0x7fffffff }),
+    misses: fc.integer({ min: 0, max: 0x3fffffff }),
     released: fc.constant(true),
+    held: fc.constant(true),
   },
   { requiredKeys: ['hi', 'lo', 'until', 'dueMinute', 'misses'] },
 );
 
-test('property: the beat text gives back every lease exactly, in order, released or not', () => {
+test('property: the beat text gives back every lease exactly, in order, released, held or neither', () => {
   fc.assert(
     fc.property(fc.array(lease, { maxLength: 40 }), (leases) => {
       assert.deepEqual(

@@ -816,6 +816,31 @@ test('the sliced handoff scan finds what the whole one does, yielding between sl
   assert.equal(pauses, table.slotCount / 64 - 1);
 });
 
+test('a hold on a row given away is handed over: the receiver holds it as long, then probes with its misses', () => {
+  const giver = setup();
+  const key = 'https://example.com/poison';
+  const few = opts({ fastRetries: 0 });
+  let now = T0;
+  let result = giver.table.grant(key, now, few);
+  while (result.ok) {
+    now = result.expiresAt + 1000;
+    result = giver.table.grant(key, now, few);
+  }
+  assert.equal(result.reason, 'held');
+  const heldUntil = result.heldUntil!;
+  const [handed] = giver.table.handoffScan(now + 1000, () => false, 10_000);
+  assert.equal(handed?.held, true, JSON.stringify(handed));
+  assert.equal(fromSharedSeconds(handed!.until), heldUntil);
+  assert.equal(handed!.misses, result.misses);
+  const taker = setup();
+  assert.equal(taker.table.adopt(handed!, now + 1000), true);
+  const refused = taker.table.grant(key, now + 2000, few);
+  assert.deepEqual(refused, { ok: false, reason: 'held', heldUntil, misses: result.misses });
+  assert.equal(taker.table.occupancy(), 0, 'a hold is no live lease');
+  const probe = granted(taker.table.grant(key, heldUntil + 1000, few));
+  assert.equal(probe.misses, result.misses, 'the probe carries the miss history, as on the giver');
+});
+
 test('reportedHash says whether the latest grant of a key had its result', () => {
   const { table } = setup();
   const key = 'https://example.com/reported';

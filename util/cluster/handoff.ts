@@ -33,6 +33,12 @@ export interface HandoffLease {
    * just as long, but its next grant counts no miss for it. Carried in the top bit of the misses word.
    */
   released?: boolean;
+  /**
+   * Not a lease: a hold (too many misses, SPEC §3) the granting node had on the row. The receiver holds
+   * the row until the same end, and its next grant is the probe with the same miss history. Carried in
+   * the second bit of the misses word.
+   */
+  held?: boolean;
 }
 
 /**
@@ -60,14 +66,16 @@ export const MAX_HANDOFF_LEASES = 50_000;
 
 const WORDS = 5;
 const RELEASED_BIT = 0x80000000 | 0;
-const MISSES_MASK = 0x7fffffff;
+const HELD_BIT = 0x40000000;
+const MISSES_MASK = 0x3fffffff;
 
 /** The list as beat text: little-endian Int32 words, five per lease, base64. */
 export function encodeHandoff(leases: readonly HandoffLease[]): string {
   const bytes = Buffer.alloc(leases.length * WORDS * 4);
   let at = 0;
   for (const l of leases) {
-    const misses = (l.misses & MISSES_MASK) | (l.released ? RELEASED_BIT : 0);
+    const misses =
+      Math.min(l.misses, MISSES_MASK) | (l.released ? RELEASED_BIT : 0) | (l.held ? HELD_BIT : 0);
     for (const w of [l.hi, l.lo, l.until, l.dueMinute, misses]) {
       bytes.writeInt32LE(w | 0, at);
       at += 4;
@@ -91,6 +99,7 @@ export function decodeHandoff(text: unknown): HandoffLease[] {
       dueMinute: bytes.readInt32LE(at + 12),
       misses: misses & MISSES_MASK,
       ...(misses & RELEASED_BIT ? { released: true } : {}),
+      ...(misses & HELD_BIT ? { held: true } : {}),
     });
   }
   return out;

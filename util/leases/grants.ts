@@ -148,7 +148,7 @@ export class LeaseGrants extends LeaseUpkeep {
    * result goes to the node that granted it). It is marked as seen expiring, so its end raises no
    * `requeued` here (the granting node raises its own), and the key's next grant after it counts its
    * miss as the granting node would have (none when the lease is marked `released`: its result came
-   * there, and it is recorded here as a release). When the key is already refused here (a lease of its own, a
+   * there, and it is recorded here as a release; a `held` one is recorded as the giver's hold). When the key is already refused here (a lease of its own, a
    * grace or a hold) that ends sooner, that block is lengthened to the handed-over lease's end, so the
    * key cannot be granted here while the other node's lease is live. True when the table changed; false
    * when the key was already refused at least that long, the lease has ended, or the table has no room.
@@ -168,8 +168,8 @@ export class LeaseGrants extends LeaseUpkeep {
       const result = this.tryGrant(now, options, lease);
       if (result === undefined) continue;
       changed ||= result.ok || result === BLOCK_LENGTHENED;
-      // A lease whose result came is recorded live, then released by one more pass (see lengthen).
-      if (!(result.ok && lease.released)) return changed;
+      // A lease whose result came, or a hold, is recorded live, then turned by one more pass (lengthen).
+      if (!(result.ok && (lease.released || lease.held))) return changed;
     }
     return changed;
   }
@@ -346,7 +346,7 @@ export class LeaseGrants extends LeaseUpkeep {
    * Lengthens the block of this key's slot at `base` (read as `word`: a live lease, a grace or a hold)
    * to the handed-over lease's end, when that comes later. An adopted lease (live, its expiry seen)
    * whose lease the handoff now marks released becomes a release, so the key's next grant counts no
-   * miss for it. The token and report words stay: a local holder's token keeps working, for longer.
+   * miss for it; one marked held becomes a hold, so that grant is the probe with the giver's misses. The token and report words stay: a local holder's token keeps working, for longer.
    * BLOCK_LENGTHENED, the plain refusal when nothing changes, or undefined when another writer got there
    * first. No expiry note is needed: the pass that comes at the old end notes the new one.
    */
@@ -357,17 +357,18 @@ export class LeaseGrants extends LeaseUpkeep {
     refusal: GrantResult,
   ): GrantResult | undefined {
     const state = word & STATE_MASK;
-    const release = adopted.released === true && state === LEASED && this.reportRead === REPORT_EXPIRY_SEEN;
-    if (this.expiryRead >= adopted.until && !release) return refusal;
+    const adoptedLive = state === LEASED && this.reportRead === REPORT_EXPIRY_SEEN;
+    const turnTo = !adoptedLive ? state : adopted.released ? RELEASED : adopted.held ? HELD : state;
+    if (this.expiryRead >= adopted.until && turnTo === state) return refusal;
     const a = this.words;
     const busy = nextWord(word, BUSY);
     if (Atomics.compareExchange(a, base, word, busy) !== word) return undefined;
     a[base + S_EXPIRY] = Math.max(this.expiryRead, adopted.until);
-    if (release) {
+    if (turnTo !== state) {
       Atomics.sub(a, H_OCCUPANCY, 1);
       a[base + S_MISSES] = adopted.misses;
     }
-    Atomics.store(a, base, nextWord(busy, release ? RELEASED : state));
+    Atomics.store(a, base, nextWord(busy, turnTo));
     return BLOCK_LENGTHENED;
   }
 

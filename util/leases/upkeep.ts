@@ -153,7 +153,7 @@ export class LeaseUpkeep extends LeaseSlots {
 
   /**
    * The leases to hand over with rows this node no longer holds (util/cluster/handoff.ts): every live
-   * lease whose key `holds` says no to, and every lease released within the last `releasedForMs`, held
+   * lease and active hold whose key `holds` says no to, and every lease released within the last `releasedForMs`, held
    * off until that long after its release (its row write may reach the new holder late). One pass over
    * the slots; worker 0's beats run it in slices (handoffScanInSlices) a few times after each membership
    * change.
@@ -196,12 +196,12 @@ export class LeaseUpkeep extends LeaseSlots {
     for (let slot = from; slot < to; slot++) {
       const base = HEADER_WORDS + slot * SLOT_WORDS;
       const state = Atomics.load(a, base) & STATE_MASK;
-      if (state !== LEASED && state !== RELEASED && state !== BUSY) continue;
+      if (state !== LEASED && state !== RELEASED && state !== HELD && state !== BUSY) continue;
       const word = this.read(base, true);
       const read = word & STATE_MASK;
       const end = fromSharedSeconds(this.expiryRead);
       let until: number;
-      if (read === LEASED && end > now) until = this.expiryRead;
+      if ((read === LEASED || read === HELD) && end > now) until = this.expiryRead;
       else if (read === RELEASED && end - RELEASE_GRACE_MS + releasedForMs > now)
         until = sharedSecondsAtOrAfter(end - RELEASE_GRACE_MS + releasedForMs);
       else continue;
@@ -212,7 +212,7 @@ export class LeaseUpkeep extends LeaseSlots {
         until,
         dueMinute: this.dueRead,
         misses: this.missesRead,
-        ...(read === RELEASED ? { released: true } : {}),
+        ...(read === RELEASED ? { released: true } : read === HELD ? { held: true } : {}),
       });
     }
   }
