@@ -58,7 +58,7 @@ export function harperMembership(deps: {
     writeBeat: (b) =>
       transaction(async (txn) => {
         // The list is not known (no view yet, or listing failed): keep the row's, whose leases still run.
-        const kept = b.keepHandoff ? ((await nodeTable().get(b.node))?.handoff ?? null) : undefined;
+        const kept = b.keepHandoff ? ((await nodeTable().get(b.node, txn))?.handoff ?? null) : undefined;
         await nodeTable().put(
           b.node,
           {

@@ -474,6 +474,11 @@ test('a node whose peers are down waits for them (503 waiting-for-peers), then l
   const claim = await node('node-a').fetch('/render_queue/claim', { body: { limit: 5 } });
   assert.deepEqual(claim.json, []);
   assert.equal(claim.headers['x-queue-status'], 'unready');
+  // Its beats go on while it waits: with no view yet, each keeps its row's handoff list (read in the write).
+  const ownBeatAt = async () => (await beatsOn('node-a')).find((b) => b.id === 'node-a')?.beatAt ?? 0;
+  const before = await ownBeatAt();
+  await until('node-a to beat again while it waits', async () => (await ownBeatAt()) > before, 5000, 200);
+  assert.doesNotMatch(node('node-a').output(), /heartbeat write failed/);
   const live = await until(
     'node-a to load alone after the cap',
     async () => {
