@@ -389,6 +389,21 @@ test('a worker 0 restarted inside the process carries on the view its predecesso
   }
   assert.deepEqual(restarted.beats.get('node-a')?.view, ['node-a', 'node-b', 'node-c']);
 
+  // In production the beat starts first (the peer wait starts the membership before any look): its
+  // first write must not replace the earlier worker's view before anything read it.
+  const beatFirst = startedAt(T0 - 60_000);
+  peersUp(beatFirst);
+  beatFirst.membership.start();
+  await beatFirst.clock.advance(0);
+  assert.deepEqual(beatFirst.beats.get('node-a')?.view, ['node-a', 'node-b'], 'the first beat keeps it');
+  await beatFirst.membership.currentOwnership();
+  await beatFirst.clock.advance(1000);
+  assert.deepEqual(beatFirst.beats.get('node-a')?.view, ['node-a', 'node-b'], 'settling');
+  await beatFirst.clock.advance(2000);
+  peersUp(beatFirst);
+  await beatFirst.clock.advance(1000);
+  assert.deepEqual(beatFirst.beats.get('node-a')?.view, ['node-a', 'node-b', 'node-c']);
+
   // The same row from before this process started (the node itself restarted): it holds nothing now,
   // so the first view goes out at once, as before.
   const fresh = startedAt(T0 - 100);

@@ -104,6 +104,11 @@ test('the ledger keeps each lease until its end, keeps the later end, and marks 
   );
   ledger.release(2, 6);
   assert.deepEqual([...ledger.unreleased()], []);
+  assert.equal(
+    ledger.list().leases.find((l) => l.hi === 2)?.misses,
+    0,
+    'a release clears the misses, as the scan lists one',
+  );
   ledger.prune(50);
   assert.deepEqual(
     ledger.list().leases.map((l) => l.hi),
@@ -139,4 +144,19 @@ test('a ledger that does not fit one beat lists its live leases before its relea
     false,
     'every live lease went out',
   );
+});
+
+test('a key seen again takes what the later scan says of it (a new live lease after a release, a hold), with the later end', () => {
+  const ledger = new HandoffLedger();
+  ledger.note([{ ...at(1, 100), misses: 2 }]);
+  ledger.release(1, 3);
+  assert.deepEqual(ledger.list().leases[0], { ...at(1, 100), misses: 0, released: true });
+  // The row came back and went away again: a new live lease on it.
+  ledger.note([{ ...at(1, 80), misses: 1 }]);
+  assert.deepEqual(ledger.list().leases[0], { ...at(1, 100), misses: 1 });
+  ledger.note([{ ...at(1, 300), misses: 3, held: true }]);
+  assert.deepEqual(ledger.list().leases[0], { ...at(1, 300), misses: 3, held: true });
+  const before = ledger.list();
+  ledger.note([{ ...at(1, 300), misses: 3, held: true }]);
+  assert.equal(ledger.list(), before, 'the same entry changes nothing');
 });

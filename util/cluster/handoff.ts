@@ -105,6 +105,16 @@ export function decodeHandoff(text: unknown): HandoffLease[] {
   return out;
 }
 
+function sameEntry(a: HandoffLease, b: HandoffLease): boolean {
+  return (
+    a.until >= b.until &&
+    a.misses === b.misses &&
+    a.dueMinute === b.dueMinute &&
+    !a.released === !b.released &&
+    !a.held === !b.held
+  );
+}
+
 /**
  * The leases a node hands over: what its scans found since the last membership change, each kept until
  * its end. One per node (worker 0's keeper leadership). Keyed by the two hash halves (no strings: a
@@ -141,8 +151,8 @@ export class HandoffLedger {
   }
 
   /**
-   * Adds what a scan that started at `startedAt` found (a lease seen again keeps the later end, and is
-   * marked released once a scan saw it released); answers how many were new. The scans due by
+   * Adds what a scan that started at `startedAt` found (a key seen again takes what this scan says of
+   * it, keeping the later end); answers how many were new. The scans due by
    * `startedAt` count as done.
    */
   note(found: readonly HandoffLease[], startedAt = -Infinity): number {
@@ -153,21 +163,25 @@ export class HandoffLedger {
       if (!had) {
         added++;
         this.set(l);
-      } else if (had.until < l.until || (l.released && !had.released)) {
-        this.set({
-          ...had,
-          until: Math.max(had.until, l.until),
-          ...(l.released || had.released ? { released: true } : {}),
-        });
+      } else if (!sameEntry(had, l)) {
+        // The later scan says what the key is now (live, released, a hold, its misses); the hold-off
+        // keeps the later end.
+        this.set({ ...l, until: Math.max(had.until, l.until) });
       }
     }
     return added;
   }
 
-  /** Marks a listed lease released (its result came on this node after the scan that found it). */
+  /**
+   * Marks a listed lease released (its result came on this node after the scan that found it), with
+   * no misses, as a release clears them (and as the scan lists a release).
+   */
   release(hi: number, lo: number): void {
     const had = this.get(hi, lo);
-    if (had && !had.released) this.set({ ...had, released: true });
+    if (had && !had.released) {
+      const { held: _held, ...lease } = had;
+      this.set({ ...lease, misses: 0, released: true });
+    }
   }
 
   /** The listed leases not yet known to be released, for the beat's check of their results. */

@@ -148,6 +148,22 @@ export class ClusterMembership {
 
   async beatOnce(now: number): Promise<boolean> {
     try {
+      // The first look comes before the first write: this beat would otherwise overwrite the row an
+      // earlier worker 0 of this process left (adoptEarlierWorkersView) before anything read it.
+      if (!this.looked) {
+        const self = this.deps.self();
+        let own: NodeBeat | undefined;
+        try {
+          own = (await this.deps.readBeats()).find((b) => b.node === self);
+        } catch (e) {
+          // Beats matter more: without them the peers count this node gone.
+          this.deps.log.warn(
+            "cluster heartbeat: could not read this node's own beat row; beating without it",
+            e,
+          );
+        }
+        if (!this.looked) this.adoptEarlierWorkersView(own);
+      }
       const view = this.publishedView(now);
       const viewText = view?.join(',') ?? null;
       const newView = viewText !== this.lastBeatView;
