@@ -937,6 +937,11 @@ test('adopting keeps a lease of the taking table and its token, and lengthens it
     expiresAt: fromSharedSeconds(until),
   });
   assert.equal(table.adopt({ hi, lo, until, dueMinute: 0, misses: 0 }, between), false, 'already that long');
+  // The local holder's result comes: the key stays blocked to the handed-over end, not only for the
+  // 5 s release grace.
+  assert.equal(table.release(key, mine.token, between), true);
+  const afterGrace = table.grant(key, between + 10_000, opts());
+  assert.deepEqual(afterGrace, { ok: false, reason: 'grace', expiresAt: fromSharedSeconds(until) });
   assert.equal(granted(table.grant(key, fromSharedSeconds(until) + 1000, opts())).misses, 1);
   const other = keyHash('https://example.com/other');
   assert.equal(table.adopt({ ...other, until: 5, dueMinute: 0, misses: 0 }, T0), false, 'ended long ago');

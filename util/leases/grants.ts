@@ -52,6 +52,7 @@ import {
   S_DUE,
   S_EXPIRY,
   S_HASH_HI,
+  S_HOLD_OFF,
   S_HASH_LO,
   S_MISSES,
   S_QUEUE,
@@ -364,6 +365,9 @@ export class LeaseGrants extends LeaseUpkeep {
     const busy = nextWord(word, BUSY);
     if (Atomics.compareExchange(a, base, word, busy) !== word) return undefined;
     a[base + S_EXPIRY] = Math.max(this.expiryRead, adopted.until);
+    // A lease of this table keeps the key blocked that long after its own result too (upkeep.ts rewrite).
+    if (state === LEASED && !adoptedLive)
+      a[base + S_HOLD_OFF] = Math.max(a[base + S_HOLD_OFF]!, adopted.until);
     if (turnTo !== state) {
       Atomics.sub(a, H_OCCUPANCY, 1);
       a[base + S_MISSES] = adopted.misses;

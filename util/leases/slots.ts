@@ -86,6 +86,12 @@ export const S_QUEUE = 11;
 export const S_REPORT = 12;
 export const S_ANSWER = 13;
 /**
+ * A lease of this table that a handed-over lease of another node blocks for longer
+ * (LeaseGrants.adopt): that lease's end (shared seconds), so this one's release keeps the key blocked
+ * until then, not only for the release grace. 0 otherwise; every grant clears it.
+ */
+export const S_HOLD_OFF = 14;
+/**
  * Not part of the slot's contents but of its index as a home: how many slots the windows starting here
  * span (0 means PROBE_WINDOW). Only ever raised, with a CAS, by a grant that found its window without
  * room, before it publishes further out; slot writers (and their undo) never touch it, and the seqlock
@@ -379,6 +385,7 @@ export class LeaseSlots {
     a[base + S_QUEUE] = grant.queue;
     a[base + S_REPORT] = REPORT_NONE;
     a[base + S_ANSWER] = 0;
+    a[base + S_HOLD_OFF] = 0;
   }
 }
 

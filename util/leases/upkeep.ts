@@ -22,6 +22,7 @@ import {
   REPORT_NONE,
   S_ANSWER,
   S_EXPIRY,
+  S_HOLD_OFF,
   S_MISSES,
   S_REPORT,
   SLOT_WORDS,
@@ -245,7 +246,8 @@ export class LeaseUpkeep extends LeaseSlots {
     const was = word & STATE_MASK;
     if (was === LEASED && state !== LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
     if (state === RELEASED && was !== RELEASED) {
-      a[base + S_EXPIRY] = sharedSecondsAtOrAfter(now + RELEASE_GRACE_MS);
+      // A handed-over lease of another node may block the key for longer (S_HOLD_OFF).
+      a[base + S_EXPIRY] = Math.max(sharedSecondsAtOrAfter(now + RELEASE_GRACE_MS), a[base + S_HOLD_OFF]!);
       a[base + S_MISSES] = 0;
     }
     a[base + S_REPORT] = report;
