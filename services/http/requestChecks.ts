@@ -44,8 +44,8 @@ export function crossSiteProblem(get: HeaderGet): string | null {
 }
 
 /**
- * The body's media type rule (API.md): a body is `application/json` (a charset allowed when it names UTF-8 or US-ASCII), or
- * `application/octet-stream` where the route takes raw bytes. A request with no body and no content type
+ * The body's media type rule (API.md): a body is `application/json` (a charset allowed when it names
+ * UTF-8 or US-ASCII), or `application/octet-stream` where the route takes raw bytes. A request with no body and no content type
  * (hook rotate, enable, disable; an empty claim) has no media type to refuse and passes. A content type
  * with an empty body does not: HTML forms always send one, so refusing them closes the empty-body form
  * post too.

@@ -34,6 +34,8 @@ const HELD_ASK_TIMEOUT_MS = 1000;
 const LEADERSHIP_WAIT_MS = 1000;
 /** The pause between a sliced lease reconcile's slices: one turn of the event loop. */
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+/** Listed handed-over leases checked for a result between two turns of worker 0's loop. */
+const REPORT_CHECK_SLICE = 4096;
 
 const source: ScheduleSource = {
   subscribe: () => subscribeSchedule(),
@@ -270,9 +272,10 @@ export class KeeperLeadership {
    * What this node's beat hands over (util/cluster/handoff.ts). A few times after a membership change
    * (SCANS_AFTER_CHANGE_MS: the change, after the settle, once more), and in every beat that publishes
    * a new view (`newView`: the one that gives rows away, after its settle), the beat scans the lease
-   * table in slices for leases on rows this node no longer holds; what it found stays in the list until each
-   * lease ends (null before the keeper has a view: the beat row keeps its list). Every beat checks the listed leases still live for a result that came since, so their
-   * new holder counts no miss for them. The same array while nothing changed (the beat encodes it once).
+   * table in slices for leases on rows this node no longer holds; what it found stays in the list until
+   * each lease ends (null before the keeper has a view: the beat row keeps its list). Every beat checks
+   * the listed leases still live for a result that came since (in slices too), so their new holder
+   * counts no miss for them. The same array while nothing changed (the beat encodes it once).
    */
   async handoffFor(now: number, newView = false): Promise<readonly HandoffLease[] | null> {
     const ownership = this.ownership;
@@ -299,7 +302,12 @@ export class KeeperLeadership {
     if (ledger.size > 0) {
       const leases = leaseTable();
       const reported: HandoffLease[] = [];
-      for (const l of ledger.unreleased()) if (leases.reportedHash(l.hi, l.lo)) reported.push(l);
+      let looked = 0;
+      for (const l of ledger.unreleased()) {
+        if (leases.reportedHash(l.hi, l.lo)) reported.push(l);
+        // A full list (50,000) is tens of ms of window walks: worker 0 publishes between slices.
+        if (++looked % REPORT_CHECK_SLICE === 0) await nextTurn();
+      }
       for (const l of reported) ledger.release(l.hi, l.lo);
     }
     const { leases, left } = ledger.list();

@@ -76,7 +76,7 @@ import { LeaseUpkeep } from './upkeep.js';
  */
 export const MAX_ATTEMPTS = 16;
 
-/** What a handed-over lease's scan returns when it lengthened a shorter local block (LeaseGrants.adopt). */
+/** What an adopted lease's scan returns when it lengthened a shorter local block (LeaseGrants.adopt). */
 const BLOCK_LENGTHENED: GrantResult = { ok: false, reason: 'leased' };
 
 export interface GrantOptions {
@@ -149,10 +149,11 @@ export class LeaseGrants extends LeaseUpkeep {
    * result goes to the node that granted it). It is marked as seen expiring, so its end raises no
    * `requeued` here (the granting node raises its own), and the key's next grant after it counts its
    * miss as the granting node would have (none when the lease is marked `released`: its result came
-   * there, and it is recorded here as a release; a `held` one is recorded as the giver's hold). When the key is already refused here (a lease of its own, a
-   * grace or a hold) that ends sooner, that block is lengthened to the handed-over lease's end, so the
-   * key cannot be granted here while the other node's lease is live. True when the table changed; false
-   * when the key was already refused at least that long, the lease has ended, or the table has no room.
+   * there, and it is recorded here as a release; a `held` one is recorded as the giver's hold). When
+   * the key is already refused here (a lease of its own, a grace or a hold) that ends sooner, that block
+   * is lengthened to the handed-over lease's end, so the key cannot be granted here while the other
+   * node's lease is live. True when the table changed; false when the key was already refused at least
+   * that long, the lease has ended, or the table has no room.
    */
   adopt(lease: HandoffLease, now: number): boolean {
     const untilMs = fromSharedSeconds(lease.until);
@@ -347,8 +348,8 @@ export class LeaseGrants extends LeaseUpkeep {
    * Lengthens the block of this key's slot at `base` (read as `word`: a live lease, a grace or a hold)
    * to the handed-over lease's end, when that comes later. An adopted lease (live, its expiry seen)
    * whose lease the handoff now marks released becomes a release, so the key's next grant counts no
-   * miss for it; one marked held becomes a hold, so that grant is the probe with the giver's misses. The token and report words stay: a local holder's token keeps working, for longer.
-   * BLOCK_LENGTHENED, the plain refusal when nothing changes, or undefined when another writer got there
+   * miss for it; one marked held becomes a hold, so that grant is the probe with the giver's misses.
+   * The token and report words stay: a local holder's token keeps working, for longer. BLOCK_LENGTHENED, the plain refusal when nothing changes, or undefined when another writer got there
    * first. No expiry note is needed: the pass that comes at the old end notes the new one.
    */
   private lengthen(

@@ -154,8 +154,8 @@ export class LeaseUpkeep extends LeaseSlots {
 
   /**
    * The leases to hand over with rows this node no longer holds (util/cluster/handoff.ts): every live
-   * lease and active hold whose key `holds` says no to, and every lease released within the last `releasedForMs`, held
-   * off until that long after its release (its row write may reach the new holder late). One pass over
+   * lease and active hold whose key `holds` says no to, and every lease released within the last
+   * `releasedForMs`, held off until that long after its release (its row write may reach the new holder late). One pass over
    * the slots; worker 0's beats run it in slices (handoffScanInSlices) a few times after each membership
    * change.
    */
