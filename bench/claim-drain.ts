@@ -38,11 +38,26 @@ export const SIDE_BY_SIDE_CONFIG = {
 };
 
 /**
+ * Harper's own settings for an experiment, from `BENCH_HARPER_CONFIG` (JSON merged into Harper's config,
+ * e.g. `{"storage":{"writeAsync":true}}` to see what the per-commit sync costs). Unset: Harper's defaults,
+ * which is what every recorded side by side uses.
+ */
+function benchHarperConfig(): Record<string, unknown> | undefined {
+  const raw = process.env.BENCH_HARPER_CONFIG;
+  if (raw === undefined || raw === '') return undefined;
+  const parsed: unknown = JSON.parse(raw);
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed))
+    throw new Error('BENCH_HARPER_CONFIG must be a JSON object');
+  return parsed as Record<string, unknown>;
+}
+
+/**
  * Boots the side by side's node: `fleet` added as a render_fleet user, maxLeases set (a restart key,
  * so the node is started a second time on the same root), then the intervals and lease time.
  */
 export async function bootSideBySide(fleet: Credentials, componentDir?: string): Promise<HarperInstance> {
-  const first = await startHarper({ logLevel: 'warn', componentDir });
+  const harperConfig = benchHarperConfig();
+  const first = await startHarper({ logLevel: 'warn', componentDir, harperConfig });
   try {
     await first.addUser(fleet.username, fleet.password, 'render_fleet');
     const r = await first.fetch('/prerender_admin/config', {
@@ -52,7 +67,7 @@ export async function bootSideBySide(fleet: Credentials, componentDir?: string):
   } finally {
     await first.stop();
   }
-  const h = await startHarper({ root: first.root, logLevel: 'warn', componentDir });
+  const h = await startHarper({ root: first.root, logLevel: 'warn', componentDir, harperConfig });
   try {
     const c = await h.fetch('/prerender_admin/config', { body: SIDE_BY_SIDE_CONFIG });
     if (c.status !== 200) throw new Error(`config: ${c.status} ${c.text}`);
