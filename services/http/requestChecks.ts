@@ -76,22 +76,29 @@ export function mediaTypeProblem(
   };
 }
 
-function tooLarge(limit: number): HttpError {
-  return new HttpError(413, 'payload_too_large', `the request body is larger than ${limit} bytes`);
+function tooLarge(limit: number, headers?: Record<string, string>): HttpError {
+  return new HttpError(
+    413,
+    'payload_too_large',
+    `the request body is larger than ${limit} bytes`,
+    undefined,
+    headers,
+  );
 }
 
 /**
- * A refused body up to this size is read to its end (and dropped) before the 413 goes out, so the
- * client finishes sending and reads the answer instead of meeting a closed socket (EPIPE) mid-upload.
- * Past it the answer goes out at once and the connection is closed under the rest.
+ * A refused body up to this size is still read to its end (and dropped) after the 413 went out, so a
+ * client that is still sending finishes and reads the answer instead of meeting a closed socket (EPIPE)
+ * mid-upload, and the connection stays usable. Past it the connection is closed under the rest.
  */
 const DRAIN_REFUSED_BYTES = 64 << 20;
 
 /**
- * Reads the body up to `limit` bytes. Over the limit (declared, or counted while a chunked body arrives)
- * nothing more is buffered: the rest is read and discarded (up to DRAIN_REFUSED_BYTES) so the socket is
- * never left half-read, and the 413 is answered with `connection: close`, so a client streaming without
- * end is cut off after the answer. Never iterates the stream with `for await`: leaving that loop early
+ * Reads the body up to `limit` bytes. A body over the limit (declared in content-length, or counted
+ * while a chunked body arrives) is refused at once: the 413 goes out without waiting for the rest, which
+ * is read and discarded behind it up to DRAIN_REFUSED_BYTES, and nothing more is buffered. A declared
+ * length past that cap is answered with `connection: close` and not read at all; a chunked body that
+ * runs past it has its socket closed. Never iterates the stream with `for await`: leaving that loop early
  * destroys the socket under the answer.
  */
 export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffer> {
@@ -101,45 +108,50 @@ export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffe
     let size = 0;
     let over = false;
     let settled = false;
-    const refuse = (): void => {
+    const refuse = (close: boolean): void => {
       if (settled) return;
       settled = true;
-      reject(tooLarge(limit));
+      reject(close ? tooLarge(limit, { connection: 'close' }) : tooLarge(limit));
     };
-    if (Number.isFinite(declared) && declared > limit) {
-      over = true;
-      if (declared > DRAIN_REFUSED_BYTES) refuse();
-    }
+    const stopReading = (): void => {
+      nodeReq.off('data', onData);
+      nodeReq.socket?.destroy();
+    };
     const onData = (c: Buffer) => {
       size += c.length;
-      if (over) {
-        if (size > DRAIN_REFUSED_BYTES) refuse();
-        return;
-      }
-      if (size > limit) {
+      if (!over && size > limit) {
         over = true;
         chunks.length = 0;
-        if (size > DRAIN_REFUSED_BYTES) refuse();
+        refuse(false);
+      }
+      if (over) {
+        if (size > DRAIN_REFUSED_BYTES) stopReading();
         return;
       }
       chunks.push(c);
     };
+    if (Number.isFinite(declared) && declared > limit) {
+      over = true;
+      if (declared > DRAIN_REFUSED_BYTES) return refuse(true);
+      refuse(false);
+    }
     nodeReq.on('data', onData);
     nodeReq.once('end', () => {
-      if (over) refuse();
-      else if (!settled) {
+      if (!settled) {
         settled = true;
         resolve(Buffer.concat(chunks, size));
       }
     });
     nodeReq.once('error', (e: Error) => {
       if (settled) return;
-      if (over) return refuse();
       settled = true;
       reject(new HttpError(400, 'invalid_body', `the request body could not be read: ${e.message}`));
     });
     nodeReq.once('close', () => {
-      if (over) refuse();
+      if (!settled) {
+        settled = true;
+        reject(new HttpError(400, 'invalid_body', 'the connection closed before the request body ended'));
+      }
     });
     nodeReq.resume?.();
   });

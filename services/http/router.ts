@@ -166,7 +166,6 @@ async function dispatch(
   const pathname = q >= 0 ? url.slice(0, q) : url;
   const method = String(request.method ?? 'GET').toUpperCase();
   const get: HeaderGet = (n) => request.headers?.get?.(n);
-  let closeConnection = false;
   try {
     // Authentication first: before any 404 or 405 could tell an anonymous caller what exists.
     if (!request.user) throw unauthenticated();
@@ -186,13 +185,7 @@ async function dispatch(
       if (cross) throw new HttpError(403, 'cross_site', cross);
       const media = mediaTypeProblem(get, r.octetStream);
       if (media.problem) throw new HttpError(415, 'unsupported_media_type', media.problem);
-      let raw: Buffer;
-      try {
-        raw = await readBody(request._nodeRequest, r.maxBodyBytes());
-      } catch (e) {
-        if (e instanceof HttpError && e.status === 413) closeConnection = true;
-        throw e;
-      }
+      const raw = await readBody(request._nodeRequest, r.maxBodyBytes());
       rawBodyBytes = raw.length;
       if (media.octet) rawBody = raw;
       else if (raw.length > 0) body = parseJsonBody(raw);
@@ -218,9 +211,7 @@ async function dispatch(
     return json(result.status ?? 200, result.body ?? null, result.headers);
   } catch (e) {
     if (e instanceof HttpError) {
-      const res = errorResponse(e);
-      if (closeConnection) res.headers.set('connection', 'close');
-      return res;
+      return errorResponse(e);
     }
     deps.log.error(`${method.slice(0, 20)} ${echo(pathname)} failed`, e);
     return json(500, { error: 'internal error; see the Harper log', code: 'internal' });
