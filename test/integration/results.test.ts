@@ -108,6 +108,24 @@ test('a rendered result retried after it was released gets its answer again and 
   assert.deepEqual(await row(url), after1, 'the duplicate wrote nothing');
 });
 
+test('an id cut to 200 characters inside a surrogate pair is echoed well-formed, and a missing token is named', async () => {
+  const id = 'https://cut.example.com/' + 'y'.repeat(175) + '\u{1F600}'; // the emoji straddles unit 200
+  const r = await h.fetch('/render_queue/job_results', {
+    auth: fleetA,
+    body: {
+      results: [
+        { id, leaseToken: 1, outcome: 'nah' },
+        { id: 'https://cut.example.com/b', outcome: 'rendered' },
+      ],
+    },
+  });
+  assert.equal(r.status, 200, r.text);
+  assert.doesNotMatch(r.text, /\\ud[89ab][0-9a-f]{2}/i, 'no lone surrogate escape in the answer');
+  assert.equal(r.json.results[0].id, id.slice(0, 199) + '\ufffd');
+  assert.equal(r.json.results[0].code, 'invalid');
+  assert.match(r.json.results[1].error, /leaseToken must be the token the claim returned, not missing/);
+});
+
 test('a result from a user the lease was not granted to is 409 superseded and changes nothing', async () => {
   const url = 'https://grantee.example.com/a';
   await fileTargets(h, [{ url, dueAt: Date.now() - MIN }]);

@@ -25,6 +25,7 @@ export interface Rejection {
 
 export function describeType(v: unknown): string {
   if (v === null) return 'null';
+  if (v === undefined) return 'missing';
   if (Array.isArray(v)) return 'an array';
   return typeof v === 'object' ? 'an object' : `a ${typeof v}`;
 }

@@ -21,7 +21,11 @@ export const MAX_BATCH = 100;
 
 /** A caller's id as it may be echoed: only a string, truncated; anything else is null. */
 function echoId(id: unknown): string | null {
-  return typeof id === 'string' ? id.slice(0, MAX_ECHO_CHARS) : null;
+  // Cut to 200 UTF-16 units, which can split a surrogate pair: made well-formed so that strict JSON
+  // parsers (which refuse a lone surrogate escape) can read the answer.
+  return typeof id === 'string'
+    ? (id.slice(0, MAX_ECHO_CHARS) as unknown as { toWellFormed(): string }).toWellFormed()
+    : null;
 }
 
 /** The body's `queues` field, when the body is an object (its shape is checked by parseClaimLimit). */
