@@ -3,6 +3,7 @@
 // their dependencies, connects their events, installs the HTTP front, and on worker 0 starts the queue
 // keeper and the maintenance tick.
 import { DutyScheduler, realTimer } from './util/duties/scheduler.js';
+import { WarnedOnce } from './util/config/warnedOnce.js';
 import { registerAdmin } from './services/http/routes/admin.js';
 import { registerChannel } from './services/http/routes/channel.js';
 import { registerConsole } from './services/http/routes/console.js';
@@ -51,7 +52,13 @@ const sleep = (ms: number) =>
     realTimer.set(r, ms);
   });
 
-const settings = new RuntimeConfig({ scheduler: duties, sleep });
+const settings = new RuntimeConfig({
+  scheduler: duties,
+  sleep,
+  // A view over the node's shared buffer (obtained once per thread), so an unknown key logs once per node.
+  firstWarning: (text) =>
+    new WarnedOnce(sharedBuffer('config-warnings', WarnedOnce.byteLength()).buffer).first(text),
+});
 installProcessWideConfig(settings);
 settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
 // The cluster: Harper's replication peers, and (started on worker 0 only) the heartbeat membership.

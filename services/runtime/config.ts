@@ -132,6 +132,12 @@ export interface RuntimeConfigDeps {
   scheduler: DutyScheduler;
   /** A one-shot wait: the test hold inside an update (testHoldMs). */
   sleep: (ms: number) => Promise<void>;
+  /**
+   * True the first time any worker of this node asks about a text (util/config/warnedOnce.ts over a
+   * shared buffer), so a warning appears once per node, not once per worker. Without it, worker 0 speaks
+   * for stored sources and the worker that took the request for a request.
+   */
+  firstWarning?: (text: string) => boolean;
 }
 
 /**
@@ -197,12 +203,10 @@ export class RuntimeConfig {
   }
 
   private warnUnknown(paths: string[], source: string): void {
-    // Worker 0 speaks for the node about file and stored options so the line appears once.
-    const speak = source === 'request' || workerIndex() === 0 || workerIndex() === undefined;
     for (const p of paths) {
       if (this.warnedUnknown.has(p)) continue;
       if (this.warnedUnknown.size >= MAX_WARNED_UNKNOWN) {
-        if (speak && !this.warnedOverflow)
+        if (!this.warnedOverflow && this.firstOnNode('\u0000overflow', source))
           log.warn(
             `Unknown configuration keys keep arriving (from ${source}); ${MAX_WARNED_UNKNOWN} named so far, no more are logged`,
           );
@@ -210,8 +214,16 @@ export class RuntimeConfig {
         return;
       }
       this.warnedUnknown.add(p);
-      if (speak) log.warn(`Unknown configuration key ${loggableKey(p)} (from ${source}); ignored`);
+      if (this.firstOnNode(p, source))
+        log.warn(`Unknown configuration key ${loggableKey(p)} (from ${source}); ignored`);
     }
+  }
+
+  /** Whether this worker is the one to log `text` for the node. */
+  private firstOnNode(text: string, source: string): boolean {
+    if (this.deps.firstWarning) return this.deps.firstWarning(text);
+    // Worker 0 speaks for the node about file and stored options, which every worker reads.
+    return source === 'request' || workerIndex() === 0 || workerIndex() === undefined;
   }
 
   /**

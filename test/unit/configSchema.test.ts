@@ -124,6 +124,13 @@ test('a bad value is refused with the key named', () => {
   assert.equal(refusal({ queue: { fleetRoles: 'render_fleet' } }).key, 'queue.fleetRoles');
   assert.equal(refusal({ notify: { allowCidrs: ['not an address'] } }).key, 'notify.allowCidrs');
   assert.match(refusal({ stall: { after: 5 } }).message, /stall\.after must be at least 1000/);
+  // A cadence over a year is refused with the bound it broke named, not only the lower one.
+  assert.match(
+    refusal({
+      render: { routes: [{ name: 'a', match: 'exact', path: '/', renderInterval: 366 * 86_400_000 }] },
+    }).message,
+    /renderInterval must be an integer from 60000 to 31536000000 ms \(365 days\)/,
+  );
 });
 
 test('verifyInterval accepts 0 (off) but nothing between 0 and 10 s', () => {

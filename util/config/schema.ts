@@ -167,7 +167,7 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
           if (typeof ri !== 'number' || !Number.isInteger(ri) || ri < MINUTE || ri > 365 * DAY)
             throw new ConfigError(
               `${at}.renderInterval`,
-              `${at}.renderInterval must be an integer from ${MINUTE} ms`,
+              `${at}.renderInterval must be an integer from ${MINUTE} to ${365 * DAY} ms (365 days)`,
             );
           out.renderInterval = ri;
         }
