@@ -102,6 +102,8 @@ export class KeeperService {
   private stream: EventStream | null = null;
   private lastPublishKey = '';
   private lastPublishAt = -Infinity;
+  /** The earliest instant a row the last publish skipped as leased may be free again (its TopWalk). */
+  private skippedFreeAt = Infinity;
   private staged: StagedPublish | null = null;
   /**
    * The active set may still list rows a membership change gave away: their republish met the slot
@@ -409,8 +411,13 @@ export class KeeperService {
     // Only a complete load is a baseline: a queue first seen in a later chunk is not a new edge.
     if (this.serving && this.loadComplete) this.deps.onDue?.(summary, now);
     const complete = this.loadComplete && !this.partial;
+    // A row the last publish passed as leased may be free by now (a hold or a release grace that ended
+    // with nothing else changing): the set is stale from that instant, not from the forced refresh.
     const unchanged =
-      key === this.lastPublishKey && now - this.lastPublishAt < FORCED_PUBLISH_MS && !this.activeSetStale;
+      key === this.lastPublishKey &&
+      now - this.lastPublishAt < FORCED_PUBLISH_MS &&
+      now < this.skippedFreeAt &&
+      !this.activeSetStale;
     // A staged minute publish holds the inactive slot until its boundary (at most ~STAGE_LEAD_MS away):
     // a periodic publish before it leaves the slot to it; an early one (a due-now row, a refill) takes
     // the slot now, and the boundary walks afresh.
@@ -423,7 +430,7 @@ export class KeeperService {
     const t0 = performance.now();
     const staged = this.takeStaged(now);
     let head: string[] = [];
-    let top: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
+    let top: PublishWalk = { complete: true, skipped: 0, skipEndsAt: Infinity, completeQueues: new Set() };
     // Written before the boundary: only the flip is left. Rows rescheduled or deleted since are skipped
     // by the claims, as in any set, and a row that came due by then dropped the stage. Claims went on
     // granting from the old set in the lead: a staged head they leased would make the boundary's first
@@ -447,6 +454,7 @@ export class KeeperService {
     // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
     this.lastPublishKey = this.changeKey(now);
     this.lastPublishAt = now;
+    this.skippedFreeAt = top.skipEndsAt;
     this.stats.lastPublish = {
       at: now,
       ms,
@@ -515,7 +523,7 @@ export class KeeperService {
     if (this.core.rowsComingDue(now, at) === 0) return false;
     const t0 = performance.now();
     const head: string[] = [];
-    let walk: PublishWalk = { complete: true, skipped: 0, completeQueues: new Set() };
+    let walk: PublishWalk = { complete: true, skipped: 0, skipEndsAt: Infinity, completeQueues: new Set() };
     const slot = this.deps.ready.stageWith(at, (w) => {
       walk = this.walkInto(w, at, head, false);
       return walk.completeQueues;

@@ -12,6 +12,7 @@ import {
   type QueueKeeperConfig,
 } from '../../util/config/schema.js';
 import { DutyScheduler } from '../../util/duties/scheduler.js';
+import { keyHash } from '../../util/keyHash.js';
 import { KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import { ReadySet } from '../../util/handoff/readySet.js';
 import { toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
@@ -190,6 +191,8 @@ function harness(
     estimateRows?: () => number;
     /** The leader slot, as leadership.ts holds it: the keeper asks every publish tick. */
     leadership?: { held: boolean };
+    /** The lease table's answer by hash, as resources.ts wires it: `leasedUntil` holds key → block end. */
+    leasedUntil?: boolean;
   } = {},
 ) {
   const capacity = opts.capacity ?? 100;
@@ -203,8 +206,14 @@ function harness(
   const clock = Object.assign(new FakeClock(NOW), { inFlight: 0 });
   const now = clock.now;
   const leased = new Set<string>();
+  /** With opts.leasedUntil: each blocked key's end (a lease, a hold, a release grace), by its keyHash. */
+  const leasedUntil = new Map<string, number>();
+  const hashed = (key: string) => {
+    const h = keyHash(key);
+    return `${h.hi}:${h.lo}`;
+  };
   /** Lease lookups the keeper made: one per row a publish walk (or a staged selection) passes. */
-  const probes = { count: 0 };
+  const probes = { count: 0, blocked: 0 };
   const errors: unknown[][] = [];
   const closed: unknown[] = [];
   let hook: Hook | null = null;
@@ -252,6 +261,17 @@ function harness(
       probes.count++;
       return leased.has(key);
     },
+    ...(opts.leasedUntil
+      ? {
+          leasedUntilHash: (hi: number, lo: number, at: number) => {
+            probes.count++;
+            const blocked = [...leasedUntil].find(([k]) => hashed(k) === `${hi}:${lo}`);
+            if (blocked === undefined) return 0;
+            probes.blocked++;
+            return blocked[1] > at ? blocked[1] : 0;
+          },
+        }
+      : {}),
     inFlight: () => clock.inFlight,
     nodeView: () => ({ paused: false, status: 'queued' }),
     log: {
@@ -299,6 +319,7 @@ function harness(
     clock,
     now,
     leased,
+    leasedUntil,
     probes,
     errors,
     warnings,
@@ -611,6 +632,42 @@ test('publishOnce skips leased rows, publishes only on change and forces a publi
   assert.equal(h.ready.take(1)[0]?.key, keyOf(9));
   h.clock.t = NOW + MINUTE;
   assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'a minute boundary is a change');
+});
+
+test('a row skipped as held is republished once its hold ends, not at the next forced publish', async () => {
+  const h = harness({ leasedUntil: true });
+  h.fill(5, (i) => NOW - (10 + i) * MINUTE);
+  const holdEnd = NOW + 2_500; // a hold (or a release grace) that nothing else will announce
+  h.leasedUntil.set(keyOf(4), holdEnd);
+  await h.start();
+  assert.equal(h.svc.stats.lastPublish?.skippedLeased, 1);
+  h.clock.t = NOW + 1_000;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), false, 'nothing changed, the hold still runs');
+  h.clock.t = NOW + 3_000;
+  // Without the skipped row's end as a trigger this waited for the forced publish at NOW + 10 s.
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'the hold ended: the set is stale');
+  assert.equal(h.svc.stats.lastPublish?.skippedLeased, 0);
+  assert.equal(h.ready.take(1)[0]?.key, keyOf(4), 'the most overdue row leads again');
+  h.clock.t = NOW + 4_000;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'the take was consumption');
+  assert.equal(h.svc.publishOnce(h.clock.t, false), false, 'and then nothing is left to wait for');
+});
+
+test('a row parked past its hold is re-asked when the park runs out, and a longer hold waits again', async () => {
+  const h = harness({ leasedUntil: true });
+  h.fill(3, (i) => NOW - (10 + i) * MINUTE);
+  h.leasedUntil.set(keyOf(2), NOW + 10 * MINUTE); // a long lease: parked for PARK_MAX_MS, then asked again
+  await h.start();
+  const asked = h.probes.blocked; // lookups of the leased key (the free rows are asked every walk)
+  h.clock.t = NOW + 29_000;
+  h.svc.publishOnce(h.clock.t, true);
+  assert.equal(h.probes.blocked, asked, 'parked: the lease table is not asked about it');
+  h.clock.t = NOW + 31_000;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), true, 'the park ran out: asked again');
+  assert.equal(h.probes.blocked, asked + 1);
+  assert.equal(h.svc.stats.lastPublish?.skippedLeased, 1, 'still leased, parked again');
+  h.clock.t = NOW + 32_000;
+  assert.equal(h.svc.publishOnce(h.clock.t, false), false, 'no publish per tick while the lease runs');
 });
 
 test('the head check repairs a row held wrongly and reads each key at most once a minute', async () => {

@@ -152,6 +152,12 @@ export class HeldRows<B extends ChunkList> {
     return until !== 0 && until > Math.floor(now / 1000) - PARK_EPOCH_S;
   }
 
+  /** When the row's park at `slot` runs out (ms, a whole second); 0 when it is not parked. */
+  parkEnd(slot: number): number {
+    const until = this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+    return until === 0 ? 0 : (until + PARK_EPOCH_S) * 1000;
+  }
+
   /**
    * Parks the row at `slot` until `until` (ms, rounded down to the second): the lease table said it is
    * leased until then. A cache of the lease table's answer, so a publish over many leased rows does not

@@ -58,7 +58,8 @@ export class TopSelection {
    * `skip` and `visit` must not change the keeper.
    */
   walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
-    if (!Number.isFinite(minuteOf(now))) return { visited: 0, complete: true, skipped: 0 };
+    if (!Number.isFinite(minuteOf(now)))
+      return { visited: 0, complete: true, skipped: 0, skipEndsAt: Infinity };
     return this.walkHeap(this.dueHeads(now), k, now, visit, skip);
   }
 
@@ -100,7 +101,8 @@ export class TopSelection {
   ): PublishWalk {
     const completeQueues = new Set<string>();
     const nowMinute = minuteOf(now);
-    if (!Number.isFinite(nowMinute)) return { complete: true, skipped: 0, completeQueues };
+    if (!Number.isFinite(nowMinute))
+      return { complete: true, skipped: 0, skipEndsAt: Infinity, completeQueues };
     // Rows of the top per queue, counted per run of one class (rows of a bucket come together).
     const have = new Map<string, number>();
     let runClass: HeldClass | null = null;
@@ -126,6 +128,7 @@ export class TopSelection {
     );
     endRun();
     let skipped = top.skipped;
+    let skipEndsAt = top.skipEndsAt;
     // Every class still in the heap has due rows left; the others were walked to their end.
     const rest = new Map<string, HeadHeap>();
     heads.forEach((cls, at, score, offset) => {
@@ -147,10 +150,11 @@ export class TopSelection {
       for (const [route, quota] of sectionQuotas(shares, extraBudget)) {
         const walk = this.walkHeap(rest.get(route)!, quota, now, extra, skip);
         skipped += walk.skipped;
+        skipEndsAt = Math.min(skipEndsAt, walk.skipEndsAt);
         if (walk.complete) completeQueues.add(route);
       }
     }
-    return { complete: top.complete, skipped, completeQueues };
+    return { complete: top.complete, skipped, skipEndsAt, completeQueues };
   }
 
   /** A heap of every class's first due bucket. */
@@ -175,6 +179,7 @@ export class TopSelection {
   private walkHeap(heap: HeadHeap, k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
     let visited = 0;
     let skipped = 0;
+    let skipEndsAt = Infinity;
     const nowMinute = minuteOf(now);
     const rows = this.rows;
     while (heap.size > 0) {
@@ -200,6 +205,7 @@ export class TopSelection {
           const key = rows.keyAt(slot);
           if (skip !== undefined) {
             if (rows.parkedAt(slot, now)) {
+              skipEndsAt = Math.min(skipEndsAt, rows.parkEnd(slot));
               skipped++;
               continue;
             }
@@ -207,14 +213,18 @@ export class TopSelection {
             if (leased !== false && leased !== 0) {
               // Known leased until then: later walks pass the row without asking (never past PARK_MAX_MS,
               // in case the lease goes early without a change to the row).
-              if (leased !== true) rows.park(slot, Math.min(leased, now + PARK_MAX_MS));
+              if (leased !== true) {
+                const until = Math.min(leased, now + PARK_MAX_MS);
+                rows.park(slot, until);
+                skipEndsAt = Math.min(skipEndsAt, until);
+              }
               skipped++;
               continue;
             }
           }
           if (visited >= k) {
             heap.setTopOffset(passed);
-            return { visited, complete: false, skipped };
+            return { visited, complete: false, skipped, skipEndsAt };
           }
           visit(key, value, dueMs, cls);
           visited++;
@@ -228,7 +238,7 @@ export class TopSelection {
         heap.pop();
       }
     }
-    return { visited, complete: true, skipped };
+    return { visited, complete: true, skipped, skipEndsAt };
   }
 }
 

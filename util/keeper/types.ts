@@ -62,6 +62,8 @@ export interface PublishWalk {
   complete: boolean;
   /** Due rows passed over because `skip` said so (top and extras). */
   skipped: number;
+  /** As TopWalk's, over the top and the extras. */
+  skipEndsAt: number;
   /** Queues with a row in the selection and no due, unskipped row left out of it. */
   completeQueues: Set<string>;
 }
@@ -88,6 +90,11 @@ export interface TopWalk {
   visited: number;
   complete: boolean;
   skipped: number;
+  /**
+   * The earliest instant (ms) a row this walk skipped as leased may be free again: its lease, hold or
+   * grace ends, or its park runs out and the lease table is asked again. Infinity when none can tell.
+   */
+  skipEndsAt: number;
 }
 
 export interface DueRow {
