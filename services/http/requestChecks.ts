@@ -87,23 +87,29 @@ function tooLarge(limit: number, headers?: Record<string, string>): HttpError {
 }
 
 /**
- * A refused body up to this size is still read to its end (and dropped) after the 413 went out, so a
- * client that is still sending finishes and reads the answer instead of meeting a closed socket (EPIPE)
- * mid-upload, and the connection stays usable. Past it the connection is closed under the rest.
+ * A refused body up to this size is still read to its end (and dropped), so a client that is still
+ * sending finishes and reads the answer instead of meeting a closed socket (EPIPE) mid-upload. Past it
+ * the answer closes the connection under the rest.
  */
 const DRAIN_REFUSED_BYTES = 64 << 20;
 
 /**
- * Reads the body up to `limit` bytes. A body over the limit (declared in content-length, or counted
- * while a chunked body arrives) is refused at once: the 413 goes out without waiting for the rest, which
- * is read and discarded behind it up to DRAIN_REFUSED_BYTES, and nothing more is buffered. A declared
- * length past that cap is answered with `connection: close` and not read at all; a chunked body that
- * runs past it has its socket closed. Never iterates the stream with `for await`: leaving that loop early
- * destroys the socket under the answer.
+ * Reads the body up to `limit` bytes; nothing over the limit is ever buffered.
+ * - A length declared in content-length over the limit is answered 413 at once, without waiting for the
+ *   body; the rest is read and dropped behind the answer, so the connection serves its next request. A
+ *   declared length past DRAIN_REFUSED_BYTES is answered with `connection: close` and not read.
+ * - A chunked body has no declared end: once it crosses the limit the rest is read and dropped to its end
+ *   and then answered 413 with `connection: close`, or answered at once (closing) past DRAIN_REFUSED_BYTES.
+ * Never iterates the stream with `for await`: leaving that loop early destroys the socket under the answer.
  */
 export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(nodeReq.headers?.['content-length']);
   return new Promise((resolve, reject) => {
+    // Closed while the request waited for auth, before anything listened: no 'close' is coming again.
+    if (nodeReq.destroyed && !nodeReq.readableEnded)
+      return reject(
+        new HttpError(400, 'invalid_body', 'the connection closed before the request body ended'),
+      );
     const chunks: Buffer[] = [];
     let size = 0;
     let over = false;
@@ -113,41 +119,37 @@ export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffe
       settled = true;
       reject(close ? tooLarge(limit, { connection: 'close' }) : tooLarge(limit));
     };
-    const stopReading = (): void => {
-      nodeReq.off('data', onData);
-      nodeReq.socket?.destroy();
-    };
+    if (Number.isFinite(declared) && declared > limit) {
+      // Refused before a byte is read; node's parser delivers no more than the declared length.
+      if (declared > DRAIN_REFUSED_BYTES) return refuse(true);
+      over = true;
+      refuse(false);
+    }
     const onData = (c: Buffer) => {
       size += c.length;
       if (!over && size > limit) {
         over = true;
         chunks.length = 0;
-        refuse(false);
       }
-      if (over) {
-        if (size > DRAIN_REFUSED_BYTES) stopReading();
-        return;
-      }
-      chunks.push(c);
+      if (!over) chunks.push(c);
+      else if (size > DRAIN_REFUSED_BYTES) refuse(true);
     };
-    if (Number.isFinite(declared) && declared > limit) {
-      over = true;
-      if (declared > DRAIN_REFUSED_BYTES) return refuse(true);
-      refuse(false);
-    }
     nodeReq.on('data', onData);
     nodeReq.once('end', () => {
-      if (!settled) {
+      if (over) refuse(true);
+      else if (!settled) {
         settled = true;
         resolve(Buffer.concat(chunks, size));
       }
     });
     nodeReq.once('error', (e: Error) => {
+      if (over) return refuse(true);
       if (settled) return;
       settled = true;
       reject(new HttpError(400, 'invalid_body', `the request body could not be read: ${e.message}`));
     });
     nodeReq.once('close', () => {
+      if (over) return refuse(true);
       if (!settled) {
         settled = true;
         reject(new HttpError(400, 'invalid_body', 'the connection closed before the request body ended'));

@@ -261,8 +261,8 @@ test('hole 3: bodies over their endpoint limit are 413 from content-length and w
       { 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
     );
     assert.equal(chunked.status, 413, chunked.text);
-    // The rest of the refused body was read and dropped behind the answer, so the socket stays usable:
-    // the next request on the same agent gets a clean answer, not a half-read socket.
+    assert.equal(chunked.connection, 'close');
+    // The next request on the same agent gets a clean answer, not a half-read socket.
     const next = await onSocket(agent, '/prerender_admin/health', 'GET', (req) => req.end());
     assert.equal(next.status, 200, next.text);
     const declared = await onSocket(
