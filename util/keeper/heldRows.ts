@@ -148,26 +148,29 @@ export class HeldRows<B extends ChunkList> {
 
   /** Whether the row at `slot` is parked as leased at `now` (see `park`). */
   parkedAt(slot: number, now: number): boolean {
-    const until = this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+    const until = Math.abs(this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!);
     return until !== 0 && until > Math.floor(now / 1000) - PARK_EPOCH_S;
   }
 
-  /** When the row's park at `slot` runs out (ms, a whole second); 0 when it is not parked. */
-  parkEnd(slot: number): number {
+  /**
+   * When the block the row at `slot` is parked on ends (ms, a whole second): 0 when it is not parked, or
+   * when its park only runs out before the block does (`park` with `blockEnds` false).
+   */
+  parkedBlockEnd(slot: number): number {
     const until = this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
-    return until === 0 ? 0 : (until + PARK_EPOCH_S) * 1000;
+    return until <= 0 ? 0 : (until + PARK_EPOCH_S) * 1000;
   }
 
   /**
    * Parks the row at `slot` until `until` (ms, rounded down to the second): the lease table said it is
    * leased until then. A cache of the lease table's answer, so a publish over many leased rows does not
    * probe the table for each of them every time; cleared by any change to the row (insert, move, `touch`).
+   * `blockEnds` says whether the block ends at `until` (false: the park is shorter than the block, and
+   * runs out only to ask the table again); it is kept as the stored value's sign.
    */
-  park(slot: number, until: number): void {
-    this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = Math.max(
-      0,
-      Math.floor(until / 1000) - PARK_EPOCH_S,
-    );
+  park(slot: number, until: number, blockEnds = true): void {
+    const seconds = Math.max(0, Math.floor(until / 1000) - PARK_EPOCH_S);
+    this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = blockEnds ? seconds : -seconds;
   }
 
   /** Clears the park of the row at a found table index: its stored row changed. */

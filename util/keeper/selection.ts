@@ -205,7 +205,8 @@ export class TopSelection {
           const key = rows.keyAt(slot);
           if (skip !== undefined) {
             if (rows.parkedAt(slot, now)) {
-              skipEndsAt = Math.min(skipEndsAt, rows.parkEnd(slot));
+              const ends = rows.parkedBlockEnd(slot);
+              if (ends > 0) skipEndsAt = Math.min(skipEndsAt, ends);
               skipped++;
               continue;
             }
@@ -214,9 +215,12 @@ export class TopSelection {
               // Known leased until then: later walks pass the row without asking (never past PARK_MAX_MS,
               // in case the lease goes early without a change to the row).
               if (leased !== true) {
-                const until = Math.min(leased, now + PARK_MAX_MS);
-                rows.park(slot, until);
-                skipEndsAt = Math.min(skipEndsAt, until);
+                // Only a block that ends within the park is an instant the set goes stale: a park cut at
+                // PARK_MAX_MS just asks again (and finds the same block), and a report under way
+                // (`now + 1`, util/leases/table.ts) ends with a change to the row, itself a trigger.
+                const blockEnds = leased <= now + PARK_MAX_MS;
+                rows.park(slot, Math.min(leased, now + PARK_MAX_MS), blockEnds);
+                if (blockEnds && leased > now + 1) skipEndsAt = Math.min(skipEndsAt, leased);
               }
               skipped++;
               continue;

@@ -91,8 +91,9 @@ export interface TopWalk {
   complete: boolean;
   skipped: number;
   /**
-   * The earliest instant (ms) a row this walk skipped as leased may be free again: its lease, hold or
-   * grace ends, or its park runs out and the lease table is asked again. Infinity when none can tell.
+   * The earliest instant (ms) a row this walk skipped as leased is free again with nothing else changing:
+   * its lease, hold or release grace ends within the PARK_MAX_MS it is parked for. Infinity when no
+   * skipped row's block ends that soon (a longer one is asked about again when its park runs out).
    */
   skipEndsAt: number;
 }
