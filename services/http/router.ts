@@ -138,6 +138,18 @@ function findRoute(
   return { params: [], pathKnown };
 }
 
+/**
+ * The request target in origin form: an absolute-form target (`POST http://host/render_queue/claim`,
+ * which HTTP/1.1 servers must accept) is cut to its path and query, so it reaches the same route, and
+ * the same 401, as `/render_queue/claim`.
+ */
+export function originForm(url: string): string {
+  const m = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*/i.exec(url);
+  if (m === null) return url;
+  const rest = url.slice(m[0].length);
+  return rest.startsWith('/') ? rest : `/${rest}`;
+}
+
 function hasOurPrefix(url: string): boolean {
   return (
     url.startsWith('/render_queue/') ||
@@ -161,7 +173,7 @@ async function dispatch(
   deps: RouterDeps,
   request: HarperHttpRequest,
 ): Promise<HarperHttpResponse & { headers: Headers }> {
-  const url: string = request.url ?? '/';
+  const url: string = originForm(request.url ?? '/');
   const q = url.indexOf('?');
   const pathname = q >= 0 ? url.slice(0, q) : url;
   const method = String(request.method ?? 'GET').toUpperCase();
@@ -257,7 +269,7 @@ export class Router {
     this.installed = true;
     const { deps, routes, ours } = this;
     deps.http(async (request, next) => {
-      const url: string = request.url ?? '';
+      const url: string = originForm(request.url ?? '');
       if (!hasOurPrefix(url)) return next(request);
       const res = served(await dispatch(routes, deps, request), deps.workerIndex());
       ours.add(res);
@@ -272,7 +284,7 @@ export class Router {
       async (request, next) => {
         const res = await next(request);
         if (res !== undefined && ours.has(res)) return res;
-        if (!hasOurPrefix(request.url ?? '')) return res;
+        if (!hasOurPrefix(originForm(request.url ?? ''))) return res;
         if (res?.status !== 401 && request.user) return res;
         return served(
           json(401, {

@@ -451,6 +451,25 @@ test('hole 6: without credentials every path and method under both prefixes is 4
     assert.equal(r.status, 401, `${method} ${path}`);
     if (method !== 'HEAD') assert.equal(r.json.code, 'unauthenticated');
   }
+  // The same paths as absolute-form request targets (RFC 9112 §3.2.2): 401 without credentials, and the
+  // route itself with them. (Harper answered both with its plain 404 before.)
+  const auth = basicAuth({ username: 'admin', password: 'admin-pass-for-tests' });
+  const c = rawConnection(Number(h.ports.http));
+  try {
+    const base = `http://127.0.0.1:${h.ports.http}`;
+    await c.send(`GET ${base}/render_queue/claim HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n`);
+    const anonymous = await c.response(10_000);
+    assert.equal(anonymous.status, 401, anonymous.body);
+    assert.equal(JSON.parse(anonymous.body).code, 'unauthenticated');
+    await c.send(
+      `GET ${base}/prerender_admin/config HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: ${auth}\r\n\r\n`,
+    );
+    const admin = await c.response(10_000);
+    assert.equal(admin.status, 200, admin.body);
+    assert.ok(JSON.parse(admin.body).stall, 'the config itself');
+  } finally {
+    c.close();
+  }
 });
 
 test('hole 6: a refresh token sent as a Bearer token is 401 in the API shape, not Harper’s plain 404', async () => {
