@@ -87,9 +87,10 @@ function tooLarge(limit: number, headers?: Record<string, string>): HttpError {
 }
 
 /**
- * A refused body up to this size is still read to its end (and dropped), so a client that is still
- * sending finishes and reads the answer instead of meeting a closed socket (EPIPE) mid-upload. Past it
- * the answer closes the connection under the rest.
+ * A refused body up to this much past its limit is still read to its end (and dropped), so a client that
+ * is still sending finishes and reads the answer instead of meeting a closed socket (EPIPE) mid-upload.
+ * Past it the answer closes the connection under the rest. Counted past the limit, not from zero: a
+ * 70 MiB chunked batch against the 64 MiB `render.maxBatchBytes` still gets to read its 413.
  */
 const DRAIN_REFUSED_BYTES = 64 << 20;
 
@@ -97,13 +98,16 @@ const DRAIN_REFUSED_BYTES = 64 << 20;
  * Reads the body up to `limit` bytes; nothing over the limit is ever buffered.
  * - A length declared in content-length over the limit is answered 413 at once, without waiting for the
  *   body; the rest is read and dropped behind the answer, so the connection serves its next request. A
- *   declared length past DRAIN_REFUSED_BYTES is answered with `connection: close` and not read.
+ *   declared length more than DRAIN_REFUSED_BYTES past the limit is answered with `connection: close`
+ *   and not read.
  * - A chunked body has no declared end: once it crosses the limit the rest is read and dropped to its end
- *   and then answered 413 with `connection: close`, or answered at once (closing) past DRAIN_REFUSED_BYTES.
+ *   and then answered 413 with `connection: close`, or answered at once (closing) when it runs more than
+ *   DRAIN_REFUSED_BYTES past the limit.
  * Never iterates the stream with `for await`: leaving that loop early destroys the socket under the answer.
  */
 export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(nodeReq.headers?.['content-length']);
+  const drainUpTo = limit + DRAIN_REFUSED_BYTES;
   return new Promise((resolve, reject) => {
     // Closed while the request waited for auth, before anything listened: no 'close' is coming again.
     if (nodeReq.destroyed && !nodeReq.readableEnded)
@@ -121,7 +125,7 @@ export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffe
     };
     if (Number.isFinite(declared) && declared > limit) {
       // Refused before a byte is read; node's parser delivers no more than the declared length.
-      if (declared > DRAIN_REFUSED_BYTES) return refuse(true);
+      if (declared > drainUpTo) return refuse(true);
       over = true;
       refuse(false);
     }
@@ -132,7 +136,7 @@ export function readBody(nodeReq: IncomingMessage, limit: number): Promise<Buffe
         chunks.length = 0;
       }
       if (!over) chunks.push(c);
-      else if (size > DRAIN_REFUSED_BYTES) refuse(true);
+      else if (size > drainUpTo) refuse(true);
     };
     nodeReq.on('data', onData);
     nodeReq.once('end', () => {
