@@ -130,6 +130,7 @@ const claims = new ClaimService({
   leases: leaseTable,
   readRow: readClaimRow,
   writeClaimMarks,
+  timer: realTimer,
   isPaused: () => control.isPaused(),
   pauseKnown: () => control.pauseKnown(),
   servingView,

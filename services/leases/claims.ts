@@ -13,6 +13,7 @@ import { requireObject } from '../../util/http/input.js';
 import type { HarperUser } from '../runtime/harper.js';
 import type { QueueScope } from './fleetScope.js';
 import type { NodeStatus } from '../status/control.js';
+import type { SchedulerTimer } from '../../util/duties/scheduler.js';
 
 // A claim takes up to this many entries per job wanted: leased or stale entries cost no place.
 const OVER_TAKE = 4;
@@ -63,6 +64,8 @@ export interface ClaimDeps {
   readRow: (key: string) => ClaimRow | undefined;
   /** Records the queues' last claim instant (never moves a mark back). Not awaited by the claim. */
   writeClaimMarks: (queues: readonly string[], now: number) => Promise<void>;
+  /** The trailing write of claims the pacing held back (unref'd, like every timer of the worker). */
+  timer: SchedulerTimer;
   isPaused: () => boolean;
   /** False until this worker has read the pause intent (NodeControl.pauseKnown): claims answer unready. */
   pauseKnown: () => boolean;
@@ -93,6 +96,10 @@ interface ClaimTally {
 export class ClaimService {
   /** Per queue, when this worker last wrote its claim mark. */
   private readonly lastMark = new Map<string, number>();
+  /** Per queue, this worker's latest claim the pacing has not written yet. */
+  private readonly unwritten = new Map<string, number>();
+  /** The armed trailing write of `unwritten`, if any. */
+  private trailing: unknown = undefined;
   private lastFullWarnAt = -Infinity;
 
   constructor(private readonly deps: ClaimDeps) {}
@@ -270,16 +277,51 @@ export class ClaimService {
     return true;
   }
 
+  /**
+   * Writes the queues' claim mark at most once per CLAIM_MARK_EVERY_MS per worker. A claim inside that
+   * window is not dropped: it is written, with its own instant, when the window ends. The stall sweep
+   * counts a claim since a queue's last nudge as progress (SPEC §7), and a claim made a second after
+   * the paced write must count as much as one made a minute after it.
+   */
   private markClaimed(queues: Set<string>, now: number): void {
     const due: string[] = [];
     for (const q of queues) {
-      if (now - (this.lastMark.get(q) ?? 0) < CLAIM_MARK_EVERY_MS) continue;
+      if (now - (this.lastMark.get(q) ?? -Infinity) < CLAIM_MARK_EVERY_MS) {
+        this.unwritten.set(q, now);
+        continue;
+      }
       this.lastMark.set(q, now);
+      this.unwritten.delete(q);
       due.push(q);
     }
-    if (due.length === 0) return;
+    if (due.length > 0) this.writeMarks(due, now);
+    this.armTrailing(now);
+  }
+
+  private writeMarks(queues: readonly string[], at: number): void {
     void this.deps
-      .writeClaimMarks(due, now)
+      .writeClaimMarks(queues, at)
       .catch((e: unknown) => this.deps.log.warn('could not write claim marks', e));
+  }
+
+  /** Arms one timer for the earliest instant an unwritten queue's window ends. */
+  private armTrailing(now: number): void {
+    if (this.trailing !== undefined || this.unwritten.size === 0) return;
+    let at = Infinity;
+    for (const q of this.unwritten.keys())
+      at = Math.min(at, (this.lastMark.get(q) ?? -Infinity) + CLAIM_MARK_EVERY_MS);
+    this.trailing = this.deps.timer.set(() => this.writeUnwritten(at), Math.max(0, at - now));
+  }
+
+  /** The trailing write at `at`: each queue whose window has ended gets its latest held-back claim. */
+  private writeUnwritten(at: number): void {
+    this.trailing = undefined;
+    for (const [q, claimedAt] of [...this.unwritten]) {
+      if (at - (this.lastMark.get(q) ?? -Infinity) < CLAIM_MARK_EVERY_MS) continue;
+      this.lastMark.set(q, at);
+      this.unwritten.delete(q);
+      this.writeMarks([q], claimedAt);
+    }
+    this.armTrailing(at);
   }
 }

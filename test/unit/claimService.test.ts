@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { defaultConfig, type QueueKeeperConfig } from '../../util/config/schema.js';
 import { MIN_KEY_BYTES_PER_SLOT, ReadySet, type ReadyEntryInput } from '../../util/handoff/readySet.js';
 import { LeaseTable } from '../../util/leases/table.js';
+import { FakeClock } from '../fakeClock.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
 import {
@@ -57,6 +58,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
   const warnings: string[] = [];
   const pokes: number[] = [];
   const state = { paused: false, pauseKnown: true, serving: true, due: 10 };
+  const clock = new FakeClock(NOW);
   const claims = new ClaimService({
     readySet: () => ready,
     leases: () => ({
@@ -67,6 +69,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
     writeClaimMarks: async (queues, now) => {
       marks.push({ queues: [...queues], now });
     },
+    timer: clock,
     isPaused: () => state.paused,
     pauseKnown: () => state.pauseKnown,
     servingView: () => ({ serving: state.serving, due: state.due }),
@@ -90,7 +93,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
     }));
     ready.publish(entries, NOW);
   };
-  return { claims, ready, leases, rows, marks, counts, warnings, pokes, state, publish, cfg };
+  return { claims, ready, leases, rows, marks, counts, warnings, pokes, state, publish, cfg, clock };
 }
 
 test('a claim grants each due key once: a second claim of the same set gets nothing more', () => {
@@ -197,6 +200,26 @@ test("a queue's claim mark is written at most once per interval per worker, and 
     w.marks.map((m) => m.now),
     [NOW, NOW + CLAIM_MARK_EVERY_MS],
   );
+});
+
+test('a claim the pacing held back is written when its window ends, with its own instant (SPEC §7 progress)', async () => {
+  const w = world();
+  w.publish([0, 1, 2, 3].map((i) => url('product', i)));
+  w.claims.claim(1, FLEET, null, NOW); // written at once
+  w.clock.t = NOW + 1000;
+  w.claims.claim(1, FLEET, null, NOW + 1000); // a nudge could have come in between: this is progress
+  w.clock.t = NOW + 1500;
+  w.claims.claim(1, FLEET, null, NOW + 1500);
+  assert.deepEqual(w.marks, [{ queues: ['product'], now: NOW }], 'held back inside the window');
+  await w.clock.advance(CLAIM_MARK_EVERY_MS - 1500);
+  // Without the trailing write nothing more was ever written until another claim came.
+  assert.deepEqual(w.marks, [
+    { queues: ['product'], now: NOW },
+    { queues: ['product'], now: NOW + 1500 },
+  ]);
+  await w.clock.advance(60_000);
+  assert.equal(w.marks.length, 2, 'nothing more to write, and no timer left re-arming');
+  assert.deepEqual(w.clock.armed, []);
 });
 
 test('a full lease window is warned about once per interval, not once per refused key, and pokes nothing', () => {
