@@ -582,6 +582,14 @@ function renderNotify(fleets, hooks, stall) {
             err.textContent = h.lastError;
             td.appendChild(err);
           }
+          if (h.secretOpens === false) {
+            // The sealing key changed: nothing is sent to this hook until it is rotated.
+            const sealed = document.createElement('div');
+            sealed.className = 'bad small';
+            sealed.setAttribute('data-testid', 'hook-secret-sealed');
+            sealed.textContent = 'secret does not open under QUEUE_KEEPER_SECRET_KEY: rotate to resume';
+            td.appendChild(sealed);
+          }
           cell(tr, fmtCount(h.consecutiveFailures), h.consecutiveFailures > 0 ? 'num warn' : 'num');
           cell(tr, h.lastStatus, 'num');
           cell(tr, h.lastAttemptAt === null ? 'never' : fmtAgo(h.lastAttemptAt));

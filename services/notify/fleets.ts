@@ -296,6 +296,14 @@ function opens(key: Buffer, sealed: string, context: string): boolean {
 }
 
 /**
+ * Whether the hook's current secret opens under `key`: false after QUEUE_KEEPER_SECRET_KEY changed, when
+ * every delivery to the hook is skipped (the dispatcher logs why) until the hook is rotated.
+ */
+export function hookSecretOpens(h: HookRecord, key: Buffer): boolean {
+  return opens(key, h.sealedSecret, h.id);
+}
+
+/**
  * The secrets that sign a delivery now. Throws SealError when the current secret does not open (a changed
  * sealing key); a previous secret that does not open is left out rather than failing the delivery.
  */

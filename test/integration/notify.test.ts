@@ -380,6 +380,45 @@ test('deliveries, failures and auto-disables are counted in the metrics', async 
   assert.equal(total(scrape, 'queue_keeper_notify_dropped_total'), 0);
 });
 
+test('after QUEUE_KEEPER_SECRET_KEY changes, the hook list says which secrets no longer open until rotated', async () => {
+  const keyA = Buffer.alloc(32, 1).toString('base64');
+  const keyB = Buffer.alloc(32, 2).toString('base64');
+  const first = await startHarper({ env: { QUEUE_KEEPER_SECRET_KEY: keyA } });
+  let second: HarperInstance | undefined;
+  try {
+    const c = await first.fetch('/prerender_admin/config', {
+      body: { notify: { allowHttp: true, allowCidrs: ['127.0.0.1/32'] } },
+    });
+    assert.equal(c.status, 200, c.text);
+    const f = await first.fetch('/prerender_admin/fleets', { body: { name: 'sealed' } });
+    const hook = await first.fetch('/prerender_admin/hooks', {
+      body: { fleetId: f.json.id, url: 'http://127.0.0.1:9/never-called' },
+    });
+    assert.equal(hook.status, 200, hook.text);
+    assert.equal(hook.json.secretOpens, true);
+    await first.stop();
+    second = await startHarper({ root: first.root, env: { QUEUE_KEEPER_SECRET_KEY: keyB } });
+    const listed = await second.fetch('/prerender_admin/hooks');
+    assert.equal(listed.status, 200, listed.text);
+    // Its health is untouched (nothing was attempted), but nothing will be sent to it: the list says so.
+    assert.deepEqual(
+      listed.json.map((x: { id: string; enabled: boolean; secretOpens: boolean }) => [
+        x.id,
+        x.enabled,
+        x.secretOpens,
+      ]),
+      [[hook.json.id, true, false]],
+    );
+    const rotated = await second.fetch(`/prerender_admin/hooks/${hook.json.id}/rotate`, { method: 'POST' });
+    assert.equal(rotated.status, 200, rotated.text);
+    const after = await second.fetch('/prerender_admin/hooks');
+    assert.equal(after.json[0].secretOpens, true, 'rotated under the new key');
+  } finally {
+    await second?.destroy();
+    await first.destroy();
+  }
+});
+
 test('without QUEUE_KEEPER_SECRET_KEY hook endpoints answer 503 unavailable', async () => {
   const bare = await startHarper({ env: { QUEUE_KEEPER_SECRET_KEY: '' } });
   try {

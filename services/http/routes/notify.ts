@@ -13,6 +13,7 @@ import {
   deleteHook,
   getFleet,
   getHook,
+  hookSecretOpens,
   listFleets,
   listHooks,
   revokeFleet,
@@ -42,7 +43,12 @@ function fleetView(f: FleetRecord) {
 }
 
 /** What any answer may show of a hook: never a secret, and the URL's query redacted. */
-function hookView(h: HookRecord) {
+/**
+ * A hook as operators see it. `secretOpens` false: its secret does not open under the current
+ * QUEUE_KEEPER_SECRET_KEY (the key changed), so nothing is sent to it until it is rotated, while its
+ * delivery health, which only receivers' answers move, still reads as before.
+ */
+function hookView(h: HookRecord, key: Buffer) {
   return {
     id: h.id,
     fleetId: h.fleetId,
@@ -56,6 +62,7 @@ function hookView(h: HookRecord) {
     lastAttemptAt: h.lastAttemptAt,
     createdAt: h.createdAt,
     previousSecretValidUntil: h.previousValidUntil,
+    secretOpens: hookSecretOpens(h, key),
   };
 }
 
@@ -196,7 +203,7 @@ export function registerNotify(
         key,
         Date.now(),
       );
-      return reply({ ...hookView(hook), secret });
+      return reply({ ...hookView(hook, key), secret });
     } catch (e) {
       if (e instanceof FleetNotActive)
         throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
@@ -213,9 +220,10 @@ export function registerNotify(
   });
 
   router.route('GET', '/prerender_admin/hooks', 'admin', async (req) => {
-    requireKey();
+    const key = requireKey();
     const fleetId = req.query.get('fleetId');
-    return reply((await listHooks(fleetId === null || fleetId === '' ? undefined : fleetId)).map(hookView));
+    const list = await listHooks(fleetId === null || fleetId === '' ? undefined : fleetId);
+    return reply(list.map((h) => hookView(h, key)));
   });
 
   router.route('POST', '/prerender_admin/hooks/*', 'admin', async (req) => {
@@ -236,7 +244,7 @@ export function registerNotify(
     }
     const next = await setHookEnabled(hook.id, action === 'enable');
     if (!next) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
-    return reply(hookView(next));
+    return reply(hookView(next, key));
   });
 
   router.route('DELETE', '/prerender_admin/hooks/*', 'admin', async (req) => {
