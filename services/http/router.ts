@@ -172,8 +172,9 @@ async function dispatch(
   routes: readonly Route[],
   deps: RouterDeps,
   request: HarperHttpRequest,
+  /** The request target in origin form (originForm), as the middleware matched it. */
+  url: string,
 ): Promise<HarperHttpResponse & { headers: Headers }> {
-  const url: string = originForm(request.url ?? '/');
   const q = url.indexOf('?');
   const pathname = q >= 0 ? url.slice(0, q) : url;
   const method = String(request.method ?? 'GET').toUpperCase();
@@ -271,7 +272,7 @@ export class Router {
     deps.http(async (request, next) => {
       const url: string = originForm(request.url ?? '');
       if (!hasOurPrefix(url)) return next(request);
-      const res = served(await dispatch(routes, deps, request), deps.workerIndex());
+      const res = served(await dispatch(routes, deps, request, url), deps.workerIndex());
       ours.add(res);
       return res;
     });

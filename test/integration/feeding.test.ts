@@ -3,6 +3,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { configForTest } from '../api.js';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { until } from '../wait.js';
 
 let h: HarperInstance;
 const feeder: Credentials = { username: 'feeder', password: 'feeder-pass' };
@@ -300,7 +301,8 @@ test('config: a bad value is a 400 naming the key; a good one is applied on ever
   }
   assert.equal(seen, 10);
   // The same unknown key again, on fresh connections until both workers have taken it: the node logs it
-  // once (SPEC §8), not once per worker.
+  // once (SPEC §8), not once per worker. Each worker then takes a marker key of its own; a worker's log
+  // lines keep their order, so once both markers are in the output a second "nonsense" line would be too.
   const servedBy = new Set<string>();
   for (let i = 0; i < 40 && servedBy.size < 2; i++) {
     const r = await h.fetch('/prerender_admin/config', { body: { nonsense: 2 }, fresh: true });
@@ -308,7 +310,17 @@ test('config: a bad value is a 400 naming the key; a good one is applied on ever
     servedBy.add(String(r.headers['x-served-by']));
   }
   assert.equal(servedBy.size, 2, 'both workers answered the unknown key');
-  await new Promise((r) => setTimeout(r, 500)); // a worker's log line reaches the output through the main thread
+  const markers = new Map<string, string>();
+  for (let i = 0; i < 40 && markers.size < 2; i++) {
+    const r = await h.fetch('/prerender_admin/config', { body: { [`marker${i}`]: 1 }, fresh: true });
+    assert.equal(r.status, 200, r.text);
+    const worker = String(r.headers['x-served-by']);
+    if (!markers.has(worker)) markers.set(worker, `marker${i}`);
+  }
+  assert.equal(markers.size, 2, 'both workers took a marker key');
+  await until('both markers logged', () =>
+    [...markers.values()].every((m) => h.output().includes(`Unknown configuration key ${m} `)),
+  );
   assert.equal(
     (h.output().match(/Unknown configuration key nonsense/g) ?? []).length,
     1,

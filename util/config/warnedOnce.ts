@@ -3,6 +3,7 @@
 // a fixed set of 32-bit hashes of the things already logged, over a buffer every worker shares: the
 // first worker to insert a hash logs, the others see it there. Lock-free: an insert is one
 // compare-and-swap into an empty slot. Pure: the buffer comes from the caller.
+import { keyHash } from '../keyHash.js';
 
 /** Slots in the set; past SLOTS / 2 entries nothing new is logged (the caller's overflow line says so). */
 const SLOTS = 4096;
@@ -10,11 +11,10 @@ const FULL_AT = SLOTS / 2;
 /** Slot 0 counts the entries; the hashes follow. */
 const COUNT = 0;
 
-/** 32-bit FNV-1a over the UTF-16 units, never 0 (0 marks an empty slot). */
+/** The text's keyHash folded to 32 bits, never 0 (0 marks an empty slot). */
 function hashOf(text: string): number {
-  let h = 0x811c9dc5 | 0;
-  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
-  h ^= h >>> 15;
+  const { hi, lo } = keyHash(text);
+  const h = hi ^ lo;
   return h === 0 ? 1 : h;
 }
 

@@ -59,6 +59,11 @@ export function isWellFormed(s: string): boolean {
   return (s as unknown as { isWellFormed(): boolean }).isWellFormed();
 }
 
+/** `s` with every lone surrogate replaced by U+FFFD (String.prototype.toWellFormed, Node 20). */
+export function wellFormed(s: string): string {
+  return (s as unknown as { toWellFormed(): string }).toWellFormed();
+}
+
 /** The reason a URL is refused, or null when it is an acceptable cacheKey. */
 export function urlProblem(url: unknown): string | null {
   if (typeof url !== 'string') return 'url must be a string';

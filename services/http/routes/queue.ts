@@ -1,7 +1,7 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
 import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
 import { stateMaxAgeMs } from '../../../util/handoff/keeperSignal.js';
-import { requireObject } from '../../../util/http/input.js';
+import { requireObject, wellFormed } from '../../../util/http/input.js';
 import { callerOf, type ClaimService } from '../../leases/claims.js';
 import type { CheckedResult, ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';
@@ -23,9 +23,7 @@ export const MAX_BATCH = 100;
 function echoId(id: unknown): string | null {
   // Cut to 200 UTF-16 units, which can split a surrogate pair: made well-formed so that strict JSON
   // parsers (which refuse a lone surrogate escape) can read the answer.
-  return typeof id === 'string'
-    ? (id.slice(0, MAX_ECHO_CHARS) as unknown as { toWellFormed(): string }).toWellFormed()
-    : null;
+  return typeof id === 'string' ? wellFormed(id.slice(0, MAX_ECHO_CHARS)) : null;
 }
 
 /** The body's `queues` field, when the body is an object (its shape is checked by parseClaimLimit). */
