@@ -17,6 +17,7 @@ import {
   type QueueKeeperConfig,
 } from '../../util/config/schema.js';
 import type { DutyScheduler } from '../../util/duties/scheduler.js';
+import { quotedCut } from '../../util/text.js';
 import { log, table, transaction, workerIndex } from './harper.js';
 import { withStoreLock } from './storeLock.js';
 import { TableFollower, type TableSubscription } from './tableFollower.js';
@@ -41,8 +42,7 @@ export const CONFIG_RESUBSCRIBE_MS = 5000;
  */
 export function loggableKey(path: string): string {
   if (path.length <= MAX_LOGGED_KEY_CHARS && /^[\w.[\]-]+$/.test(path)) return path;
-  const cut = path.length > MAX_LOGGED_KEY_CHARS ? path.slice(0, MAX_LOGGED_KEY_CHARS) + '…' : path;
-  return JSON.stringify((cut as unknown as { toWellFormed(): string }).toWellFormed());
+  return quotedCut(path, MAX_LOGGED_KEY_CHARS);
 }
 
 /** Keys of a host app's `queue-keeper:` section that tell Harper how to load the package; not ours. */

@@ -2,6 +2,7 @@
 // util/config/keys.ts. Callers import both from here: this module re-exports the list and its types.
 import { parseAllowList } from '../notify/addressPolicy.js';
 import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from '../notify/wakeBody.js';
+import { wellFormed } from '../text.js';
 import {
   CONFIG_KEYS,
   DAY,
@@ -136,7 +137,7 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
         for (const f of Object.keys(route))
           if (!ROUTE_FIELDS.has(f)) {
             // The field name is the caller's: cut and made well-formed before it names anything.
-            const shown = `${at}.${(f.slice(0, 100) as unknown as { toWellFormed(): string }).toWellFormed()}`;
+            const shown = `${at}.${wellFormed(f.slice(0, 100))}`;
             throw new ConfigError(shown, `${shown} is not a route field`);
           }
         // The name is the queue: it appears in every wake body, so it is bounded (util/notify/wakeBody.ts).

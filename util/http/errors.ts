@@ -1,4 +1,6 @@
 // The one error shape of the API: `{error, code}` with a 4xx for the caller's mistakes.
+import { quotedCut } from '../text.js';
+
 export class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -24,6 +26,5 @@ export const MAX_ECHO_CHARS = 200;
  */
 export function echo(v: unknown): string {
   if (typeof v !== 'string') return v === null ? 'null' : Array.isArray(v) ? 'an array' : `a ${typeof v}`;
-  const cut = v.length > MAX_ECHO_CHARS ? v.slice(0, MAX_ECHO_CHARS) + '…' : v;
-  return JSON.stringify((cut as unknown as { toWellFormed(): string }).toWellFormed());
+  return quotedCut(v, MAX_ECHO_CHARS);
 }

@@ -2,6 +2,7 @@
 // (nothing is written); per-item problems become `{index, error}` rejections and the rest lands.
 import { CONFIG_KEYS } from '../config/schema.js';
 import { HttpError, badRequest, echo } from './errors.js';
+import { isWellFormed } from '../text.js';
 import type { TargetInput } from '../schedule/rules.js';
 
 export const MAX_URL_BYTES = 1900;
@@ -53,16 +54,6 @@ const CONTROL_OR_SPACE = /[\s\u0000-\u001f\u007f-\u009f]/;
 // lets a wake naming the longest URL fit its 4 KiB body (see util/notify/wakeBody.ts). `\` would also make
 // two keys of one page: the WHATWG parser reads it as `/`.
 const JSON_ESCAPED = /["\\]/;
-
-/** No lone surrogate: `ordered-binary` would store one as U+FFFD, and the key would never read back. */
-export function isWellFormed(s: string): boolean {
-  return (s as unknown as { isWellFormed(): boolean }).isWellFormed();
-}
-
-/** `s` with every lone surrogate replaced by U+FFFD (String.prototype.toWellFormed, Node 20). */
-export function wellFormed(s: string): string {
-  return (s as unknown as { toWellFormed(): string }).toWellFormed();
-}
 
 /** The reason a URL is refused, or null when it is an acceptable cacheKey. */
 export function urlProblem(url: unknown): string | null {

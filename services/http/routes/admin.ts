@@ -3,6 +3,7 @@ import { ConfigError } from '../../../util/config/schema.js';
 import { HttpError, badRequest } from '../../../util/http/errors.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
+import { wellFormed } from '../../../util/text.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
 import { reply, type Router } from '../router.js';
 import { server } from '../../runtime/harper.js';
@@ -27,7 +28,7 @@ export function ignoredKeysHeader(keys: readonly string[]): string {
   const parts: string[] = [];
   let bytes = 0;
   for (const k of keys) {
-    const cut = (k as unknown as { toWellFormed(): string }).toWellFormed().slice(0, MAX_IGNORED_KEY_CHARS);
+    const cut = wellFormed(k).slice(0, MAX_IGNORED_KEY_CHARS);
     const enc = encodeURIComponent(cut);
     if (bytes + enc.length + 1 > MAX_IGNORED_HEADER_BYTES) break;
     parts.push(enc);

@@ -2,7 +2,8 @@
 // is a 400. A hook secret leaves the server only in the answers of create and rotate.
 import { redactUrl, validateHookUrl, type HookUrlPolicy } from '../../../util/notify/addressPolicy.js';
 import { HttpError, badRequest, echo } from '../../../util/http/errors.js';
-import { describeType, isWellFormed, requireObject } from '../../../util/http/input.js';
+import { describeType, requireObject } from '../../../util/http/input.js';
+import { isWellFormed } from '../../../util/text.js';
 import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
 import { config } from '../../runtime/config.js';
 import {

@@ -1,7 +1,8 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
 import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
 import { stateMaxAgeMs } from '../../../util/handoff/keeperSignal.js';
-import { requireObject, wellFormed } from '../../../util/http/input.js';
+import { requireObject } from '../../../util/http/input.js';
+import { wellFormed } from '../../../util/text.js';
 import { callerOf, type ClaimService } from '../../leases/claims.js';
 import type { CheckedResult, ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';

@@ -1,0 +1,20 @@
+// String helpers for text a caller sent: lone surrogates (which `ordered-binary` stores as U+FFFD and strict
+// JSON parsers refuse) and quoting a value into an answer or a log line.
+
+/** No lone surrogate: `ordered-binary` would store one as U+FFFD, and the key would never read back. */
+export function isWellFormed(s: string): boolean {
+  return (s as unknown as { isWellFormed(): boolean }).isWellFormed();
+}
+
+/** `s` with every lone surrogate replaced by U+FFFD (String.prototype.toWellFormed, Node 20). */
+export function wellFormed(s: string): string {
+  return (s as unknown as { toWellFormed(): string }).toWellFormed();
+}
+
+/**
+ * `s` fit for one line: cut to `max` characters (marked with `…`), made well-formed and JSON-quoted, so no
+ * newline can forge a line and no lone surrogate reaches a JSON answer.
+ */
+export function quotedCut(s: string, max: number): string {
+  return JSON.stringify(wellFormed(s.length > max ? s.slice(0, max) + '…' : s));
+}
