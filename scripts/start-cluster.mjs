@@ -135,6 +135,57 @@ async function link(from, to) {
     console.error(`add_node ${from.name} -> ${to.name}: ${r.status} ${r.text}`);
 }
 
+async function rowCount(n, where = '') {
+  const r = await call(`http://${host}:${n.ops}/`, {
+    method: 'POST',
+    body: JSON.stringify({
+      operation: 'sql',
+      sql: `SELECT COUNT(*) AS c FROM render_schedule.RenderSchedule${where}`,
+    }),
+  });
+  return r.status === 200 ? (JSON.parse(r.text)[0]?.c ?? 0) : -1;
+}
+
+/**
+ * Waits until a row filed on each node reaches the other two by replication's stream, then deletes the
+ * probes. Right after `add_node`, Harper 4.7.29 copies each database whole to the new peer and can skip a
+ * write committed while that copy runs (README "Running a cluster", joining a node); a probe that
+ * arrives says the copy is over, so rows filed after "cluster is up" replicate like any later write.
+ */
+async function untilRowsStream() {
+  const deadline = Date.now() + 60_000;
+  for (const from of nodes) {
+    const others = nodes.filter((n) => n !== from);
+    const probes = [];
+    let arrived = false;
+    while (!arrived && !stopping && Date.now() < deadline) {
+      const url = `https://join-probe.queue-keeper.invalid/${from.name}/${probes.length}`;
+      probes.push(url);
+      const filed = await call(`http://${host}:${from.http}/render_queue/targets`, {
+        method: 'POST',
+        body: JSON.stringify({ targets: [{ url, dueAt: Date.now() + 86_400_000 }] }),
+      });
+      if (filed.status !== 200) console.error(`probe on ${from.name}: ${filed.status} ${filed.text}`);
+      // A probe filed while the copy ran may be skipped like any other row: after 3 s, file another.
+      const giveUp = Date.now() + 3000;
+      while (!arrived && Date.now() < giveUp) {
+        const seen = await Promise.all(others.map((n) => rowCount(n, ` WHERE cacheKey = '${url}'`)));
+        arrived = seen.every((c) => c === 1);
+        if (!arrived) await new Promise((r) => setTimeout(r, 200));
+      }
+    }
+    await call(`http://${host}:${from.http}/render_queue/targets`, {
+      method: 'DELETE',
+      body: JSON.stringify({ urls: probes }),
+    });
+    if (!arrived && !stopping)
+      console.error(
+        `warning: a row filed on ${from.name} did not reach the other nodes within 60 s; ` +
+          'rows filed now may not replicate (check cluster_status)',
+      );
+  }
+}
+
 function stopAll() {
   stopping = true;
   for (const child of children.values()) child.kill('SIGTERM');
@@ -152,6 +203,7 @@ if (!stopping) {
   await link(nodes[1], nodes[0]);
   await link(nodes[2], nodes[0]);
   await link(nodes[2], nodes[1]);
+  await untilRowsStream();
   const lines = nodes.map(
     (n) =>
       `  ${n.name}: http://${host}:${n.http}   operations http://${host}:${n.ops}   mqtt mqtt://${host}:${n.mqtt}   (pid ${children.get(n.name)?.pid})`,

@@ -479,7 +479,11 @@ function renderTrust(live, r) {
   const v = k ? k.lastVerify : null;
   setText(
     'trust-verify',
-    v ? `${fmtAgo(v.at)}: repaired ${fmtCount(v.repaired)} in ${fmtDuration(v.ms)}` : k ? 'not yet' : null,
+    v
+      ? `${fmtAgo(v.at)}: ${fmtCount(v.rows)} rows in the table, repaired ${fmtCount(v.repaired)} in ${fmtDuration(v.ms)}`
+      : k
+        ? 'not yet'
+        : null,
   );
   const repaired = setCount('trust-repaired', k ? k.repairedTotal : null);
   repaired.classList.toggle('warn', Boolean(k && k.repairedTotal > 0));

@@ -120,6 +120,11 @@ export interface KeeperStats {
     mismatched: number;
     phantom: number;
     unowned: number;
+    /**
+     * Every row the walk saw in this node's table, held or not: the same on every node of a cluster once
+     * writes are quiet, so a node short of rows (a write Harper's join copy skipped) shows here.
+     */
+    rows: number;
     /** Rows picked up because the cluster membership changed (not repairs). */
     gained: number;
     repaired: number;

@@ -53,6 +53,7 @@ export class KeeperVerifier {
     let phantom = 0;
     let unowned = 0;
     let gained = 0;
+    let rows = 0;
     const gains = this.expectGains;
     this.expectGains = false;
     let lastKey: string | undefined;
@@ -66,6 +67,7 @@ export class KeeperVerifier {
       ];
       if (chunk.length === 0) break;
       for (const { key, row } of chunk) {
+        if (row) rows++;
         if (touched.has(key) || !row) continue;
         if (!this.deps.owns(key)) {
           if (this.deps.core.has(key)) {
@@ -103,6 +105,7 @@ export class KeeperVerifier {
       mismatched,
       phantom,
       unowned,
+      rows,
       gained,
       repaired,
     };

@@ -81,7 +81,54 @@ before(async () => {
     });
     assert.equal(r.status, 200, r.text);
   }
+  await untilRowsStream(a, b);
 });
+
+/**
+ * Waits until a row written on `from` reaches `to` by replication's stream, then removes the probes.
+ *
+ * When `add_node` links two nodes, Harper 4.7.29 first copies each database whole to the new peer. The copy
+ * walks the live table and then resumes the audit log after the newest record it copied, so a transaction
+ * committed on `from` while the copy runs can be skipped for good: a run filed 400 rows right after the link
+ * and 100 of them (one transaction) never reached node-b (README "Running a cluster", joining a node). A
+ * probe row that arrives proves the copy is over; rows filed after it stream like any later write.
+ */
+async function untilRowsStream(from: HarperInstance, to: HarperInstance): Promise<void> {
+  const count = async (n: HarperInstance, where = '') =>
+    (
+      (await n.operation({
+        operation: 'sql',
+        sql: `SELECT COUNT(*) AS c FROM render_schedule.RenderSchedule${where}`,
+      })) as Array<{ c: number }>
+    )[0]?.c ?? 0;
+  const probes: string[] = [];
+  await until(
+    'a probe row written on node-a to reach node-b',
+    async () => {
+      const url = `https://cluster.example.com/probe/${probes.length}`;
+      probes.push(url);
+      const r = await from.fetch('/render_queue/targets', {
+        body: { targets: [{ url, dueAt: Date.now() + 24 * 60 * MIN }] },
+      });
+      assert.equal(r.status, 200, r.text);
+      // A probe filed while the copy ran may be skipped like any other row: after 3 s, file another.
+      const deadline = Date.now() + 3000;
+      while (Date.now() < deadline) {
+        if ((await count(to, ` WHERE cacheKey = '${url}'`)) === 1) return true;
+        await sleep(100);
+      }
+      return false;
+    },
+    45_000,
+    0,
+  );
+  const d = await from.fetch('/render_queue/targets', { method: 'DELETE', body: { urls: probes } });
+  assert.equal(d.status, 200, d.text);
+  await until(
+    'the probes to be gone on both nodes',
+    async () => (await count(from)) + (await count(to)) === 0,
+  );
+}
 
 after(async () => {
   await Promise.all([a?.destroy(), b?.destroy()]);
