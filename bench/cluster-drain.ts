@@ -7,6 +7,7 @@
 import { Ownership } from '../util/cluster/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../test/harness.js';
 import { benchUrl, fileAll, loadavg, machine, sleep } from './lib.js';
+import { untilRowsStream } from '../test/clusterJoin.js';
 
 const ROWS = Number(process.env.ROWS ?? 30_000);
 const CLIENTS = Number(process.env.CLIENTS ?? 4);
@@ -142,6 +143,8 @@ async function main(): Promise<void> {
     // Filing while the links are still coming up (Harper's initial full copies) left 681 of 30,000 rows
     // missing on node-c's table for 120 s in one run: wait until every node holds by one 3-node view.
     await waitFor('all three nodes to see each other and hold by one view', () => settled(nodes), 120_000);
+    // The settled view says render_queue streams; a probe row says render_schedule's copy is over too.
+    await untilRowsStream(nodes.map((n) => ({ name: n.name, inst: n.h })));
 
     const urls = Array.from({ length: ROWS }, (_, i) => benchUrl('cluster', i));
     await fileAll(

@@ -10,6 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { Ownership } from '../../util/cluster/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
+import { tableRows, untilRowsStream } from '../clusterJoin.js';
 
 let a: HarperInstance;
 let b: HarperInstance;
@@ -81,54 +82,11 @@ before(async () => {
     });
     assert.equal(r.status, 200, r.text);
   }
-  await untilRowsStream(a, b);
+  await untilRowsStream([
+    { name: 'node-a', inst: a },
+    { name: 'node-b', inst: b },
+  ]);
 });
-
-/**
- * Waits until a row written on `from` reaches `to` by replication's stream, then removes the probes.
- *
- * When `add_node` links two nodes, Harper 4.7.29 first copies each database whole to the new peer. The copy
- * walks the live table and then resumes the audit log after the newest record it copied, so a transaction
- * committed on `from` while the copy runs can be skipped for good: a run filed 400 rows right after the link
- * and 100 of them (one transaction) never reached node-b (README "Running a cluster", joining a node). A
- * probe row that arrives proves the copy is over; rows filed after it stream like any later write.
- */
-async function untilRowsStream(from: HarperInstance, to: HarperInstance): Promise<void> {
-  const count = async (n: HarperInstance, where = '') =>
-    (
-      (await n.operation({
-        operation: 'sql',
-        sql: `SELECT COUNT(*) AS c FROM render_schedule.RenderSchedule${where}`,
-      })) as Array<{ c: number }>
-    )[0]?.c ?? 0;
-  const probes: string[] = [];
-  await until(
-    'a probe row written on node-a to reach node-b',
-    async () => {
-      const url = `https://cluster.example.com/probe/${probes.length}`;
-      probes.push(url);
-      const r = await from.fetch('/render_queue/targets', {
-        body: { targets: [{ url, dueAt: Date.now() + 24 * 60 * MIN }] },
-      });
-      assert.equal(r.status, 200, r.text);
-      // A probe filed while the copy ran may be skipped like any other row: after 3 s, file another.
-      const deadline = Date.now() + 3000;
-      while (Date.now() < deadline) {
-        if ((await count(to, ` WHERE cacheKey = '${url}'`)) === 1) return true;
-        await sleep(100);
-      }
-      return false;
-    },
-    45_000,
-    0,
-  );
-  const d = await from.fetch('/render_queue/targets', { method: 'DELETE', body: { urls: probes } });
-  assert.equal(d.status, 200, d.text);
-  await until(
-    'the probes to be gone on both nodes',
-    async () => (await count(from)) + (await count(to)) === 0,
-  );
-}
 
 after(async () => {
   await Promise.all([a?.destroy(), b?.destroy()]);
@@ -153,10 +111,7 @@ test('two nodes split the rows by rendezvous ownership and each grants only its 
   // but were never delivered as events read tbl > events; rows never replicated read tbl < 400.
   const facts = async (n: HarperInstance) => {
     const s = await n.fetch('/prerender_admin/queue-state');
-    const rows = await n
-      .operation({ operation: 'sql', sql: 'SELECT COUNT(*) AS c FROM render_schedule.RenderSchedule' })
-      .then((r: Array<{ c: number }>) => r[0]?.c)
-      .catch(() => '?');
+    const rows = await tableRows(n).catch(() => '?');
     const k = s.status === 200 ? s.json.trust.keeper : null;
     return `tbl=${rows} events=${k?.apply.events} lastVerify=${JSON.stringify(k?.lastVerify)}`;
   };

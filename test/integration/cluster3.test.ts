@@ -16,6 +16,7 @@ import {
   type HarperInstance,
 } from '../harness.js';
 import { sleep, until } from '../wait.js';
+import { untilRowsStream } from '../clusterJoin.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'] as const;
 type Name = (typeof NAMES)[number];
@@ -226,6 +227,8 @@ before(async () => {
       60_000,
       250,
     );
+    step = 'rows stream';
+    await untilRowsStream(NAMES.map((n) => ({ name: n, inst: node(n) })));
   } catch (e) {
     const tails = NAMES.map((n) => `--- ${n}:\n${logsOf(n)}`).join('\n');
     await Promise.all([...nodes.values()].map((n) => n.inst.destroy()));
