@@ -186,6 +186,31 @@ async function untilRowsStream() {
   }
 }
 
+/**
+ * Waits until every node's beat, as every node reads it, lists all three nodes: from then on each row is
+ * held by one node. Before, a node still holds by the view it had alone, and a row filed now could be
+ * granted on two or three nodes.
+ */
+async function untilSettled() {
+  const want = nodes.map((n) => n.name).join(',');
+  const deadline = Date.now() + 60_000;
+  while (!stopping && Date.now() < deadline) {
+    let settled = true;
+    for (const n of nodes) {
+      const r = await call(`http://${host}:${n.ops}/`, {
+        method: 'POST',
+        body: JSON.stringify({ operation: 'sql', sql: 'SELECT id, view FROM render_queue.QueueNode' }),
+      });
+      const beats = r.status === 200 ? JSON.parse(r.text) : [];
+      if (!nodes.every((m) => beats.find((b) => b.id === m.name)?.view?.join(',') === want)) settled = false;
+    }
+    if (settled) return;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  if (!stopping)
+    console.error('warning: the three nodes did not agree on the membership within 60 s (see their logs)');
+}
+
 function stopAll() {
   stopping = true;
   for (const child of children.values()) child.kill('SIGTERM');
@@ -204,6 +229,7 @@ if (!stopping) {
   await link(nodes[2], nodes[0]);
   await link(nodes[2], nodes[1]);
   await untilRowsStream();
+  await untilSettled();
   const lines = nodes.map(
     (n) =>
       `  ${n.name}: http://${host}:${n.http}   operations http://${host}:${n.ops}   mqtt mqtt://${host}:${n.mqtt}   (pid ${children.get(n.name)?.pid})`,
@@ -213,7 +239,8 @@ if (!stopping) {
       `  username:   ${creds.username}\n  password:   ${creds.password}\n  data:       ${data}\n` +
       `  try: curl -u ${creds.username}:${creds.password} -H 'content-type: application/json' ` +
       `-d '{"targets":[{"url":"https://example.com/"}]}' http://${host}:${nodes[0].http}/render_queue/targets\n` +
-      `  then: curl -u ${creds.username}:${creds.password} http://${host}:${nodes[1].http}/prerender_admin/queue-state\n` +
+      `  then: for p in ${nodes.map((n) => n.http).join(' ')}; do curl -su ${creds.username}:${creds.password} http://${host}:$p/prerender_admin/queue-state; echo; done\n` +
+      `        (each node counts only the rows it holds: the row shows on the one node that owns it)\n` +
       `  Ctrl-C stops all three.\n`,
   );
 }

@@ -9,6 +9,7 @@ import { nameHash, randomWord } from '../../util/leases/token.js';
 import { threadId } from 'node:worker_threads';
 import type { Ownership } from '../../util/cluster/ownership.js';
 import type { HoldingView } from '../../util/cluster/holding.js';
+import { beatEveryMs } from '../../util/cluster/membership.js';
 import {
   HANDOFF_MARGIN_MS,
   HandoffLedger,
@@ -63,7 +64,10 @@ export interface KeeperLeadershipDeps {
   onPoke: (fn: () => void) => () => void;
   /** A one-shot wait (the held ask's timeout). */
   sleep: (ms: number) => Promise<void>;
-  /** The cluster membership the keeper holds rows by, re-read every maintenance tick (services/cluster). */
+  /**
+   * The cluster membership the keeper holds rows by (services/cluster), re-read every beat
+   * (max(1 s, publishInterval)) or every maintenance tick when that is shorter.
+   */
   currentOwnership: () => Promise<Ownership & Partial<Pick<HoldingView, 'handedOver'>>>;
 }
 
@@ -72,8 +76,10 @@ export class KeeperLeadership {
   private ownership: Ownership | undefined;
   /** The leases this node hands over with rows it no longer holds (util/cluster/handoff.ts). */
   private readonly handoff = new HandoffLedger();
-  /** Set when the membership changed: the next tick walks for gains once more (see refreshMembership). */
-  private walkAgain = false;
+  /** When the membership last changed: a tick later the keeper walks for gains once more (refreshMembership). */
+  private walkAgainAt: number | null = null;
+  /** When handed-over leases were last recorded (at every change, else once a tick). */
+  private lastAdoptAt = -Infinity;
   private readonly heldAsks = new Map<number, (held: HeldDescription | null) => void>();
   private heldAskSeq = 0;
   private heldListening = false;
@@ -234,7 +240,12 @@ export class KeeperLeadership {
     );
     svc.addDuty(
       { name: 'keeper membership', runOnce: () => this.refreshMembership(svc) },
-      every(() => config().maintenance.tickInterval),
+      // Every beat, not only every tick: a peer that joins or returns is held by once its beats arrive
+      // (with the 30 s default tick a fresh link left every node holding every row for up to a tick, and
+      // rows a peer let go unheld for another).
+      every(() =>
+        Math.min(config().maintenance.tickInterval, beatEveryMs(config().queue.keeper.publishInterval)),
+      ),
     );
   }
 
@@ -350,19 +361,26 @@ export class KeeperLeadership {
 
   private async refreshMembership(svc: KeeperService): Promise<Counts> {
     const next = await this.deps.currentOwnership();
-    this.adoptHandedOver(next, Date.now());
-    if (this.ownership && next.sameMembership(this.ownership)) {
+    const same = this.ownership !== undefined && next.sameMembership(this.ownership);
+    const tick = this.deps.config().maintenance.tickInterval;
+    // Recorded before a change is applied (the rows must not be granted here before those leases end),
+    // and besides once a tick, as before the membership was read every beat: a list can run to 50,000.
+    if (!same || Date.now() - this.lastAdoptAt >= tick) {
+      this.lastAdoptAt = Date.now();
+      this.adoptHandedOver(next, this.lastAdoptAt);
+    }
+    if (same) {
       // One more walk a tick after a change: rows still arriving by replication while the first walk ran
       // (evaluated under the previous view) would otherwise wait for the verification walk.
-      if (!this.walkAgain) return {};
-      this.walkAgain = false;
+      if (this.walkAgainAt === null || Date.now() < this.walkAgainAt) return {};
+      this.walkAgainAt = null;
       const again = await svc.membershipChanged(() => Date.now());
       return again.gained > 0 || again.dropped > 0 ? { dropped: again.dropped, gained: again.gained } : {};
     }
     log.info(`keeper: cluster membership is now ${next.nodes.join(', ')}`);
     this.ownership = next;
     this.handoff.changed(Date.now());
-    this.walkAgain = true;
+    this.walkAgainAt = Date.now() + tick;
     const r = await svc.membershipChanged(() => Date.now());
     return { dropped: r.dropped, gained: r.gained };
   }

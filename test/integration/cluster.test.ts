@@ -22,6 +22,7 @@ const wakes: Array<{
   body: { reason: string; queue: string; job: { url: string } };
 }> = [];
 const MIN = 60_000;
+let joinMs = 0;
 
 async function node(name: string): Promise<{ inst: HarperInstance; url: string }> {
   const port = await freePort();
@@ -57,6 +58,12 @@ before(async () => {
   const na = await node('node-a');
   a = na.inst;
   b = (await node('node-b')).inst;
+  // A ten-minute maintenance tick while the nodes link: the keepers must re-read the membership every
+  // beat, not wait for a tick, to hold by the two-node view (below).
+  for (const n of [a, b]) {
+    const r = await n.fetch('/prerender_admin/config', { body: { maintenance: { tickInterval: 600_000 } } });
+    assert.equal(r.status, 200, r.text);
+  }
   await b.operation({
     operation: 'add_node',
     hostname: 'node-a',
@@ -64,6 +71,27 @@ before(async () => {
     authorization: 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64'),
     retain_authorization: true,
   });
+  // The keepers re-read the membership every beat (1 s), so both nodes hold by the two-node view within
+  // seconds of the link, not a tick later. Until then each holds every row, and a due row can be granted
+  // on both.
+  const joinedAt = Date.now();
+  await until(
+    'both nodes to publish the two-node view',
+    async () => {
+      for (const n of [a, b]) {
+        const beats = (await n.operation({
+          operation: 'sql',
+          sql: 'SELECT id, view FROM render_queue.QueueNode',
+        })) as Array<{ id: string; view: string[] | null }>;
+        for (const name of ['node-a', 'node-b'])
+          if (beats.find((x) => x.id === name)?.view?.join(',') !== 'node-a,node-b') return false;
+      }
+      return true;
+    },
+    30_000,
+    250,
+  );
+  joinMs = Date.now() - joinedAt;
   for (const n of [a, b]) {
     const r = await n.fetch('/prerender_admin/config', {
       body: {
@@ -101,7 +129,9 @@ test('two nodes split the rows by rendezvous ownership and each grants only its 
   assert.equal(r.status, 200, r.text);
   const owners = new Ownership(['node-a', 'node-b'], 'node-a');
   const ownedByA = urls.filter((u) => owners.ownerOf(u) === 'node-a').length;
-  t.diagnostic(`node-a owns ${ownedByA} of ${urls.length}`);
+  t.diagnostic(
+    `node-a owns ${ownedByA} of ${urls.length}; both held by the two-node view ${joinMs} ms after the link`,
+  );
 
   const due = async (n: HarperInstance) => {
     const s = await n.fetch('/prerender_admin/queue-state');

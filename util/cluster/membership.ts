@@ -16,6 +16,11 @@ import {
 
 /** Beats at most once a second: a replicated write per beat per node, for a 15 s departure window. */
 export const MIN_BEAT_MS = 1000;
+
+/** How often worker 0 beats (and the keeper re-reads the membership): max(1 s, publishInterval). */
+export function beatEveryMs(publishInterval: number): number {
+  return Math.max(MIN_BEAT_MS, publishInterval);
+}
 /**
  * A view that gives rows away (a node joined or came back) is published this long after this node
  * applied it. Applying it dropped the rows and republished the ready set at once, but a claim already
@@ -197,7 +202,7 @@ export class ClusterMembership {
   }
 
   private beatEveryMs(): number {
-    return Math.max(MIN_BEAT_MS, this.deps.beatIntervalMs());
+    return beatEveryMs(this.deps.beatIntervalMs());
   }
 
   staleAfterMs(): number {
