@@ -54,8 +54,11 @@ let stopping = false;
 function boot(n) {
   mkdirSync(join(n.dir, 'home'), { recursive: true });
   const setConfig = {
-    http: { port: `${host}:${n.http}` },
-    operationsApi: { network: { port: `${host}:${n.ops}`, domainSocket: join(n.dir, 'operations-server') } },
+    // Harper's defaults also listen for TLS on every interface (http 9926, operations 9925): off here.
+    http: { port: `${host}:${n.http}`, securePort: null },
+    operationsApi: {
+      network: { port: `${host}:${n.ops}`, securePort: null, domainSocket: join(n.dir, 'operations-server') },
+    },
     mqtt: { network: { port: `${host}:${n.mqtt}`, securePort: `${host}:${n.mqtts}` } },
     replication: {
       hostname: n.name,

@@ -28,8 +28,13 @@ const mqttPort = Number(process.env.MQTT_PORT ?? 1883);
 const threads = Number(process.env.THREADS ?? 2);
 
 const setConfig = {
-  http: { port: `${host}:${httpPort}` },
-  operationsApi: { network: { port: `${host}:${opsPort}`, domainSocket: join(data, 'operations-server') } },
+  // Harper's defaults also listen for TLS on every interface (http 9926, operations 9925, replication
+  // 9933): the first two are off, replication's stays on loopback.
+  http: { port: `${host}:${httpPort}`, securePort: null },
+  operationsApi: {
+    network: { port: `${host}:${opsPort}`, securePort: null, domainSocket: join(data, 'operations-server') },
+  },
+  replication: { securePort: `${host}:${Number(process.env.REPL_PORT ?? 9933)}` },
   mqtt: { network: { port: `${host}:${mqttPort}`, securePort: `${host}:${mqttPort + 7000}` } },
   threads: { count: threads },
   authentication: { authorizeLocal: false },

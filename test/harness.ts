@@ -353,8 +353,11 @@ async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise
     writeFileSync(portsFile, JSON.stringify(ports));
   }
   const setConfig = {
-    http: { port: `127.0.0.1:${ports.http}` },
-    operationsApi: { network: { port: `127.0.0.1:${ports.ops}`, domainSocket: join(root, 'ops.sock') } },
+    // Harper's defaults also listen for TLS on every interface (http 9926, operations 9925): off here.
+    http: { port: `127.0.0.1:${ports.http}`, securePort: null },
+    operationsApi: {
+      network: { port: `127.0.0.1:${ports.ops}`, securePort: null, domainSocket: join(root, 'ops.sock') },
+    },
     mqtt: { network: { port: `127.0.0.1:${ports.mqtt}`, securePort: `127.0.0.1:${ports.mqtts}` } },
     replication: { securePort: `127.0.0.1:${ports.repl}` },
     threads: { count: threads },
