@@ -23,10 +23,21 @@ export function harperPeers(): ReplicationPeers {
   });
 }
 
+/**
+ * Each peer's last handoff list, decoded: the keeper reads the beats every second, and a peer rewrites the
+ * same list (up to 50,000 leases) every beat until it changes, so it is decoded once per change.
+ */
+const decodedHandoffs = new Map<string, { text: unknown; list: HandoffLease[] }>();
+
 function toBeat(r: Record<string, unknown>): NodeBeat | null {
   if (typeof r.id !== 'string' || typeof r.beatAt !== 'number') return null;
   const view = Array.isArray(r.view) ? r.view.filter((n): n is string => typeof n === 'string') : null;
-  const handoff = decodeHandoff(r.handoff);
+  let cached = decodedHandoffs.get(r.id);
+  if (cached === undefined || cached.text !== r.handoff) {
+    cached = { text: r.handoff, list: decodeHandoff(r.handoff) };
+    decodedHandoffs.set(r.id, cached);
+  }
+  const handoff = cached.list;
   return { node: r.id, beatAt: r.beatAt, view, ...(handoff.length > 0 ? { handoff } : {}) };
 }
 
