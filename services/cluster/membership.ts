@@ -23,19 +23,15 @@ export function harperPeers(): ReplicationPeers {
   });
 }
 
-/**
- * Each peer's last handoff list, decoded: the keeper reads the beats every second, and a peer rewrites the
- * same list (up to 50,000 leases) every beat until it changes, so it is decoded once per change.
- */
-const decodedHandoffs = new Map<string, { text: unknown; list: HandoffLease[] }>();
+type DecodedHandoffs = Map<string, { text: unknown; list: HandoffLease[] }>;
 
-function toBeat(r: Record<string, unknown>): NodeBeat | null {
+function toBeat(r: Record<string, unknown>, decoded: DecodedHandoffs): NodeBeat | null {
   if (typeof r.id !== 'string' || typeof r.beatAt !== 'number') return null;
   const view = Array.isArray(r.view) ? r.view.filter((n): n is string => typeof n === 'string') : null;
-  let cached = decodedHandoffs.get(r.id);
+  let cached = decoded.get(r.id);
   if (cached === undefined || cached.text !== r.handoff) {
     cached = { text: r.handoff, list: decodeHandoff(r.handoff) };
-    decodedHandoffs.set(r.id, cached);
+    decoded.set(r.id, cached);
   }
   const handoff = cached.list;
   return { node: r.id, beatAt: r.beatAt, view, ...(handoff.length > 0 ? { handoff } : {}) };
@@ -55,13 +51,16 @@ export function harperMembership(deps: {
     if (last?.list !== list) last = { list, text: encodeHandoff(list) };
     return last.text;
   };
+  // Each peer's last handoff list, decoded: the keeper reads the beats every second, and a peer rewrites
+  // the same list (up to 50,000 leases) every beat until it changes, so it is decoded once per change.
+  const decodedHandoffs: DecodedHandoffs = new Map();
   return new ClusterMembership({
     self: nodeName,
     configuredPeers: () => deps.peers.names(),
     readBeats: async () => {
       const beats: NodeBeat[] = [];
       for await (const r of nodeTable().search({})) {
-        const b = toBeat(r);
+        const b = toBeat(r, decodedHandoffs);
         if (b) beats.push(b);
       }
       return beats;
