@@ -1,9 +1,11 @@
 // `npm run start:cluster`: boots three Harper nodes with queue-keeper loaded, replicating with each
 // other over insecure WebSocket on 127.0.0.1 (HARPER.md §8), each on its own data folder inside the repo
 // (.harper-data/cluster/<node>/, ignored by git). Prints each node's URL and the shared admin
-// credentials; Ctrl-C stops all three (each by its pid). Data is kept between runs.
+// credentials; Ctrl-C stops all three (each by its pid). Data is kept between runs. Each node's Harper
+// output goes to .harper-data/cluster/<node>/harper.log (VERBOSE=1 prints it here too, prefixed), so the
+// terminal shows the script's own progress and summary.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -84,9 +86,15 @@ function boot(n) {
   delete env.AUTHENTICATION_AUTHORIZELOCAL;
   const child = spawn(process.execPath, [bin, 'run', repo], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   children.set(n.name, child);
+  const logFile = join(n.dir, 'harper.log');
+  const logStream = createWriteStream(logFile, { flags: 'a' });
+  logStream.write(`\n---- ${new Date().toISOString()} start:cluster boots ${n.name} (pid ${child.pid}) ----\n`);
+  const verbose = process.env.VERBOSE === '1';
   const prefix = (stream) => {
     let rest = '';
     stream.on('data', (c) => {
+      logStream.write(c);
+      if (!verbose) return;
       const lines = (rest + c.toString()).split('\n');
       rest = lines.pop() ?? '';
       for (const l of lines) process.stdout.write(`[${n.name}] ${l}\n`);
@@ -94,9 +102,15 @@ function boot(n) {
   };
   prefix(child.stdout);
   prefix(child.stderr);
+  console.log(`${n.name}: booting (pid ${child.pid}), Harper's output in ${logFile}`);
   child.on('exit', (code, signal) => {
     children.delete(n.name);
-    if (!stopping) console.error(`[${n.name}] exited (${signal ?? code}); stopping the others`);
+    logStream.end();
+    if (!stopping) {
+      // The cause is in Harper's own output: show its end here, not only in the file.
+      const tail = readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
+      console.error(`[${n.name}] exited (${signal ?? code}); the end of ${logFile}:\n${tail}\nstopping the others`);
+    }
     stopAll();
   });
 }
@@ -228,10 +242,13 @@ process.on('exit', () => {
 for (const n of nodes) boot(n);
 await Promise.all(nodes.map(healthy));
 if (!stopping) {
+  console.log('all three answer; linking them (add_node)');
   await link(nodes[1], nodes[0]);
   await link(nodes[2], nodes[0]);
   await link(nodes[2], nodes[1]);
+  console.log('waiting for a row filed on each node to reach the others (the join copy is over)');
   await untilRowsStream();
+  console.log('waiting for every node to hold rows by the three-node view');
   await untilSettled();
   const lines = nodes.map(
     (n) =>
@@ -244,6 +261,7 @@ if (!stopping) {
       `-d '{"targets":[{"url":"https://example.com/"}]}' http://${host}:${nodes[0].http}/render_queue/targets\n` +
       `  then: for p in ${nodes.map((n) => n.http).join(' ')}; do curl -su ${creds.username}:${creds.password} http://${host}:$p/prerender_admin/queue-state; echo; done\n` +
       `        (each node counts only the rows it holds: the row shows on the one node that owns it)\n` +
+      `  logs: ${nodes.map((n) => join(n.dir, 'harper.log')).join(', ')} (VERBOSE=1 prints them here)\n` +
       `  Ctrl-C stops all three.\n`,
   );
 }
