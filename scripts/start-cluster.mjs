@@ -88,7 +88,9 @@ function boot(n) {
   children.set(n.name, child);
   const logFile = join(n.dir, 'harper.log');
   const logStream = createWriteStream(logFile, { flags: 'a' });
-  logStream.write(`\n---- ${new Date().toISOString()} start:cluster boots ${n.name} (pid ${child.pid}) ----\n`);
+  logStream.write(
+    `\n---- ${new Date().toISOString()} start:cluster boots ${n.name} (pid ${child.pid}) ----\n`,
+  );
   const verbose = process.env.VERBOSE === '1';
   const prefix = (stream) => {
     let rest = '';
@@ -109,7 +111,9 @@ function boot(n) {
     if (!stopping) {
       // The cause is in Harper's own output: show its end here, not only in the file.
       const tail = readFileSync(logFile, 'utf8').split('\n').slice(-25).join('\n');
-      console.error(`[${n.name}] exited (${signal ?? code}); the end of ${logFile}:\n${tail}\nstopping the others`);
+      console.error(
+        `[${n.name}] exited (${signal ?? code}); the end of ${logFile}:\n${tail}\nstopping the others`,
+      );
     }
     stopAll();
   });
