@@ -64,3 +64,30 @@ export async function untilRowsStream(
     return left.every((c) => c === 0);
   });
 }
+
+/**
+ * Whether every node reads a fresh beat (at most `freshMs` old) from every node, each publishing the view
+ * of exactly these nodes: from then on each row is held by one node. Before, a node still holds by the
+ * view it had alone, and a due row can be granted on more than one. (`npm run start:cluster` checks the
+ * same over its own HTTP calls, scripts/start-cluster.mjs `untilSettled`.)
+ */
+export async function heldByOneView(
+  nodes: ReadonlyArray<{ name: string; inst: HarperInstance }>,
+  freshMs = 4000,
+): Promise<boolean> {
+  const want = nodes
+    .map((n) => n.name)
+    .sort()
+    .join(',');
+  for (const n of nodes) {
+    const beats = (await n.inst.operation({
+      operation: 'sql',
+      sql: 'SELECT id, view, beatAt FROM render_queue.QueueNode',
+    })) as Array<{ id: string; view: string[] | null; beatAt: number }>;
+    for (const m of nodes) {
+      const b = beats.find((x) => x.id === m.name);
+      if (!b || Date.now() - b.beatAt > freshMs || (b.view ?? []).join(',') !== want) return false;
+    }
+  }
+  return true;
+}

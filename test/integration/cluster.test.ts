@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { Ownership } from '../../util/cluster/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
-import { tableRows, untilRowsStream } from '../clusterJoin.js';
+import { heldByOneView, tableRows, untilRowsStream } from '../clusterJoin.js';
 
 let a: HarperInstance;
 let b: HarperInstance;
@@ -77,17 +77,11 @@ before(async () => {
   const joinedAt = Date.now();
   await until(
     'both nodes to publish the two-node view',
-    async () => {
-      for (const n of [a, b]) {
-        const beats = (await n.operation({
-          operation: 'sql',
-          sql: 'SELECT id, view FROM render_queue.QueueNode',
-        })) as Array<{ id: string; view: string[] | null }>;
-        for (const name of ['node-a', 'node-b'])
-          if (beats.find((x) => x.id === name)?.view?.join(',') !== 'node-a,node-b') return false;
-      }
-      return true;
-    },
+    () =>
+      heldByOneView([
+        { name: 'node-a', inst: a },
+        { name: 'node-b', inst: b },
+      ]),
     30_000,
     250,
   );

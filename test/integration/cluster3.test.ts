@@ -16,7 +16,7 @@ import {
   type HarperInstance,
 } from '../harness.js';
 import { sleep, until } from '../wait.js';
-import { untilRowsStream } from '../clusterJoin.js';
+import { heldByOneView, untilRowsStream } from '../clusterJoin.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'] as const;
 type Name = (typeof NAMES)[number];
@@ -82,17 +82,9 @@ async function beatsOn(name: Name): Promise<Array<{ id: string; view: string[] |
   });
 }
 
-/** Every node sees a fresh beat from every node, each publishing the same three-node view. */
-async function settledOn(names: readonly Name[]): Promise<boolean> {
-  const want = [...names].sort().join(',');
-  for (const n of names) {
-    const beats = await beatsOn(n);
-    for (const m of names) {
-      const b = beats.find((x) => x.id === m);
-      if (!b || Date.now() - b.beatAt > 4000 || (b.view ?? []).join(',') !== want) return false;
-    }
-  }
-  return true;
+/** Every node sees a fresh beat from every node, each publishing the same view of these nodes. */
+function settledOn(names: readonly Name[]): Promise<boolean> {
+  return heldByOneView(names.map((name) => ({ name, inst: node(name) })));
 }
 
 async function heldRows(name: Name): Promise<number | null> {
