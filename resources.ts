@@ -21,6 +21,7 @@ import { nodeStatusNow, servingView } from './services/keeper/servingView.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
 import { harperConnections } from './services/cluster/connections.js';
 import { harperMembership, harperPeers } from './services/cluster/membership.js';
+import { ReplicaRepair } from './services/cluster/repair.js';
 import { peerWait } from './services/cluster/peerWait.js';
 import { ClaimService } from './services/leases/claims.js';
 import { readClaimMarks, writeClaimMarks } from './services/leases/claimMarks.js';
@@ -116,6 +117,14 @@ const leadership = new KeeperLeadership({
   onPoke: onKeeperPoke,
   sleep,
   currentOwnership: () => membership.currentOwnership(),
+  // Replica repair: nodes compare digests of their rows and re-send what a peer lacks (a write Harper's
+  // join copy skipped); worker 0's keeper steps it every beat while the node has peers.
+  repair: new ReplicaRepair({
+    intervalMs: () => config().queue.keeper.repairInterval,
+    yieldLoop: () => new Promise((r) => setImmediate(r)),
+    log,
+    count: (name, n) => count(name, n),
+  }),
 });
 
 // ------------------------------------------------------------------ leases: claims and results

@@ -27,6 +27,7 @@ import { readRow, subscribeSchedule } from '../schedule/store.js';
 import { scheduleRowEstimate, walkScheduleHeld, walkScheduleRaw } from '../schedule/rawRecords.js';
 import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
 import type { NodeControl } from '../status/control.js';
+import type { RepairRound } from '../../util/cluster/repair.js';
 
 const HELD_ASK = 'queue-keeper:held-ask';
 const HELD_REPLY = 'queue-keeper:held-reply';
@@ -69,6 +70,11 @@ export interface KeeperLeadershipDeps {
    * (max(1 s, publishInterval)) or every maintenance tick when that is shorter.
    */
   currentOwnership: () => Promise<Ownership & Partial<Pick<HoldingView, 'handedOver'>>>;
+  /**
+   * Replica repair (services/cluster/repair.ts): a step every beat while clustered, over the nodes the
+   * keeper holds rows by; its last round shows in queue-state `trust.keeper.lastRepair`.
+   */
+  repair?: { step(now: number, nodes: readonly string[]): Promise<void>; readonly last: RepairRound | null };
 }
 
 export class KeeperLeadership {
@@ -247,6 +253,19 @@ export class KeeperLeadership {
         Math.min(config().maintenance.tickInterval, beatEveryMs(config().queue.keeper.publishInterval)),
       ),
     );
+    const repair = this.deps.repair;
+    if (repair)
+      svc.addDuty(
+        {
+          name: 'replica repair',
+          runOnce: async (now) => {
+            await repair.step(now, this.ownership?.nodes ?? []);
+            svc.stats.lastRepair = repair.last;
+            return {};
+          },
+        },
+        every(() => beatEveryMs(config().queue.keeper.publishInterval)),
+      );
   }
 
   /** Stops the keeper (its duties, its subscriptions) and the listeners this instance added. */

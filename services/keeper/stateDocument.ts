@@ -57,6 +57,7 @@ export function keeperStateDocument(k: KeeperStateView, input: StateInputs) {
         headCheck: stats.headCheck,
         lastVerify: stats.lastVerify,
         repairedTotal: stats.repairedTotal,
+        lastRepair: stats.lastRepair ?? null,
         apply: {
           events: stats.apply.events,
           avgUs: stats.apply.events ? (1000 * stats.apply.ms) / stats.apply.events : null,

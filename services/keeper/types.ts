@@ -6,6 +6,7 @@ import type { KeeperSignal } from '../../util/handoff/keeperSignal.js';
 import type { ReadySet } from '../../util/handoff/readySet.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
 import type { StateDoc } from '../../util/handoff/stateDoc.js';
+import type { RepairRound } from '../../util/cluster/repair.js';
 
 export interface ScheduleEvent {
   id: unknown;
@@ -130,6 +131,8 @@ export interface KeeperStats {
     repaired: number;
   } | null;
   repairedTotal: number;
+  /** Replica repair's last round on this node (clustered only; util/cluster/repair.ts). */
+  lastRepair?: RepairRound | null;
   lastError: string | null;
   /** Time spent applying subscription events (decode + classify + move), for the per-write cost. */
   apply: { events: number; ms: number };

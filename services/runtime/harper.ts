@@ -7,7 +7,10 @@ import harperdb from 'harperdb';
 // Every member is `unknown` until a typed export below says what we rely on of it.
 const runtime = harperdb as unknown as {
   /** The transaction handle is opaque to us: it is only ever passed back to table calls. */
-  transaction: <T>(fn: (txn: unknown) => T | Promise<T>) => Promise<T>;
+  transaction: {
+    <T>(fn: (txn: unknown) => T | Promise<T>): Promise<T>;
+    <T>(context: { timestamp: number }, fn: (txn: unknown) => T | Promise<T>): Promise<T>;
+  };
   server: unknown;
   databases: Record<string, Record<string, unknown>>;
   logger?: { withTag?: (tag: string) => unknown };
@@ -29,6 +32,8 @@ export interface HarperTable {
 
 export interface RawStore {
   get(key: string): unknown;
+  /** The stored entry: the version (its transaction's time, the same on every node) and the value. */
+  getEntry?(key: string): { version?: number; value?: unknown } | undefined;
   getRange(opts: Record<string, unknown>): Iterable<{ key: unknown; value: unknown }>;
   getKeys(opts: Record<string, unknown>): Iterable<unknown>;
   getUserSharedBuffer(
@@ -75,7 +80,15 @@ export type HarperMiddleware = (
   next: (request: HarperHttpRequest) => Promise<HarperHttpResponse | undefined>,
 ) => Promise<HarperHttpResponse | undefined>;
 
-export const transaction = runtime.transaction;
+export const transaction = <T>(fn: (txn: unknown) => T | Promise<T>): Promise<T> => runtime.transaction(fn);
+/**
+ * A transaction stamped with `timestamp` instead of the clock (Harper takes the context's timestamp as
+ * the transaction's time, as replication does): its writes carry that version, and a node holding a
+ * newer version of a record keeps its own. Only replica repair uses it, always with a version read from
+ * a stored record, never a clock reading.
+ */
+export const transactionAt = <T>(timestamp: number, fn: (txn: unknown) => T | Promise<T>): Promise<T> =>
+  runtime.transaction({ timestamp }, fn);
 export const server = runtime.server as {
   workerIndex?: number;
   workerCount?: number;

@@ -16,6 +16,7 @@ import {
   scheduleRowOf,
   type ClaimRow,
   type Decoded,
+  storedIsDeletion,
   type TypedStruct,
 } from '../../util/schedule/rawRecord.js';
 import type { RawStore } from '../runtime/harper.js';
@@ -176,4 +177,40 @@ export function* walkScheduleRaw(
     if (raw !== null) row = processWideRowReader.row(key, raw, noteBytes.size, store.decoder?.typedStructs);
     yield { key, row: row === NOT_DECODED ? readRow(key) : row };
   }
+}
+
+/**
+ * Replica repair's walk (services/cluster/repair.ts): every key in the range with the version of its
+ * stored entry (the origin transaction's time) and whether that entry is a deletion's marker, without
+ * decoding any row. Values stay on: lmdb-js reports stale versions for a walk without values. A value
+ * whose layout is not known is read through readRow (absent = a deletion). Returns the keys visited.
+ */
+export function walkScheduleVersions(
+  opts: WalkOptions,
+  visit: (key: string, version: number, deleted: boolean) => void,
+): number {
+  const store = binaryStore();
+  const noteBytes = new ByteNote();
+  const view = Object.create(store, {
+    decoder: { value: noteBytes },
+    decoderCopies: { value: true },
+  }) as BinaryStore;
+  const range = view.getRange({
+    start: opts.start,
+    end: opts.end,
+    limit: opts.limit,
+    exclusiveStart: opts.exclusiveStart,
+    versions: true,
+  }) as Iterable<{ key: unknown; version?: unknown }>;
+  let visited = 0;
+  for (const { key, version } of range) {
+    if (typeof key !== 'string') continue;
+    const raw = noteBytes.take();
+    if (typeof version !== 'number') continue;
+    let deleted = raw === null ? undefined : storedIsDeletion(raw, noteBytes.size);
+    if (deleted === undefined) deleted = readRow(key) === undefined;
+    visit(key, version, deleted);
+    visited++;
+  }
+  return visited;
 }

@@ -14,7 +14,14 @@ import {
 import { GroupCommit } from '../../util/schedule/groupCommit.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type { SchedulerTimer } from '../../util/duties/scheduler.js';
-import { log, table, transaction, type HarperTable, type SubscriptionEvent } from '../runtime/harper.js';
+import {
+  log,
+  table,
+  transaction,
+  transactionAt,
+  type HarperTable,
+  type SubscriptionEvent,
+} from '../runtime/harper.js';
 import { withKeyLocks } from '../runtime/storeLock.js';
 
 export type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
@@ -182,6 +189,39 @@ export class ScheduleOwner {
     }
     return pending;
   }
+}
+
+/**
+ * Replica repair (services/cluster/repair.ts): writes the row again as stored, under its own version, so
+ * that a peer lacking it (or holding an older version) takes it by replication while every node holding
+ * that version or a newer one keeps its own. Under the key's lock, and only while the stored version is
+ * still `version` and the row is live. Answers whether it wrote.
+ */
+export async function resendScheduleRow(key: string, version: number): Promise<boolean> {
+  const store = schedule().primaryStore;
+  const r = await withKeyLocks(store, 'schedule', [key], LOCK_WAIT_MS, async () => {
+    const e = store.getEntry?.(key);
+    if (e?.version !== version || !e.value || typeof e.value !== 'object') return false;
+    const record = { ...(e.value as Record<string, unknown>) };
+    await transactionAt(version, (txn) => schedule().put(key, record, txn));
+    return true;
+  });
+  return r.locked && r.value;
+}
+
+/**
+ * Replica repair: a row this node holds that another node deleted later is deleted here under that
+ * deletion's version (never a newer one), only while the stored version is still older than it.
+ */
+export async function deleteScheduleRowAt(key: string, version: number): Promise<boolean> {
+  const store = schedule().primaryStore;
+  const r = await withKeyLocks(store, 'schedule', [key], LOCK_WAIT_MS, async () => {
+    const e = store.getEntry?.(key);
+    if (e === undefined || typeof e.version !== 'number' || e.version >= version || !e.value) return false;
+    await transactionAt(version, (txn) => schedule().delete(key, txn));
+    return true;
+  });
+  return r.locked && r.value;
 }
 
 /** Live schedule events (no replay of current rows): the keeper subscribes before it walks. */

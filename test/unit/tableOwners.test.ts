@@ -23,6 +23,7 @@ const OWNERS: Record<string, readonly string[]> = {
   NodeLocal: ['services/runtime/sharedBuffers.ts'],
   QueueDueSummary: ['services/stall/dueSummaries.ts'],
   QueueNode: ['services/cluster/membership.ts'],
+  QueueRepair: ['services/cluster/repair.ts'],
 };
 
 const all = [

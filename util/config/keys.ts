@@ -28,7 +28,12 @@ export interface RouteConfig {
 
 export interface QueueKeeperConfig {
   queue: {
-    keeper: { publishInterval: number; stateInterval: number; verifyInterval: number };
+    keeper: {
+      publishInterval: number;
+      stateInterval: number;
+      verifyInterval: number;
+      repairInterval: number;
+    };
     ready: { capacity: number; sitemapBoost: number; urgentHeadStart: number; changedHeadStart: number };
     jobLeaseTime: number;
     maxClaimLimit: number;
@@ -95,6 +100,18 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     zeroAllowed: true,
     effect: 'timers',
     description: 'Verification walk period (ms); 0 turns it off.',
+  },
+  {
+    path: 'queue.keeper.repairInterval',
+    kind: 'int',
+    default: 300000,
+    min: 10000,
+    max: DAY,
+    zeroAllowed: true,
+    effect: 'timers',
+    description:
+      'Replica repair round period (ms) while the node has peers: nodes compare digests of their rows and ' +
+      're-send rows a peer lacks (a write a join copy skipped); 0 turns it off.',
   },
   {
     path: 'queue.ready.capacity',

@@ -103,6 +103,12 @@ export const METRICS = {
     unit: 'rows',
     help: 'Rows the keeper held wrongly and repaired (expected 0).',
   },
+  replica_repair_rows: {
+    name: 'queue_keeper_replica_repair_rows_total',
+    kind: 'counter',
+    unit: 'rows',
+    help: 'Rows replica repair sent again or deleted because another node of the cluster lacked the write (expected 0 outside a join).',
+  },
   claim_granted: {
     name: 'queue_keeper_claim_granted_total',
     kind: 'counter',

@@ -67,6 +67,49 @@ const HAS_EXPIRATION = 16;
 const HAS_RESIDENCY_ID = 32;
 const MSGPACK_NIL = 0xc0;
 
+/**
+ * Where the stored value starts after Harper's RecordEncoder header (its version, local time, flags,
+ * expiration and residency), or -1 when the bytes are not laid out as this reader knows.
+ */
+function valueStart(bytes: Uint8Array, end: number): number {
+  if (end > bytes.length || end < 1) return -1;
+  let p = 0;
+  let b = bytes[0]!;
+  if (b < 32 && end > 2) {
+    if (b === LOCAL_TIME_BYTE) {
+      p += 8;
+      if (p >= end) return -1;
+      b = bytes[p]!;
+    }
+    if (b < 32) {
+      let flags: number;
+      if (b === METADATA_LONG) {
+        if (p + 4 > end) return -1;
+        flags = ((bytes[p + 1]! << 16) | (bytes[p + 2]! << 8) | bytes[p + 3]!) >>> 0;
+        p += 4;
+      } else {
+        if (p + 2 > end) return -1;
+        flags = b | (bytes[p + 1]! << 5);
+        p += 2;
+      }
+      if (flags & HAS_EXPIRATION) p += 8;
+      if (flags & HAS_RESIDENCY_ID) p += 4;
+    }
+    if (p >= end) return -1;
+  }
+  return p;
+}
+
+/**
+ * Whether stored bytes are a deleted row's marker (Harper keeps the deletion's version with a nil value
+ * while its audit entry lasts): true, false for a value, undefined when the layout is not one we know.
+ */
+export function storedIsDeletion(bytes: Uint8Array, end: number): boolean | undefined {
+  const p = valueStart(bytes, end);
+  if (p < 0) return undefined;
+  return bytes[p] === MSGPACK_NIL && p + 1 === end;
+}
+
 /** A constant in a slot (msgpackr's toConstant); anything else is not one. */
 const UNKNOWN = Symbol('unknown constant');
 function constant(code: number): null | undefined | boolean | typeof UNKNOWN {
@@ -169,32 +212,9 @@ export class RawRecordReader<T> {
     end: number,
     structs: readonly TypedStruct[] | undefined,
   ): true | undefined | typeof NOT_DECODED {
-    if (end > bytes.length || end < 1) return NOT_DECODED;
-    let p = 0;
-    let b = bytes[0]!;
-    if (b < 32 && end > 2) {
-      if (b === LOCAL_TIME_BYTE) {
-        p += 8;
-        if (p >= end) return NOT_DECODED;
-        b = bytes[p]!;
-      }
-      if (b < 32) {
-        let flags: number;
-        if (b === METADATA_LONG) {
-          if (p + 4 > end) return NOT_DECODED;
-          flags = ((bytes[p + 1]! << 16) | (bytes[p + 2]! << 8) | bytes[p + 3]!) >>> 0;
-          p += 4;
-        } else {
-          if (p + 2 > end) return NOT_DECODED;
-          flags = b | (bytes[p + 1]! << 5);
-          p += 2;
-        }
-        if (flags & HAS_EXPIRATION) p += 8;
-        if (flags & HAS_RESIDENCY_ID) p += 4;
-      }
-      if (p >= end) return NOT_DECODED;
-    }
-    b = bytes[p]!;
+    let p = valueStart(bytes, end);
+    if (p < 0) return NOT_DECODED;
+    const b = bytes[p]!;
     if (b === MSGPACK_NIL && p + 1 === end) return undefined;
     if (b < 0x20 || b >= 0x3c || structs === undefined) return NOT_DECODED;
     let id = b - 0x20;

@@ -1,0 +1,214 @@
+// Replica repair over Harper (README "Running a cluster", joining a node), and the only module that names
+// QueueRepair. Worker 0's keeper runs one round every `queue.keeper.repairInterval` while the node has
+// peers; the decisions are util/cluster/repair.ts's. A round, in steps a beat apart:
+//  1. the cutoff (a grid point at least min(60 s, interval) back, the same on every node) changes: walk the
+//     table and write this node's digest of the live rows at or before it;
+//  2. every peer's digest for the cutoff has arrived: if they all equal ours the round is clean; otherwise
+//     walk again for the keys of the differing buckets and write their versions;
+//  3. every peer's list has arrived: send again the rows this node holds at the newest version where another
+//     node lacks them, and delete here the rows another node deleted later.
+// A peer that never answers leaves the round unfinished; the next cutoff starts a new one.
+import {
+  bucketOf,
+  decodeDetails,
+  differingBuckets,
+  encodeDetails,
+  planRepair,
+  RepairDigest,
+  type RepairRound,
+  type VersionedKey,
+} from '../../util/cluster/repair.js';
+import { log as harperLog, table } from '../runtime/harper.js';
+import { walkScheduleVersions } from '../schedule/rawRecords.js';
+import { deleteScheduleRowAt, resendScheduleRow } from '../schedule/store.js';
+import { nodeName } from './nodeName.js';
+
+const repairTable = () => table('render_queue', 'QueueRepair');
+
+/** Keys per walk chunk: the walk yields the event loop between chunks (worker 0 also publishes). */
+const CHUNK = 5000;
+/** The cutoff trails now by min(this, interval): rows older than it have had time to replicate. */
+const SETTLE_MS = 60_000;
+
+export interface ReplicaRepairDeps {
+  /** `queue.keeper.repairInterval` (0 = off). */
+  intervalMs: () => number;
+  yieldLoop: () => Promise<void>;
+  log?: Pick<typeof harperLog, 'info' | 'warn' | 'error'>;
+  /** Counts the rows sent again and deleted (Prometheus). */
+  count?: (name: 'replica_repair_rows', n: number) => void;
+  onRound?: (r: RepairRound) => void;
+}
+
+type Phase = 'digested' | 'listed' | 'done';
+
+export class ReplicaRepair {
+  private round = 0;
+  private phase: Phase = 'done';
+  private digest: Uint32Array | null = null;
+  private digestText = '';
+  private rows = 0;
+  private buckets = { buckets: [] as number[], total: 0 };
+  private mine: VersionedKey[] = [];
+  private ms = 0;
+  private running = false;
+  last: RepairRound | null = null;
+
+  constructor(private readonly deps: ReplicaRepairDeps) {}
+
+  /** One step of the round (a duty every beat); `nodes` is the membership the keeper holds rows by. */
+  async step(now: number, nodes: readonly string[]): Promise<void> {
+    const interval = this.deps.intervalMs();
+    const self = nodeName();
+    const peers = nodes.filter((n) => n !== self);
+    if (interval <= 0 || peers.length === 0 || this.running) return;
+    this.running = true;
+    try {
+      const cutoff = Math.floor((now - Math.min(SETTLE_MS, interval)) / interval) * interval;
+      if (cutoff > this.round) return await this.digestStep(cutoff);
+      if (cutoff !== this.round || this.phase === 'done') return;
+      const theirs = await this.peerRows(peers);
+      if (this.phase === 'digested') return await this.listStep(theirs);
+      return await this.repairStep(theirs, now);
+    } finally {
+      this.running = false;
+    }
+  }
+
+  private async digestStep(cutoff: number): Promise<void> {
+    const t0 = performance.now();
+    this.round = cutoff;
+    this.phase = 'digested';
+    this.mine = [];
+    const digest = new RepairDigest();
+    await this.walk((key, version, deleted) => {
+      if (!deleted && version <= cutoff) digest.add(key, version);
+    });
+    this.digest = digest.words;
+    this.digestText = digest.encode();
+    this.rows = digest.rows();
+    await repairTable().put(nodeName(), {
+      id: nodeName(),
+      round: cutoff,
+      digest: this.digestText,
+      listedRound: null,
+      details: null,
+    });
+    this.ms = performance.now() - t0;
+  }
+
+  private async listStep(theirs: Array<Record<string, unknown> | undefined>): Promise<void> {
+    if (!theirs.every((r) => r?.round === this.round)) return;
+    const digests = theirs.map((r) => RepairDigest.decode(r?.digest));
+    if (digests.some((d) => d === null) || this.digest === null) {
+      this.deps.log?.warn(
+        `replica repair: a peer's digest for round ${this.round} is unreadable; skipping it`,
+      );
+      this.phase = 'done';
+      return;
+    }
+    this.buckets = differingBuckets(this.digest, digests as Uint32Array[]);
+    if (this.buckets.total === 0) return this.finish(Date.now(), null);
+    const t0 = performance.now();
+    const wanted = new Set(this.buckets.buckets);
+    const mine: VersionedKey[] = [];
+    await this.walk((key, version, deleted) => {
+      if (wanted.has(bucketOf(key))) mine.push({ key, version, deleted });
+    });
+    this.mine = mine;
+    await repairTable().put(nodeName(), {
+      id: nodeName(),
+      round: this.round,
+      // The digest stays: a peer still at step 2 reads it from this row.
+      digest: this.digestText,
+      listedRound: this.round,
+      details: encodeDetails(mine),
+    });
+    this.phase = 'listed';
+    this.ms += performance.now() - t0;
+  }
+
+  private async repairStep(theirs: Array<Record<string, unknown> | undefined>, now: number): Promise<void> {
+    if (!theirs.every((r) => r?.listedRound === this.round)) return;
+    const details = theirs.map((r) => decodeDetails(r?.details));
+    if (details.some((d) => d === null)) {
+      this.deps.log?.warn(
+        `replica repair: a peer's key list for round ${this.round} is unreadable; skipping it`,
+      );
+      this.phase = 'done';
+      return;
+    }
+    const t0 = performance.now();
+    const plan = planRepair(this.mine, details as Array<NonNullable<(typeof details)[number]>>, {
+      cutoff: this.round,
+      now,
+    });
+    let reemitted = 0;
+    let deleted = 0;
+    for (const e of plan.reemit) if (await resendScheduleRow(e.key, e.version)) reemitted++;
+    for (const e of plan.deleteAt) if (await deleteScheduleRowAt(e.key, e.version)) deleted++;
+    this.ms += performance.now() - t0;
+    this.finish(now, {
+      reemitted,
+      deleted,
+      tooOld: plan.tooOld,
+      recent: plan.recent,
+      conflicting: plan.conflicting,
+    });
+  }
+
+  private finish(
+    now: number,
+    done: Pick<RepairRound, 'reemitted' | 'deleted' | 'tooOld' | 'recent' | 'conflicting'> | null,
+  ): void {
+    this.phase = 'done';
+    this.mine = [];
+    const r: RepairRound = {
+      round: this.round,
+      at: now,
+      rows: this.rows,
+      buckets: this.buckets.total,
+      listed: this.buckets.buckets.length,
+      reemitted: done?.reemitted ?? 0,
+      deleted: done?.deleted ?? 0,
+      tooOld: done?.tooOld ?? 0,
+      recent: done?.recent ?? 0,
+      conflicting: done?.conflicting ?? 0,
+      ms: Math.round(this.ms),
+    };
+    this.last = r;
+    this.deps.onRound?.(r);
+    const fixed = r.reemitted + r.deleted;
+    if (fixed > 0) this.deps.count?.('replica_repair_rows', fixed);
+    if (fixed > 0 || r.tooOld > 0 || r.conflicting > 0)
+      this.deps.log?.warn(
+        `replica repair, round ${new Date(r.round).toISOString()}: ${r.buckets} of the digest's buckets ` +
+          `differed from a peer; sent ${r.reemitted} rows again, deleted ${r.deleted}, left ${r.tooOld} ` +
+          `older than a day and ${r.conflicting} in conflict (README "Running a cluster", joining a node)`,
+      );
+  }
+
+  /** The peers' QueueRepair rows, in order (undefined where a peer has none yet). */
+  private async peerRows(peers: readonly string[]): Promise<Array<Record<string, unknown> | undefined>> {
+    return Promise.all(peers.map((p) => repairTable().get(p)));
+  }
+
+  private async walk(visit: (key: string, version: number, deleted: boolean) => void): Promise<void> {
+    let last: string | undefined;
+    for (;;) {
+      let seen = 0;
+      let lastKey: string | undefined;
+      walkScheduleVersions(
+        { start: last, exclusiveStart: last !== undefined, limit: CHUNK },
+        (key, version, deleted) => {
+          seen++;
+          lastKey = key;
+          visit(key, version, deleted);
+        },
+      );
+      if (seen === 0 || lastKey === undefined) return;
+      last = lastKey;
+      await this.deps.yieldLoop();
+    }
+  }
+}
