@@ -154,12 +154,16 @@ export class ReplicaRepair {
       tooOld: plan.tooOld,
       recent: plan.recent,
       conflicting: plan.conflicting,
+      deferred: plan.deferred,
     });
   }
 
   private finish(
     now: number,
-    done: Pick<RepairRound, 'reemitted' | 'deleted' | 'tooOld' | 'recent' | 'conflicting'> | null,
+    done: Pick<
+      RepairRound,
+      'reemitted' | 'deleted' | 'tooOld' | 'recent' | 'conflicting' | 'deferred'
+    > | null,
   ): void {
     this.phase = 'done';
     this.mine = [];
@@ -174,6 +178,7 @@ export class ReplicaRepair {
       tooOld: done?.tooOld ?? 0,
       recent: done?.recent ?? 0,
       conflicting: done?.conflicting ?? 0,
+      deferred: done?.deferred ?? 0,
       ms: Math.round(this.ms),
     };
     this.last = r;

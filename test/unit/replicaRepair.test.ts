@@ -90,7 +90,7 @@ test('a row the peer lacks (a skipped insert) is sent again by the node that has
   assert.deepEqual(holder.reemit, [row]);
   assert.deepEqual(holder.deleteAt, []);
   const lacking = planRepair([], [asPeer([row])], { cutoff: CUTOFF, now: NOW });
-  assert.deepEqual(lacking, { reemit: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0 });
+  assert.deepEqual(lacking, { reemit: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0, deferred: 0 });
 });
 
 test('an older version on the peer (a skipped update) is answered by the newest holder; the stale side does nothing', () => {
@@ -123,6 +123,7 @@ test('differences newer than the cutoff wait, older than the window stay, and a 
     tooOld: 0,
     recent: 1,
     conflicting: 0,
+    deferred: 0,
   });
   const old = { key: 'o', version: NOW - REPAIR_WINDOW_MS - 1, deleted: false };
   assert.equal(planRepair([old], [asPeer([])], { cutoff: CUTOFF, now: NOW }).tooOld, 1);
@@ -147,6 +148,13 @@ test('no difference where every node agrees, or where the only copies left are d
   const tomb = { key: 'g', version: CUTOFF - 10, deleted: true };
   const gone = planRepair([tomb], [asPeer([])], { cutoff: CUTOFF, now: NOW });
   assert.deepEqual([gone.reemit, gone.deleteAt, gone.recent, gone.tooOld], [[], [], 0, 0]);
+});
+
+test('one round repairs at most maxRows rows and defers the rest', () => {
+  const rows = Array.from({ length: 10 }, (_, i) => ({ key: `r${i}`, version: CUTOFF - i, deleted: false }));
+  const plan = planRepair(rows, [asPeer([])], { cutoff: CUTOFF, now: NOW, maxRows: 4 });
+  assert.equal(plan.reemit.length, 4);
+  assert.equal(plan.deferred, 6);
 });
 
 // Simulates rounds over up to four nodes: each node's plan is applied as Harper applies a write with a

@@ -23,6 +23,12 @@ export const MAX_DETAIL_BUCKETS = 32;
  * "deleted long ago" look the same, and re-sending the row could bring back one deleted long ago.
  */
 export const REPAIR_WINDOW_MS = 86_400_000;
+/**
+ * At most this many rows are sent again or deleted by one node in one round; the rest wait for the next.
+ * A join skips tens of rows; a node still catching up on its replication backlog can differ by many more,
+ * and its stream delivers those anyway.
+ */
+export const MAX_REPAIR_ROWS = 2000;
 
 const WORDS = 3;
 
@@ -160,6 +166,8 @@ export interface RepairPlan {
   recent: number;
   /** Keys whose newest version is held live on one node and deleted on another: left alone. */
   conflicting: number;
+  /** Repairs beyond MAX_REPAIR_ROWS this round: the next round looks again. */
+  deferred: number;
 }
 
 /**
@@ -170,10 +178,11 @@ export interface RepairPlan {
 export function planRepair(
   mine: readonly VersionedKey[],
   peers: ReadonlyArray<ReadonlyMap<string, DetailEntry>>,
-  opts: { cutoff: number; now: number; windowMs?: number },
+  opts: { cutoff: number; now: number; windowMs?: number; maxRows?: number },
 ): RepairPlan {
   const windowMs = opts.windowMs ?? REPAIR_WINDOW_MS;
-  const plan: RepairPlan = { reemit: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0 };
+  const plan: RepairPlan = { reemit: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0, deferred: 0 };
+  const maxRows = opts.maxRows ?? MAX_REPAIR_ROWS;
   const own = new Map<string, VersionedKey>();
   for (const e of mine) {
     const h = keyHash(e.key);
@@ -204,6 +213,11 @@ export function planRepair(
       continue;
     }
     if (m === undefined || m.deleted) continue;
+    if (m.version !== newest && !atNewest[0]!.deleted) continue;
+    if (plan.reemit.length + plan.deleteAt.length >= maxRows) {
+      plan.deferred++;
+      continue;
+    }
     if (m.version === newest) plan.reemit.push(m);
     else if (atNewest[0]!.deleted) plan.deleteAt.push({ key: m.key, version: newest, deleted: true });
   }
@@ -232,6 +246,8 @@ export interface RepairRound {
   recent: number;
   /** Keys held live at the newest version on one node and deleted at it on another: left alone. */
   conflicting: number;
+  /** Rows beyond this round's 2,000 to send or delete: the next round looks again. */
+  deferred: number;
   /** Time the round's walks and writes took on this node (ms). */
   ms: number;
 }
