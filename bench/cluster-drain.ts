@@ -5,7 +5,7 @@
 // Run: npx tsc -p tsconfig.json && node dist/bench/cluster-drain.js
 //      (ROWS=30000 CLIENTS=4 FAIL_ROWS=3000 THREADS=1 TICK=1000 LOG_LEVEL=warn by default)
 import { Ownership } from '../util/cluster/ownership.js';
-import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../test/harness.js';
+import { ADMIN_PASS, ADMIN_USER, startHarper, type HarperInstance } from '../test/harness.js';
 import { benchUrl, fileAll, loadavg, machine, sleep } from './lib.js';
 import { untilRowsStream } from '../test/clusterJoin.js';
 
@@ -21,7 +21,6 @@ const owners = new Ownership(NAMES, 'node-a');
 interface Node {
   name: string;
   h: HarperInstance;
-  repl: number;
 }
 
 async function held(n: Node): Promise<number | null> {
@@ -111,27 +110,20 @@ async function main(): Promise<void> {
   const nodes: Node[] = [];
   try {
     for (const name of NAMES) {
-      const repl = await freePort();
+      // Replication on each node's HTTP port (test/harness.ts `replicationHostname`).
       const h = await startHarper({
         threads: THREADS,
         logLevel: process.env.LOG_LEVEL ?? 'warn',
-        harperConfig: {
-          replication: {
-            hostname: name,
-            url: `ws://127.0.0.1:${repl}`,
-            port: `127.0.0.1:${repl}`,
-            securePort: `127.0.0.1:${await freePort()}`,
-          },
-        },
+        replicationHostname: name,
       });
-      nodes.push({ name, h, repl });
+      nodes.push({ name, h });
     }
     const [a, b, c] = nodes as [Node, Node, Node];
     const link = (from: Node, to: Node) =>
       from.h.operation({
         operation: 'add_node',
         hostname: to.name,
-        url: `ws://127.0.0.1:${to.repl}`,
+        url: to.h.replicationUrl,
         authorization: AUTH,
         retain_authorization: true,
       });

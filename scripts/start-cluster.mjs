@@ -1,5 +1,6 @@
 // `npm run start:cluster`: boots three Harper nodes with queue-keeper loaded, replicating with each
-// other over insecure WebSocket on 127.0.0.1 (HARPER.md §8), each on its own data folder inside the repo
+// other over insecure WebSocket on 127.0.0.1 (HARPER.md §8) on each node's HTTP port, with no listener on
+// a wildcard address (see boot), each on its own data folder inside the repo
 // (.harper-data/cluster/<node>/, ignored by git). Prints each node's URL and the shared admin
 // credentials; Ctrl-C stops all three (each by its pid). Data is kept between runs. Each node's Harper
 // output goes to .harper-data/cluster/<node>/harper.log (VERBOSE=1 prints it here too, prefixed), so the
@@ -40,7 +41,7 @@ const nodes = names.map((name, i) => {
     ops: p + 1,
     mqtt: p + 2,
     mqtts: p + 3,
-    repl: p + 4,
+    // p + 4 was replication's own port; replication now comes in on the HTTP port.
     replSecure: p + 5,
   };
 });
@@ -49,6 +50,9 @@ const harperMain = require.resolve('harperdb');
 let bin = dirname(harperMain);
 while (!existsSync(join(bin, 'bin', 'harperdb.js'))) bin = dirname(bin);
 bin = join(bin, 'bin', 'harperdb.js');
+
+/** Where a node takes replication connections: its HTTP port. */
+const replicationUrl = (n) => `ws://${host}:${n.http}`;
 
 const children = new Map();
 let stopping = false;
@@ -59,17 +63,24 @@ function boot(n) {
     // Harper's defaults also listen for TLS on every interface (http 9926, operations 9925): off here.
     http: { port: `${host}:${n.http}`, securePort: null },
     operationsApi: {
-      network: { port: `${host}:${n.ops}`, securePort: null, domainSocket: join(n.dir, 'operations-server') },
+      // No domain socket: Harper 4.7.29 listens on it as a path only in worker 0; with THREADS=2 or more,
+      // any other worker takes the path for a port number and serves the operations API on `::`.
+      network: { port: `${host}:${n.ops}`, securePort: null, domainSocket: null },
     },
     mqtt: { network: { port: `${host}:${n.mqtt}`, securePort: `${host}:${n.mqtts}` } },
+    // Replication on the HTTP port, where the authentication listener (below) checks the Basic
+    // credentials a peer sends: on a port of its own no listener checks them and add_node fails with
+    // "Unauthorized 1008".
     replication: {
       hostname: n.name,
-      url: `ws://${host}:${n.repl}`,
-      port: `${host}:${n.repl}`,
+      url: replicationUrl(n),
+      port: `${host}:${n.http}`,
       securePort: `${host}:${n.replSecure}`,
     },
     threads: { count: threads },
-    authentication: { authorizeLocal: false },
+    // The port pins Harper's authentication listener to the HTTP port; without one, 4.7.29 registers it
+    // for port "all", which each worker also listens on as a plain HTTP server on a random port on `::`.
+    authentication: { authorizeLocal: false, port: `${host}:${n.http}` },
     logging: { level: process.env.LOG_LEVEL ?? 'info', stdStreams: true },
     localStudio: { enabled: false },
   };
@@ -146,7 +157,7 @@ async function link(from, to) {
     body: JSON.stringify({
       operation: 'add_node',
       hostname: to.name,
-      url: `ws://${host}:${to.repl}`,
+      url: replicationUrl(to),
       authorization: basic,
       retain_authorization: true,
     }),

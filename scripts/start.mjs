@@ -32,12 +32,16 @@ const setConfig = {
   // 9933): the first two are off, replication's stays on loopback.
   http: { port: `${host}:${httpPort}`, securePort: null },
   operationsApi: {
-    network: { port: `${host}:${opsPort}`, securePort: null, domainSocket: join(data, 'operations-server') },
+    // No domain socket: Harper 4.7.29 listens on it as a path only in worker 0; any other worker takes
+    // the path for a port number and serves the whole operations API on a random port on `::`.
+    network: { port: `${host}:${opsPort}`, securePort: null, domainSocket: null },
   },
   replication: { securePort: `${host}:${Number(process.env.REPL_PORT ?? 9933)}` },
   mqtt: { network: { port: `${host}:${mqttPort}`, securePort: `${host}:${mqttPort + 7000}` } },
   threads: { count: threads },
-  authentication: { authorizeLocal: false },
+  // The port pins Harper's authentication listener to the HTTP port; without one, 4.7.29 registers it
+  // for port "all", which each worker also listens on as a plain HTTP server on a random port on `::`.
+  authentication: { authorizeLocal: false, port: `${host}:${httpPort}` },
   logging: { level: process.env.LOG_LEVEL ?? 'info', stdStreams: true },
   localStudio: { enabled: false },
 };

@@ -1,7 +1,9 @@
 // The one way tests and benchmarks boot a real Harper: a private HOME and root in a temp folder,
-// every listener on a free 127.0.0.1 port, 2 worker threads, authorizeLocal off (set through
-// HARPER_SET_CONFIG, never the AUTHENTICATION_AUTHORIZELOCAL env var, whose string "false" is truthy),
-// readiness that waits for every worker, and a stop by pid.
+// every listener on a free 127.0.0.1 port and none on a wildcard address (see loopbackProblems), 2
+// worker threads, authorizeLocal off (set through HARPER_SET_CONFIG, never the
+// AUTHENTICATION_AUTHORIZELOCAL env var, whose string "false" is truthy), replication on the HTTP port
+// for nodes that join a cluster (`replicationHostname`), readiness that waits for every worker, and a
+// stop by pid.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, mkdtempSync, rmSync, existsSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -50,8 +52,17 @@ export interface StartOptions {
   threads?: number;
   /** Reuse an existing root (a restart); otherwise a fresh temp root is made. */
   root?: string;
-  /** Extra Harper root config merged into HARPER_SET_CONFIG. */
+  /**
+   * Extra Harper root config, merged key by key into the harness's (a nested object merges, any other
+   * value replaces), so a test that passes e.g. `authentication` or `operationsApi` keeps the loopback
+   * settings it does not name. A result that would listen on a wildcard address is refused.
+   */
   harperConfig?: Record<string, unknown>;
+  /**
+   * Join Harper replication as this node name (the `hostname` peers and `add_node` use). Replication
+   * listens on the node's HTTP port: `inst.replicationUrl` is what a peer's `add_node` names.
+   */
+  replicationHostname?: string;
   /** Extra environment for the Harper process. */
   env?: Record<string, string>;
   /** Path polled (as admin) until it answers below 500 with every worker reporting in. */
@@ -85,6 +96,8 @@ export interface FetchResult {
 export interface HarperInstance {
   url: string;
   opsUrl: string;
+  /** ws://127.0.0.1:<HTTP port>: where this node takes replication connections (`replicationHostname`). */
+  replicationUrl: string;
   root: string;
   ports: Record<string, number>;
   pid: number;
@@ -326,6 +339,112 @@ export async function startHarper(opts: StartOptions = {}): Promise<HarperInstan
   }
 }
 
+type ConfigObject = Record<string, unknown>;
+
+function isObject(v: unknown): v is ConfigObject {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** `over` merged into `base`: nested objects merge key by key; any other value (null too) replaces. */
+export function mergeConfig(base: ConfigObject, over: ConfigObject): ConfigObject {
+  const out: ConfigObject = { ...base };
+  for (const [k, v] of Object.entries(over))
+    out[k] = isObject(v) && isObject(out[k]) ? mergeConfig(out[k], v) : v;
+  return out;
+}
+
+/**
+ * Why a Harper root config would listen beyond 127.0.0.1 on 4.7.29 (or take replication where no
+ * authentication listener checks it); empty when it would not. Checked before every boot, so a test's
+ * `harperConfig` cannot bring a wildcard listener back.
+ */
+export function loopbackProblems(config: ConfigObject): string[] {
+  const at = (path: string): unknown =>
+    path.split('.').reduce<unknown>((o, k) => (isObject(o) ? o[k] : undefined), config);
+  const problems: string[] = [];
+  for (const path of [
+    'http.port',
+    'http.securePort',
+    'operationsApi.network.port',
+    'operationsApi.network.securePort',
+    'mqtt.network.port',
+    'mqtt.network.securePort',
+    'replication.port',
+    'replication.securePort',
+    'authentication.port',
+    'authentication.securePort',
+  ]) {
+    const v = at(path);
+    if (v !== undefined && v !== null && !(typeof v === 'string' && v.startsWith('127.0.0.1:')))
+      problems.push(`${path} is ${JSON.stringify(v)}, not "127.0.0.1:<port>" (or null)`);
+  }
+  const httpPort = at('http.port');
+  if (at('authentication.port') !== httpPort)
+    problems.push(
+      `authentication.port must be http.port (${JSON.stringify(httpPort)}): without one Harper listens on a ` +
+        'random port on `::` in every worker',
+    );
+  const domainSocket = at('operationsApi.network.domainSocket');
+  if (domainSocket !== undefined && domainSocket !== null)
+    problems.push(
+      'operationsApi.network.domainSocket must be null: workers after the first listen on it as a port on `::`',
+    );
+  const replPort = at('replication.port');
+  if (replPort !== undefined && replPort !== null && replPort !== httpPort)
+    problems.push(
+      `replication.port must be http.port (${JSON.stringify(httpPort)}) or unset: on a port of its own no ` +
+        "authentication listener checks the peers' credentials and add_node fails (use replicationHostname)",
+    );
+  return problems;
+}
+
+/**
+ * The root config a boot passes in HARPER_SET_CONFIG: the harness's loopback settings with
+ * `opts.harperConfig` merged in. Throws when the result would listen beyond 127.0.0.1 (loopbackProblems).
+ */
+export function harperRootConfig(
+  opts: StartOptions,
+  ports: Record<string, number>,
+  threads = opts.threads ?? 2,
+): ConfigObject {
+  const httpListen = `127.0.0.1:${ports.http}`;
+  const config = mergeConfig(
+    {
+      // Harper's defaults also listen for TLS on every interface (http 9926, operations 9925): off here.
+      http: { port: httpListen, securePort: null },
+      operationsApi: {
+        // No domain socket: 4.7.29 listens on it as a path only in worker 0; any other worker takes the
+        // path for a port number and serves the whole operations API on a random port on `::`.
+        network: { port: `127.0.0.1:${ports.ops}`, securePort: null, domainSocket: null },
+      },
+      mqtt: { network: { port: `127.0.0.1:${ports.mqtt}`, securePort: `127.0.0.1:${ports.mqtts}` } },
+      // A cluster node takes replication on its HTTP port, where the authentication listener (below)
+      // checks the Basic credentials peers send: on a port of its own, no listener checks them and
+      // `add_node` fails with "Unauthorized 1008".
+      replication: opts.replicationHostname
+        ? {
+            hostname: opts.replicationHostname,
+            url: `ws://${httpListen}`,
+            port: httpListen,
+            securePort: `127.0.0.1:${ports.repl}`,
+          }
+        : { securePort: `127.0.0.1:${ports.repl}` },
+      threads: { count: threads },
+      // The port pins Harper's authentication listener to the HTTP port; without one, 4.7.29 registers
+      // it for port "all", which each worker also listens on as a plain HTTP server on a random port on
+      // `::`.
+      authentication: { authorizeLocal: false, port: httpListen },
+      logging: { level: opts.logLevel ?? 'info', stdStreams: true },
+      localStudio: { enabled: false },
+    },
+    opts.harperConfig ?? {},
+  );
+  const problems = loopbackProblems(config);
+  if (problems.length > 0)
+    throw new Error(`the Harper config would not listen on 127.0.0.1 only:\n  ${problems.join('\n  ')}`);
+  return config;
+}
+
 interface BootWatch {
   spawned: (child: ChildProcess, ports: Record<string, number>, output: () => string) => void;
   answered: (status: number) => void;
@@ -352,20 +471,7 @@ async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise
     mkdirSync(home, { recursive: true });
     writeFileSync(portsFile, JSON.stringify(ports));
   }
-  const setConfig = {
-    // Harper's defaults also listen for TLS on every interface (http 9926, operations 9925): off here.
-    http: { port: `127.0.0.1:${ports.http}`, securePort: null },
-    operationsApi: {
-      network: { port: `127.0.0.1:${ports.ops}`, securePort: null, domainSocket: join(root, 'ops.sock') },
-    },
-    mqtt: { network: { port: `127.0.0.1:${ports.mqtt}`, securePort: `127.0.0.1:${ports.mqtts}` } },
-    replication: { securePort: `127.0.0.1:${ports.repl}` },
-    threads: { count: threads },
-    authentication: { authorizeLocal: false },
-    logging: { level: opts.logLevel ?? 'info', stdStreams: true },
-    localStudio: { enabled: false },
-    ...(opts.harperConfig ?? {}),
-  };
+  const setConfig = harperRootConfig(opts, ports, threads);
   // Under `npm test`, npm_* variables describe that run (npm_config_local_prefix is this checkout); an
   // npm that Harper spawns (deploy_component's install) must not inherit them.
   const inherited = Object.entries(process.env).filter(
@@ -407,6 +513,7 @@ async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise
   const inst: HarperInstance = {
     url,
     opsUrl,
+    replicationUrl: `ws://127.0.0.1:${ports.http}`,
     root,
     ports,
     pid: child.pid ?? -1,

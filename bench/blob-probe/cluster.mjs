@@ -4,34 +4,21 @@ import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ADMIN_PASS, ADMIN_USER, freePort, startHarper } from '../../dist/test/harness.js';
+import { ADMIN_PASS, ADMIN_USER, startHarper } from '../../dist/test/harness.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'qk-blob-probe-'));
 cpSync(dirname(fileURLToPath(import.meta.url)), dir, { recursive: true });
-async function node(name) {
-  const port = await freePort();
-  const url = `ws://127.0.0.1:${port}`;
-  const replication = {
-    hostname: name,
-    url,
-    port: `127.0.0.1:${port}`,
-    securePort: `127.0.0.1:${await freePort()}`,
-  };
-  return {
-    inst: await startHarper({ componentDir: dir, readyPath: '/probe/', harperConfig: { replication } }),
-    url,
-  };
-}
-const na = await node('node-a');
-const a = na.inst;
-const b = (await node('node-b')).inst;
+// Each node replicates on its HTTP port (test/harness.ts `replicationHostname`).
+const node = (name) => startHarper({ componentDir: dir, readyPath: '/probe/', replicationHostname: name });
+const a = await node('node-a');
+const b = await node('node-b');
 const P = async (n, body) => (await n.fetch('/probe', { body })).json;
 try {
   const authorization = 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64');
   await b.operation({
     operation: 'add_node',
     hostname: 'node-a',
-    url: na.url,
+    url: a.replicationUrl,
     authorization,
     retain_authorization: true,
   });

@@ -8,9 +8,10 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Ownership } from '../../util/cluster/ownership.js';
-import { ADMIN_PASS, ADMIN_USER, freePort, startHarper, type HarperInstance } from '../harness.js';
+import { ADMIN_PASS, ADMIN_USER, startHarper, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
 import { heldByOneView, tableRows, untilRowsStream } from '../clusterJoin.js';
+import { canListListeners, listenersOf } from '../listeners.js';
 
 let a: HarperInstance;
 let b: HarperInstance;
@@ -24,20 +25,9 @@ const wakes: Array<{
 const MIN = 60_000;
 let joinMs = 0;
 
-async function node(name: string): Promise<{ inst: HarperInstance; url: string }> {
-  const port = await freePort();
-  const url = `ws://127.0.0.1:${port}`;
-  const inst = await startHarper({
-    harperConfig: {
-      replication: {
-        hostname: name,
-        url,
-        port: `127.0.0.1:${port}`,
-        securePort: `127.0.0.1:${await freePort()}`,
-      },
-    },
-  });
-  return { inst, url };
+/** A node that replicates on its HTTP port (test/harness.ts `replicationHostname`). */
+function node(name: string): Promise<HarperInstance> {
+  return startHarper({ replicationHostname: name });
 }
 
 before(async () => {
@@ -55,9 +45,8 @@ before(async () => {
   });
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/wake`;
-  const na = await node('node-a');
-  a = na.inst;
-  b = (await node('node-b')).inst;
+  a = await node('node-a');
+  b = await node('node-b');
   // A ten-minute maintenance tick while the nodes link: the keepers must re-read the membership every
   // beat, not wait for a tick, to hold by the two-node view (below).
   for (const n of [a, b]) {
@@ -67,7 +56,7 @@ before(async () => {
   await b.operation({
     operation: 'add_node',
     hostname: 'node-a',
-    url: na.url,
+    url: a.replicationUrl,
     authorization: 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64'),
     retain_authorization: true,
   });
@@ -114,6 +103,26 @@ after(async () => {
   await Promise.all([a?.destroy(), b?.destroy()]);
   await new Promise((r) => receiver?.close(r));
 });
+
+test(
+  'linked nodes replicate on their HTTP ports and listen on 127.0.0.1 only',
+  { skip: canListListeners ? false : 'needs Linux /proc' },
+  async () => {
+    const status = (await b.operation({ operation: 'cluster_status' })) as {
+      connections: Array<{ name: string; url: string }>;
+    };
+    assert.deepEqual(
+      status.connections.map((c) => [c.name, c.url]),
+      [['node-a', a.replicationUrl]],
+    );
+    for (const n of [a, b]) {
+      const given = new Set(Object.values(n.ports));
+      const listeners = listenersOf(n.pid);
+      const stray = listeners.filter((l) => l.address !== '127.0.0.1' || !given.has(l.port));
+      assert.deepEqual(stray, [], `listeners beyond the harness's ports: ${JSON.stringify(listeners)}`);
+    }
+  },
+);
 
 test('two nodes split the rows by rendezvous ownership and each grants only its own', async (t) => {
   const urls = Array.from({ length: 400 }, (_, i) => `https://cluster.example.com/p/${i}`);

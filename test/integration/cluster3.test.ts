@@ -9,7 +9,6 @@ import { Ownership } from '../../util/cluster/ownership.js';
 import {
   ADMIN_PASS,
   ADMIN_USER,
-  freePort,
   startHarper,
   type FetchInit,
   type FetchResult,
@@ -31,39 +30,19 @@ const all3 = new Ownership([...NAMES], 'node-a');
 interface ClusterNode {
   name: Name;
   inst: HarperInstance;
-  replPort: number;
-  replSecurePort: number;
 }
 const nodes = new Map<Name, ClusterNode>();
 /** Every row filed so far, by any test (the table's count). */
 const filed = new Set<string>();
 let startedAll = 0;
 
-function replicationConfig(name: Name, port: number, securePort: number) {
-  return {
-    replication: {
-      hostname: name,
-      url: `ws://127.0.0.1:${port}`,
-      port: `127.0.0.1:${port}`,
-      securePort: `127.0.0.1:${securePort}`,
-    },
-  };
-}
-
-async function bootNode(
-  name: Name,
-  root?: string,
-  ports?: [number, number],
-  env?: Record<string, string>,
-): Promise<ClusterNode> {
-  const [replPort, replSecurePort] = ports ?? [await freePort(), await freePort()];
-  const inst = await startHarper({
-    threads: 1,
-    root,
-    env,
-    harperConfig: replicationConfig(name, replPort, replSecurePort),
-  });
-  return { name, inst, replPort, replSecurePort };
+/**
+ * A node that replicates on its HTTP port (test/harness.ts `replicationHostname`). A restart on the same
+ * root keeps its ports, so its replication URL too.
+ */
+async function bootNode(name: Name, root?: string, env?: Record<string, string>): Promise<ClusterNode> {
+  const inst = await startHarper({ threads: 1, root, env, replicationHostname: name });
+  return { name, inst };
 }
 
 function node(name: Name): HarperInstance {
@@ -198,7 +177,7 @@ before(async () => {
     node(from).operation({
       operation: 'add_node',
       hostname: to,
-      url: `ws://127.0.0.1:${nodes.get(to)!.replPort}`,
+      url: node(to).replicationUrl,
       authorization: AUTH,
       retain_authorization: true,
     });
@@ -365,7 +344,7 @@ test('a stopped node loses nothing: its rows are claimable on the other two, and
   t.diagnostic(`claimable elsewhere ${Date.now() - stoppedAt} ms after the stop`);
 
   // Return: node-c takes back its share; at no sampled moment is a row held by two nodes.
-  const restarted = bootNode('node-c', c.inst.root, [c.replPort, c.replSecurePort]);
+  const restarted = bootNode('node-c', c.inst.root);
   const sample = ofC.slice(0, 12);
   let samples = 0;
   let cAnswered = 0;
@@ -450,12 +429,7 @@ test('a node whose peers are down waits for them (503 waiting-for-peers), then l
   const capMs = 8000;
   const restartedAt = Date.now();
   // The cap is shortened through the environment (120 s otherwise; SPEC §8 has no key for it).
-  nodes.set(
-    'node-a',
-    await bootNode('node-a', a.inst.root, [a.replPort, a.replSecurePort], {
-      QUEUE_KEEPER_PEER_WAIT_MS: String(capMs),
-    }),
-  );
+  nodes.set('node-a', await bootNode('node-a', a.inst.root, { QUEUE_KEEPER_PEER_WAIT_MS: String(capMs) }));
   const waiting = await until(
     'node-a to report waiting-for-peers',
     async () => {

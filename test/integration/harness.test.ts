@@ -1,5 +1,6 @@
 // The harness itself: a start that fails leaves nothing behind. A Harper left booting after a failed
-// before() keeps the test process alive and `npm test` never ends; a temp root left behind piles up.
+// before() keeps the test process alive and `npm test` never ends; a temp root left behind piles up. A
+// Harper it boots listens on 127.0.0.1 only, with every worker up.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -7,6 +8,7 @@ import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { HarperStartError, startHarper } from '../harness.js';
+import { canListListeners, listenersOf } from '../listeners.js';
 
 let component: string;
 
@@ -96,6 +98,31 @@ test(
       assert.equal(existsSync(root), true);
     } finally {
       rmSync(root, { recursive: true, force: true });
+    }
+  },
+);
+
+test(
+  'a harness Harper with two workers listens on 127.0.0.1 only, on the ports it was given',
+  { timeout: 120_000, skip: canListListeners ? false : 'needs Linux /proc' },
+  async () => {
+    const h = await startHarper({ threads: 2 });
+    try {
+      const listeners = listenersOf(h.pid);
+      const given = new Set(Object.values(h.ports));
+      const stray = listeners.filter((l) => l.address !== '127.0.0.1' || !given.has(l.port));
+      assert.deepEqual(stray, [], `listeners beyond the harness's ports: ${JSON.stringify(listeners)}`);
+      for (const port of [h.ports.http, h.ports.ops])
+        assert.ok(
+          listeners.some((l) => l.port === port),
+          `nothing listens on ${port}: ${JSON.stringify(listeners)}`,
+        );
+      // The authentication listener, pinned to the HTTP port, still checks credentials there.
+      assert.equal((await h.fetch('/prerender_admin/health', { auth: null, fresh: true })).status, 401);
+      assert.equal((await h.fetch('/prerender_admin/health', { fresh: true })).status, 200);
+      assert.ok(Array.isArray(await h.operation({ operation: 'list_users' })));
+    } finally {
+      await h.destroy();
     }
   },
 );
