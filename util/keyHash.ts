@@ -80,3 +80,13 @@ function finish(h0: number, h1: number, h2: number, h3: number): KeyHash {
   // moved to 1 rather than becoming indistinguishable from an empty slot.
   return hi === 0 && lo === 0 ? { hi: 0, lo: 1 } : { hi, lo };
 }
+
+/** murmur3's 32-bit finaliser: spreads every input bit over the output (an unsigned 32-bit result). */
+export function mix32(x: number): number {
+  x ^= x >>> 16;
+  x = Math.imul(x, 0x85ebca6b);
+  x ^= x >>> 13;
+  x = Math.imul(x, 0xc2b2ae35);
+  x ^= x >>> 16;
+  return x >>> 0;
+}

@@ -62,6 +62,32 @@ class ByteNote {
   }
 }
 
+/**
+ * A range over the store whose values are only noted, not decoded: Harper's getRange (an own property of
+ * the store) calls lmdb-js's with this view as `this`, so lmdb-js hands each value's bytes to `noteBytes`
+ * (its reused buffer, as the decoder says it copies) and, when given, decodes keys with `readKey`.
+ */
+function notedRange(
+  store: BinaryStore,
+  noteBytes: ByteNote,
+  opts: WalkOptions & { versions?: boolean },
+  readKey?: BinaryStore['readKey'],
+): Iterable<{ key: unknown; version?: unknown }> {
+  const view = Object.create(store, {
+    decoder: { value: noteBytes },
+    decoderCopies: { value: true },
+    ...(readKey ? { readKey: { value: readKey } } : {}),
+  }) as BinaryStore;
+  return view.getRange({
+    start: opts.start,
+    end: opts.end,
+    reverse: opts.reverse ?? false,
+    limit: opts.limit,
+    exclusiveStart: opts.exclusiveStart,
+    ...(opts.versions ? { versions: true } : {}),
+  });
+}
+
 /** One key's stored bytes through `reader`; what it cannot read for certain goes through readRow. */
 function pointRead<T>(reader: RawRecordReader<T>, key: string): T | ScheduleRow | undefined {
   const store = binaryStore();
@@ -123,21 +149,8 @@ export function walkScheduleHeld(
     }
     return flat;
   };
-  // As in walkScheduleRaw: Harper's getRange calls lmdb-js's with this view as `this` (and lmdb-js
-  // decodes each key with `this.readKey`).
-  const view = Object.create(store, {
-    decoder: { value: noteBytes },
-    decoderCopies: { value: true },
-    readKey: { value: readKey },
-  }) as BinaryStore;
   let visited = 0;
-  for (const { key } of view.getRange({
-    start: opts.start,
-    end: opts.end,
-    reverse: opts.reverse ?? false,
-    limit: opts.limit,
-    exclusiveStart: opts.exclusiveStart,
-  })) {
+  for (const { key } of notedRange(store, noteBytes, opts, readKey)) {
     if (typeof key !== 'string') continue;
     const raw = noteBytes.take();
     const fields =
@@ -158,18 +171,7 @@ export function* walkScheduleRaw(
 ): Generator<{ key: string; row: ScheduleRow | undefined }> {
   const store = binaryStore();
   const noteBytes = new ByteNote();
-  // Harper's getRange (an own property of the store) calls lmdb-js's with this view as `this`.
-  const view = Object.create(store, {
-    decoder: { value: noteBytes },
-    decoderCopies: { value: true },
-  }) as BinaryStore;
-  const range = view.getRange({
-    start: opts.start,
-    end: opts.end,
-    reverse: opts.reverse ?? false,
-    limit: opts.limit,
-    exclusiveStart: opts.exclusiveStart,
-  });
+  const range = notedRange(store, noteBytes, opts);
   for (const { key } of range) {
     if (typeof key !== 'string') continue;
     const raw = noteBytes.take();
@@ -191,17 +193,7 @@ export function walkScheduleVersions(
 ): number {
   const store = binaryStore();
   const noteBytes = new ByteNote();
-  const view = Object.create(store, {
-    decoder: { value: noteBytes },
-    decoderCopies: { value: true },
-  }) as BinaryStore;
-  const range = view.getRange({
-    start: opts.start,
-    end: opts.end,
-    limit: opts.limit,
-    exclusiveStart: opts.exclusiveStart,
-    versions: true,
-  }) as Iterable<{ key: unknown; version?: unknown }>;
+  const range = notedRange(store, noteBytes, { ...opts, versions: true });
   let visited = 0;
   for (const { key, version } of range) {
     if (typeof key !== 'string') continue;

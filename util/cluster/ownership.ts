@@ -1,17 +1,7 @@
 // Which node owns a row (SPEC §9): rendezvous (highest-random-weight) hashing of the URL over the node
 // names. Every node computes the same answer from the same membership with no coordination, and a
 // membership change moves only the rows of the node that left (or the share the newcomer takes).
-import { keyHash } from '../keyHash.js';
-
-/** murmur3's 32-bit finaliser: spreads every input bit over the output. */
-function mix32(x: number): number {
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x85ebca6b);
-  x ^= x >>> 13;
-  x = Math.imul(x, 0xc2b2ae35);
-  x ^= x >>> 16;
-  return x >>> 0;
-}
+import { keyHash, mix32 } from '../keyHash.js';
 
 export class Ownership {
   /** Sorted, distinct node names. */

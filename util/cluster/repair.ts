@@ -11,7 +11,7 @@
 // equal digests. Buckets whose digests differ are listed in detail: every version of every key in them,
 // deleted-row markers included. If nodes P and Q differ in a bucket, every node differs from P or from Q
 // there, so every node lists the same buckets from the same digests.
-import { keyHash } from '../keyHash.js';
+import { keyHash, mix32 } from '../keyHash.js';
 
 /** Digest buckets (by the key's hash); at a million rows about a thousand keys each. */
 export const REPAIR_BUCKETS = 1024;
@@ -35,16 +35,6 @@ const WORDS = 3;
 /** The bucket of a key. */
 export function bucketOf(key: string): number {
   return keyHash(key).lo & (REPAIR_BUCKETS - 1);
-}
-
-function mix32(x: number): number {
-  let h = x;
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
 }
 
 /**
