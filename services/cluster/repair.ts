@@ -5,8 +5,14 @@
 //     table and write this node's digest of the live rows at or before it;
 //  2. every peer's digest for the cutoff has arrived: if they all equal ours the round is clean; otherwise
 //     walk again for the keys of the differing buckets and write their versions;
-//  3. every peer's list has arrived: send again the rows this node holds at the newest version where another
-//     node lacks them, and delete here the rows another node deleted later.
+//  3. every peer's list has arrived: delete here the rows another node deleted later (under the deletion's
+//     version), and write into this node's QueueRepair row the rows it holds at the newest version where
+//     another node lacks them or holds an older one, each with its version;
+//  4. every peer's rows have arrived: take the ones this node lacks or holds older, each written under its
+//     own version (not the clock's), so all nodes end with the same versions and nothing newer is touched.
+// Why carry the rows instead of writing them again under their version on the holder: replication streams a
+// node's audit log in time order from where the peer's connection stands, and a write stamped with an
+// older time lands behind that point and is never sent (a first version did that: the rows never came).
 // A peer that never answers leaves the round unfinished; the next cutoff starts a new one.
 import {
   bucketOf,
@@ -20,7 +26,7 @@ import {
 } from '../../util/cluster/repair.js';
 import { log as harperLog, table } from '../runtime/harper.js';
 import { walkScheduleVersions } from '../schedule/rawRecords.js';
-import { deleteScheduleRowAt, resendScheduleRow } from '../schedule/store.js';
+import { deleteScheduleRowAt, scheduleEntry, takeScheduleRow } from '../schedule/store.js';
 import { nodeName } from './nodeName.js';
 
 const repairTable = () => table('render_queue', 'QueueRepair');
@@ -40,13 +46,31 @@ export interface ReplicaRepairDeps {
   onRound?: (r: RepairRound) => void;
 }
 
-type Phase = 'digested' | 'listed' | 'done';
+type Phase = 'digested' | 'listed' | 'sent' | 'done';
+
+/** A row one node carries to the others in its QueueRepair row. */
+interface CarriedRow {
+  key: string;
+  version: number;
+  record: Record<string, unknown>;
+}
 
 export class ReplicaRepair {
   private round = 0;
   private phase: Phase = 'done';
   private digest: Uint32Array | null = null;
   private digestText = '';
+  private details: string | null = null;
+  private sent: string | null = null;
+  private outcome: Omit<RepairRound, 'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms'> = {
+    sent: 0,
+    received: 0,
+    deleted: 0,
+    tooOld: 0,
+    recent: 0,
+    conflicting: 0,
+    deferred: 0,
+  };
   private rows = 0;
   private buckets = { buckets: [] as number[], total: 0 };
   private mine: VersionedKey[] = [];
@@ -69,7 +93,8 @@ export class ReplicaRepair {
       if (cutoff !== this.round || this.phase === 'done') return;
       const theirs = await this.peerRows(peers);
       if (this.phase === 'digested') return await this.listStep(theirs);
-      return await this.repairStep(theirs, now);
+      if (this.phase === 'listed') return await this.sendStep(theirs, now);
+      return await this.takeStep(theirs, now);
     } finally {
       this.running = false;
     }
@@ -87,13 +112,9 @@ export class ReplicaRepair {
     this.digest = digest.words;
     this.digestText = digest.encode();
     this.rows = digest.rows();
-    await repairTable().put(nodeName(), {
-      id: nodeName(),
-      round: cutoff,
-      digest: this.digestText,
-      listedRound: null,
-      details: null,
-    });
+    this.details = null;
+    this.sent = null;
+    await this.writeRow();
     this.ms = performance.now() - t0;
   }
 
@@ -116,19 +137,13 @@ export class ReplicaRepair {
       if (wanted.has(bucketOf(key))) mine.push({ key, version, deleted });
     });
     this.mine = mine;
-    await repairTable().put(nodeName(), {
-      id: nodeName(),
-      round: this.round,
-      // The digest stays: a peer still at step 2 reads it from this row.
-      digest: this.digestText,
-      listedRound: this.round,
-      details: encodeDetails(mine),
-    });
+    this.details = encodeDetails(mine);
+    await this.writeRow();
     this.phase = 'listed';
     this.ms += performance.now() - t0;
   }
 
-  private async repairStep(theirs: Array<Record<string, unknown> | undefined>, now: number): Promise<void> {
+  private async sendStep(theirs: Array<Record<string, unknown> | undefined>, now: number): Promise<void> {
     if (!theirs.every((r) => r?.listedRound === this.round)) return;
     const details = theirs.map((r) => decodeDetails(r?.details));
     if (details.some((d) => d === null)) {
@@ -143,27 +158,58 @@ export class ReplicaRepair {
       cutoff: this.round,
       now,
     });
-    let reemitted = 0;
+    const carried: CarriedRow[] = [];
+    for (const e of plan.send) {
+      const record = scheduleEntry(e.key, e.version);
+      if (record) carried.push({ key: e.key, version: e.version, record });
+    }
     let deleted = 0;
-    for (const e of plan.reemit) if (await resendScheduleRow(e.key, e.version)) reemitted++;
     for (const e of plan.deleteAt) if (await deleteScheduleRowAt(e.key, e.version)) deleted++;
-    this.ms += performance.now() - t0;
-    this.finish(now, {
-      reemitted,
+    this.sent = JSON.stringify(carried);
+    await this.writeRow();
+    this.phase = 'sent';
+    this.outcome = {
+      sent: carried.length,
+      received: 0,
       deleted,
       tooOld: plan.tooOld,
       recent: plan.recent,
       conflicting: plan.conflicting,
       deferred: plan.deferred,
+    };
+    this.ms += performance.now() - t0;
+  }
+
+  private async takeStep(theirs: Array<Record<string, unknown> | undefined>, now: number): Promise<void> {
+    if (!theirs.every((r) => r?.sentRound === this.round)) return;
+    const t0 = performance.now();
+    let received = 0;
+    for (const r of theirs) {
+      for (const row of carriedRows(r?.sent)) {
+        if (await takeScheduleRow(row.key, row.version, row.record)) received++;
+      }
+    }
+    this.ms += performance.now() - t0;
+    this.finish(now, { ...this.outcome, received });
+  }
+
+  /** This node's QueueRepair row as the round stands (a put replaces the row: every field, every time). */
+  private async writeRow(): Promise<void> {
+    await repairTable().put(nodeName(), {
+      id: nodeName(),
+      round: this.round,
+      // The digest stays through the round: a peer still at step 2 reads it from this row.
+      digest: this.digestText,
+      listedRound: this.details === null ? null : this.round,
+      details: this.details,
+      sentRound: this.sent === null ? null : this.round,
+      sent: this.sent,
     });
   }
 
   private finish(
     now: number,
-    done: Pick<
-      RepairRound,
-      'reemitted' | 'deleted' | 'tooOld' | 'recent' | 'conflicting' | 'deferred'
-    > | null,
+    done: Omit<RepairRound, 'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms'> | null,
   ): void {
     this.phase = 'done';
     this.mine = [];
@@ -173,7 +219,8 @@ export class ReplicaRepair {
       rows: this.rows,
       buckets: this.buckets.total,
       listed: this.buckets.buckets.length,
-      reemitted: done?.reemitted ?? 0,
+      sent: done?.sent ?? 0,
+      received: done?.received ?? 0,
       deleted: done?.deleted ?? 0,
       tooOld: done?.tooOld ?? 0,
       recent: done?.recent ?? 0,
@@ -183,13 +230,13 @@ export class ReplicaRepair {
     };
     this.last = r;
     this.deps.onRound?.(r);
-    const fixed = r.reemitted + r.deleted;
+    const fixed = r.received + r.deleted;
     if (fixed > 0) this.deps.count?.('replica_repair_rows', fixed);
-    if (fixed > 0 || r.tooOld > 0 || r.conflicting > 0)
+    if (fixed > 0 || r.sent > 0 || r.tooOld > 0 || r.conflicting > 0)
       this.deps.log?.warn(
         `replica repair, round ${new Date(r.round).toISOString()}: ${r.buckets} of the digest's buckets ` +
-          `differed from a peer; sent ${r.reemitted} rows again, deleted ${r.deleted}, left ${r.tooOld} ` +
-          `older than a day and ${r.conflicting} in conflict (README "Running a cluster", joining a node)`,
+          `differed from a peer; sent ${r.sent} rows to peers, took ${r.received}, deleted ${r.deleted}, left ${r.tooOld} ` +
+          `older than 3 hours and ${r.conflicting} in conflict (README "Running a cluster", joining a node)`,
       );
   }
 
@@ -216,4 +263,26 @@ export class ReplicaRepair {
       await this.deps.yieldLoop();
     }
   }
+}
+
+/** The rows a peer carries in its QueueRepair row; anything malformed is skipped. */
+function carriedRows(text: unknown): CarriedRow[] {
+  if (typeof text !== 'string') return [];
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return [];
+  }
+  if (!Array.isArray(parsed)) return [];
+  return parsed.filter(
+    (r): r is CarriedRow =>
+      typeof r === 'object' &&
+      r !== null &&
+      typeof (r as CarriedRow).key === 'string' &&
+      typeof (r as CarriedRow).version === 'number' &&
+      Number.isFinite((r as CarriedRow).version) &&
+      typeof (r as CarriedRow).record === 'object' &&
+      (r as CarriedRow).record !== null,
+  );
 }

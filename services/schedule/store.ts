@@ -192,18 +192,33 @@ export class ScheduleOwner {
 }
 
 /**
- * Replica repair (services/cluster/repair.ts): writes the row again as stored, under its own version, so
- * that a peer lacking it (or holding an older version) takes it by replication while every node holding
- * that version or a newer one keeps its own. Under the key's lock, and only while the stored version is
- * still `version` and the row is live. Answers whether it wrote.
+ * Replica repair (services/cluster/repair.ts): the row as stored and its version, while the stored entry
+ * is live and still at `version`; what a peer that lacks the row takes from this node.
  */
-export async function resendScheduleRow(key: string, version: number): Promise<boolean> {
+export function scheduleEntry(key: string, version: number): Record<string, unknown> | undefined {
+  const e = schedule().primaryStore.getEntry?.(key);
+  if (e?.version !== version || !e.value || typeof e.value !== 'object') return undefined;
+  return { ...(e.value as Record<string, unknown>) };
+}
+
+/**
+ * Replica repair: takes a row another node holds at a newer version than this node does (or that this
+ * node lacks), written here under that version, not the clock's, so every node ends with the same
+ * version and nothing newer is ever overwritten. Under the key's lock, and only while this node holds no
+ * version (live or deleted) at or after it. Answers whether it wrote.
+ */
+export async function takeScheduleRow(
+  key: string,
+  version: number,
+  record: Record<string, unknown>,
+): Promise<boolean> {
+  const row = toScheduleRow(key, record);
+  if (row === undefined) return false;
   const store = schedule().primaryStore;
   const r = await withKeyLocks(store, 'schedule', [key], LOCK_WAIT_MS, async () => {
     const e = store.getEntry?.(key);
-    if (e?.version !== version || !e.value || typeof e.value !== 'object') return false;
-    const record = { ...(e.value as Record<string, unknown>) };
-    await transactionAt(version, (txn) => schedule().put(key, record, txn));
+    if (e !== undefined && (typeof e.version !== 'number' || e.version >= version)) return false;
+    await transactionAt(version, (txn) => schedule().put(key, toRecord(row), txn));
     return true;
   });
   return r.locked && r.value;

@@ -51,15 +51,25 @@ test('a digest round-trips through its text, and anything else is refused', () =
   assert.equal(RepairDigest.decode(null), null);
 });
 
-test('differing buckets are the union over peers, lowest first, capped, with the full count', () => {
+test('differing buckets are the union over peers, lowest first, up to a key budget, with the full count', () => {
   const base = digestOf([]);
   const keys = Array.from({ length: 200 }, (_, i) => `k${i}`);
   const peerA = digestOf(keys.slice(0, 100).map((k) => [k, 1]));
   const peerB = digestOf(keys.slice(100).map((k) => [k, 1]));
-  const all = new Set(keys.map(bucketOf));
+  const all = [...new Set(keys.map(bucketOf))].sort((x, y) => x - y);
+  const count = (b: number) => keys.filter((k) => bucketOf(k) === b).length;
   const r = differingBuckets(base.words, [peerA.words, peerB.words], 10);
-  assert.equal(r.total, all.size);
-  assert.deepEqual(r.buckets, [...all].sort((x, y) => x - y).slice(0, 10));
+  assert.equal(r.total, all.length);
+  // Lowest first while the listed buckets' keys fit the budget of 10.
+  const want: number[] = [];
+  let used = 0;
+  for (const b of all) {
+    if (want.length > 0 && used + count(b) > 10) break;
+    want.push(b);
+    used += count(b);
+  }
+  assert.deepEqual(r.buckets, want);
+  assert.deepEqual(differingBuckets(base.words, [peerA.words, peerB.words]).buckets, all);
   assert.ok(r.buckets.every((b) => b >= 0 && b < REPAIR_BUCKETS));
 });
 
@@ -87,18 +97,18 @@ test('key lists round-trip, and a list of the wrong size or with a non-finite ve
 test('a row the peer lacks (a skipped insert) is sent again by the node that has it, and only by it', () => {
   const row = { key: 'https://x.example/new', version: CUTOFF - 5000, deleted: false };
   const holder = planRepair([row], [asPeer([])], { cutoff: CUTOFF, now: NOW });
-  assert.deepEqual(holder.reemit, [row]);
+  assert.deepEqual(holder.send, [row]);
   assert.deepEqual(holder.deleteAt, []);
   const lacking = planRepair([], [asPeer([row])], { cutoff: CUTOFF, now: NOW });
-  assert.deepEqual(lacking, { reemit: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0, deferred: 0 });
+  assert.deepEqual(lacking, { send: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0, deferred: 0 });
 });
 
 test('an older version on the peer (a skipped update) is answered by the newest holder; the stale side does nothing', () => {
   const newer = { key: 'u', version: CUTOFF - 1000, deleted: false };
   const older = { key: 'u', version: CUTOFF - 9000, deleted: false };
-  assert.deepEqual(planRepair([newer], [asPeer([older])], { cutoff: CUTOFF, now: NOW }).reemit, [newer]);
+  assert.deepEqual(planRepair([newer], [asPeer([older])], { cutoff: CUTOFF, now: NOW }).send, [newer]);
   const stale = planRepair([older], [asPeer([newer])], { cutoff: CUTOFF, now: NOW });
-  assert.deepEqual([stale.reemit, stale.deleteAt], [[], []]);
+  assert.deepEqual([stale.send, stale.deleteAt], [[], []]);
 });
 
 test('a row another node deleted later (a skipped delete) is deleted here at that deletion version', () => {
@@ -106,11 +116,11 @@ test('a row another node deleted later (a skipped delete) is deleted here at tha
   const live = { key: 'd', version: CUTOFF - 9000, deleted: false };
   const plan = planRepair([live], [asPeer([tomb])], { cutoff: CUTOFF, now: NOW });
   assert.deepEqual(plan.deleteAt, [{ key: 'd', version: tomb.version, deleted: true }]);
-  assert.deepEqual(plan.reemit, []);
+  assert.deepEqual(plan.send, []);
   // The deleting side has nothing to send, and a row deleted before the live one was written stays live.
-  assert.deepEqual(planRepair([tomb], [asPeer([live])], { cutoff: CUTOFF, now: NOW }).reemit, []);
+  assert.deepEqual(planRepair([tomb], [asPeer([live])], { cutoff: CUTOFF, now: NOW }).send, []);
   const laterWrite = { key: 'd', version: CUTOFF - 500, deleted: false };
-  assert.deepEqual(planRepair([laterWrite], [asPeer([tomb])], { cutoff: CUTOFF, now: NOW }).reemit, [
+  assert.deepEqual(planRepair([laterWrite], [asPeer([tomb])], { cutoff: CUTOFF, now: NOW }).send, [
     laterWrite,
   ]);
 });
@@ -118,7 +128,7 @@ test('a row another node deleted later (a skipped delete) is deleted here at tha
 test('differences newer than the cutoff wait, older than the window stay, and a live/deleted tie is left', () => {
   const fresh = { key: 'f', version: CUTOFF + 1, deleted: false };
   assert.deepEqual(planRepair([fresh], [asPeer([])], { cutoff: CUTOFF, now: NOW }), {
-    reemit: [],
+    send: [],
     deleteAt: [],
     tooOld: 0,
     recent: 1,
@@ -136,24 +146,21 @@ test('differences newer than the cutoff wait, older than the window stay, and a 
       now: NOW,
     },
   );
-  assert.deepEqual([tie.reemit, tie.deleteAt, tie.conflicting], [[], [], 1]);
+  assert.deepEqual([tie.send, tie.deleteAt, tie.conflicting], [[], [], 1]);
 });
 
 test('no difference where every node agrees, or where the only copies left are deletions', () => {
   const row = { key: 's', version: CUTOFF - 10, deleted: false };
-  assert.deepEqual(
-    planRepair([row], [asPeer([row]), asPeer([row])], { cutoff: CUTOFF, now: NOW }).reemit,
-    [],
-  );
+  assert.deepEqual(planRepair([row], [asPeer([row]), asPeer([row])], { cutoff: CUTOFF, now: NOW }).send, []);
   const tomb = { key: 'g', version: CUTOFF - 10, deleted: true };
   const gone = planRepair([tomb], [asPeer([])], { cutoff: CUTOFF, now: NOW });
-  assert.deepEqual([gone.reemit, gone.deleteAt, gone.recent, gone.tooOld], [[], [], 0, 0]);
+  assert.deepEqual([gone.send, gone.deleteAt, gone.recent, gone.tooOld], [[], [], 0, 0]);
 });
 
 test('one round repairs at most maxRows rows and defers the rest', () => {
   const rows = Array.from({ length: 10 }, (_, i) => ({ key: `r${i}`, version: CUTOFF - i, deleted: false }));
   const plan = planRepair(rows, [asPeer([])], { cutoff: CUTOFF, now: NOW, maxRows: 4 });
-  assert.equal(plan.reemit.length, 4);
+  assert.equal(plan.send.length, 4);
   assert.equal(plan.deferred, 6);
 });
 
@@ -197,7 +204,7 @@ test('one round brings every node to the newest version of every key, never to a
         if (cur === undefined || cur.version < e.version) n.set(e.key, { ...e });
       };
       plans.forEach((p, i) => {
-        for (const e of p.reemit) for (const n of nodes) apply(n, e);
+        for (const e of p.send) for (const n of nodes) apply(n, e);
         for (const e of p.deleteAt) apply(nodes[i]!, { key: e.key, version: e.version, deleted: true });
       });
       for (const [k, want] of newest) {

@@ -15,14 +15,20 @@ import { keyHash, mix32 } from '../keyHash.js';
 
 /** Digest buckets (by the key's hash); at a million rows about a thousand keys each. */
 export const REPAIR_BUCKETS = 1024;
-/** At most this many differing buckets are listed in detail in one round; the rest wait for the next. */
-export const MAX_DETAIL_BUCKETS = 32;
+/**
+ * Differing buckets are listed in detail, lowest first, until they hold about this many keys (by the
+ * largest count any node's digest gives the bucket; ~1 MB of list); the rest wait for the next round.
+ * At 20,000 rows that is every bucket, at a million about fifty.
+ */
+export const MAX_DETAIL_KEYS = 50_000;
 /**
  * A difference whose newest version is older than this is left alone and counted as `tooOld`: a
- * deleted row's marker lasts only as long as Harper's audit retention, after which "never had it" and
- * "deleted long ago" look the same, and re-sending the row could bring back one deleted long ago.
+ * deleted row's marker lasts only as long as Harper's audit retention (3 days by default; README "Page
+ * storage" suggests 6 h where disk is tight), after which "never had it" and "deleted long ago" look the
+ * same, and carrying the row could bring back one deleted long ago. A join's skipped writes are minutes
+ * old when the next rounds (at most an hour apart) find them.
  */
-export const REPAIR_WINDOW_MS = 86_400_000;
+export const REPAIR_WINDOW_MS = 3 * 3_600_000;
 /**
  * At most this many rows are sent again or deleted by one node in one round; the rest wait for the next.
  * A join skips tens of rows; a node still catching up on its replication backlog can differ by many more,
@@ -79,14 +85,20 @@ export class RepairDigest {
   }
 }
 
-/** The buckets where `mine` differs from any of `peers`, lowest first, at most `max`. */
+/**
+ * The buckets where `mine` differs from any of `peers`, lowest first, as many as hold at most `maxKeys`
+ * keys by the largest count any of the digests gives each (at least one), and how many differ in all.
+ * Every node computes the same list from the same digests.
+ */
 export function differingBuckets(
   mine: Uint32Array,
   peers: readonly Uint32Array[],
-  max = MAX_DETAIL_BUCKETS,
+  maxKeys = MAX_DETAIL_KEYS,
 ): { buckets: number[]; total: number } {
   const buckets: number[] = [];
   let total = 0;
+  let keys = 0;
+  let full = false;
   for (let b = 0; b < REPAIR_BUCKETS; b++) {
     const at = b * WORDS;
     const differs = peers.some(
@@ -94,7 +106,14 @@ export function differingBuckets(
     );
     if (!differs) continue;
     total++;
-    if (buckets.length < max) buckets.push(b);
+    if (full) continue;
+    const weight = Math.max(mine[at]!, ...peers.map((p) => p[at]!));
+    if (buckets.length > 0 && keys + weight > maxKeys) {
+      full = true;
+      continue;
+    }
+    buckets.push(b);
+    keys += weight;
   }
   return { buckets, total };
 }
@@ -147,7 +166,7 @@ export function decodeDetails(text: unknown): Map<string, DetailEntry> | null {
 
 export interface RepairPlan {
   /** Live rows this node holds at the newest version while another node lacks it or holds an older one. */
-  reemit: VersionedKey[];
+  send: VersionedKey[];
   /** Rows this node holds live that another node deleted later: delete them at that deletion's version. */
   deleteAt: VersionedKey[];
   /** Differences left alone because their newest version is older than the repair window. */
@@ -171,7 +190,7 @@ export function planRepair(
   opts: { cutoff: number; now: number; windowMs?: number; maxRows?: number },
 ): RepairPlan {
   const windowMs = opts.windowMs ?? REPAIR_WINDOW_MS;
-  const plan: RepairPlan = { reemit: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0, deferred: 0 };
+  const plan: RepairPlan = { send: [], deleteAt: [], tooOld: 0, recent: 0, conflicting: 0, deferred: 0 };
   const maxRows = opts.maxRows ?? MAX_REPAIR_ROWS;
   const own = new Map<string, VersionedKey>();
   for (const e of mine) {
@@ -204,11 +223,11 @@ export function planRepair(
     }
     if (m === undefined || m.deleted) continue;
     if (m.version !== newest && !atNewest[0]!.deleted) continue;
-    if (plan.reemit.length + plan.deleteAt.length >= maxRows) {
+    if (plan.send.length + plan.deleteAt.length >= maxRows) {
       plan.deferred++;
       continue;
     }
-    if (m.version === newest) plan.reemit.push(m);
+    if (m.version === newest) plan.send.push(m);
     else if (atNewest[0]!.deleted) plan.deleteAt.push({ key: m.key, version: newest, deleted: true });
   }
   return plan;
@@ -224,13 +243,15 @@ export interface RepairRound {
   rows: number;
   /** Digest buckets that differed from some peer (0: every node holds the same rows). */
   buckets: number;
-  /** Of those, the buckets looked at key by key this round (at most 32). */
+  /** Of those, the buckets looked at key by key this round (up to ~50,000 keys: MAX_DETAIL_KEYS). */
   listed: number;
-  /** Rows this node sent again because another node lacked them or held an older version. */
-  reemitted: number;
+  /** Rows this node carried to its peers because another node lacked them or held an older version. */
+  sent: number;
+  /** Rows this node took from a peer (it lacked them or held an older version), under their versions. */
+  received: number;
   /** Rows deleted here because another node deleted them later. */
   deleted: number;
-  /** Differences left alone because they are older than a day (README). */
+  /** Differences left alone because they are older than 3 hours (REPAIR_WINDOW_MS). */
   tooOld: number;
   /** Differences written after the cutoff, still replicating: the next round looks again. */
   recent: number;

@@ -106,7 +106,7 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     kind: 'int',
     default: 300000,
     min: 10000,
-    max: DAY,
+    max: 3_600_000,
     zeroAllowed: true,
     effect: 'timers',
     description:

@@ -107,7 +107,7 @@ export const METRICS = {
     name: 'queue_keeper_replica_repair_rows_total',
     kind: 'counter',
     unit: 'rows',
-    help: 'Rows replica repair sent again or deleted because another node of the cluster lacked the write (expected 0 outside a join).',
+    help: 'Rows replica repair took from a peer or deleted because this node lacked the write (expected 0 outside a join).',
   },
   claim_granted: {
     name: 'queue_keeper_claim_granted_total',
