@@ -22,6 +22,7 @@ import { startMaintenance } from './services/keeper/maintenance.js';
 import { harperConnections } from './services/cluster/connections.js';
 import { harperMembership, harperPeers } from './services/cluster/membership.js';
 import { ReplicaRepair } from './services/cluster/repair.js';
+import { repairWindowMs } from './util/cluster/repair.js';
 import { peerWait } from './services/cluster/peerWait.js';
 import { ClaimService } from './services/leases/claims.js';
 import { readClaimMarks, writeClaimMarks } from './services/leases/claimMarks.js';
@@ -121,6 +122,11 @@ const leadership = new KeeperLeadership({
   // join copy skipped); worker 0's keeper steps it every beat while the node has peers.
   repair: new ReplicaRepair({
     intervalMs: () => config().queue.keeper.repairInterval,
+    // Half Harper's audit retention, at most 3 h: a deletion's marker must outlive what repair may carry.
+    windowMs: () =>
+      repairWindowMs(
+        (server.config as { logging?: { auditRetention?: unknown } } | undefined)?.logging?.auditRetention,
+      ),
     yieldLoop: () => new Promise((r) => setImmediate(r)),
     log,
     count: (name, n) => count(name, n),

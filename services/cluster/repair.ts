@@ -10,12 +10,16 @@
 //     another node lacks them or holds an older one, each with its version;
 //  4. every peer's rows have arrived: take the ones this node lacks or holds older, each written under its
 //     own version (not the clock's), so all nodes end with the same versions and nothing newer is touched.
-// Why carry the rows instead of writing them again under their version on the holder: replication streams a
-// node's audit log in time order from where the peer's connection stands, and a write stamped with an
-// older time lands behind that point and is never sent (a first version did that: the rows never came).
-// A peer that never answers leaves the round unfinished; the next cutoff starts a new one.
+// Why carry the rows instead of writing them again under their version on the holder: a first version did
+// that, and in the join test (test/integration/joinRepair.test.ts) those writes never reached the peer,
+// round after round, though a one-row probe had seen one arrive. Why is not settled; carrying does not
+// depend on it.
+// A peer that never answers leaves the round unfinished (logged, `unfinished` in lastRepair); the next
+// cutoff starts a new one.
 import {
   bucketOf,
+  MAX_REPAIR_ROWS,
+  REPAIR_WINDOW_MS,
   decodeDetails,
   differingBuckets,
   encodeDetails,
@@ -31,6 +35,9 @@ import { nodeName } from './nodeName.js';
 
 const repairTable = () => table('render_queue', 'QueueRepair');
 
+/** The longest key a row can have (API.md: a URL of at most 1,900 bytes). */
+const MAX_KEY_BYTES = 1900;
+
 /** Keys per walk chunk: the walk yields the event loop between chunks (worker 0 also publishes). */
 const CHUNK = 5000;
 /** The cutoff trails now by min(this, interval): rows older than it have had time to replicate. */
@@ -39,6 +46,8 @@ const SETTLE_MS = 60_000;
 export interface ReplicaRepairDeps {
   /** `queue.keeper.repairInterval` (0 = off). */
   intervalMs: () => number;
+  /** How old a difference may be and still be repaired (repairWindowMs of Harper's audit retention). */
+  windowMs?: () => number;
   yieldLoop: () => Promise<void>;
   log?: Pick<typeof harperLog, 'info' | 'warn' | 'error'>;
   /** Counts the rows sent again and deleted (Prometheus). */
@@ -62,7 +71,10 @@ export class ReplicaRepair {
   private digestText = '';
   private details: string | null = null;
   private sent: string | null = null;
-  private outcome: Omit<RepairRound, 'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms'> = {
+  private outcome: Omit<
+    RepairRound,
+    'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms' | 'unfinished' | 'waitingOn'
+  > = {
     sent: 0,
     received: 0,
     deleted: 0,
@@ -76,6 +88,9 @@ export class ReplicaRepair {
   private mine: VersionedKey[] = [];
   private ms = 0;
   private running = false;
+  /** This round's digests were all equal here (a peer may still list: step). */
+  private listedClean = false;
+  private error: string | null = null;
   last: RepairRound | null = null;
 
   constructor(private readonly deps: ReplicaRepairDeps) {}
@@ -89,22 +104,72 @@ export class ReplicaRepair {
     this.running = true;
     try {
       const cutoff = Math.floor((now - Math.min(SETTLE_MS, interval)) / interval) * interval;
-      if (cutoff > this.round) return await this.digestStep(cutoff);
-      if (cutoff !== this.round || this.phase === 'done') return;
+      if (cutoff > this.round) {
+        if (this.phase !== 'done' && this.round > 0) await this.unfinished(now, peers);
+        return await this.digestStep(cutoff);
+      }
+      if (cutoff !== this.round) return;
       const theirs = await this.peerRows(peers);
-      if (this.phase === 'digested') return await this.listStep(theirs);
+      // A node that found every digest equal to its own still lists when a peer does (their views of the
+      // cluster differ: a peer compared with a node this one does not hold by yet).
+      if (this.phase === 'done') {
+        if (this.listedClean && theirs.some((r) => r?.round === this.round && r.listedRound === this.round))
+          return await this.listStep(theirs, true);
+        return;
+      }
+      if (this.phase === 'digested') return await this.listStep(theirs, false);
       if (this.phase === 'listed') return await this.sendStep(theirs, now);
       return await this.takeStep(theirs, now);
+    } catch (e) {
+      // A walk or write that throws ends the round here; the next cutoff starts a new one.
+      this.phase = 'done';
+      this.listedClean = false;
+      this.mine = [];
+      this.error = (e as Error)?.message ?? String(e);
+      this.deps.log?.error(
+        `replica repair: round ${new Date(this.round).toISOString()} failed: ${this.error}`,
+      );
     } finally {
       this.running = false;
     }
   }
 
+  private windowMs(): number {
+    return this.deps.windowMs?.() ?? REPAIR_WINDOW_MS;
+  }
+
+  /** The round was still open when the next cutoff came: say which peers it waited for. */
+  private async unfinished(now: number, peers: readonly string[]): Promise<void> {
+    const theirs = await this.peerRows(peers).catch(() => peers.map(() => undefined));
+    const need = this.phase === 'digested' ? 'round' : this.phase === 'listed' ? 'listedRound' : 'sentRound';
+    const waitingOn = peers.filter((_, i) => theirs[i]?.[need] !== this.round);
+    this.last = {
+      ...(this.last ?? emptyRound(this.round)),
+      round: this.round,
+      at: now,
+      unfinished: true,
+      waitingOn,
+    };
+    this.deps.onRound?.(this.last);
+    this.deps.log?.warn(
+      `replica repair: round ${new Date(this.round).toISOString()} did not finish: waited for ` +
+        `${waitingOn.join(', ') || 'nobody'} (a peer with repair off, another repairInterval, an older build, or ` +
+        'a different view of the cluster)',
+    );
+  }
+
   private async digestStep(cutoff: number): Promise<void> {
     const t0 = performance.now();
     this.round = cutoff;
-    this.phase = 'digested';
+    this.phase = 'done';
+    this.listedClean = false;
+    this.error = null;
     this.mine = [];
+    this.digest = null;
+    this.digestText = '';
+    this.details = null;
+    this.sent = null;
+    this.buckets = { buckets: [], total: 0 };
     const digest = new RepairDigest();
     await this.walk((key, version, deleted) => {
       if (!deleted && version <= cutoff) digest.add(key, version);
@@ -112,13 +177,12 @@ export class ReplicaRepair {
     this.digest = digest.words;
     this.digestText = digest.encode();
     this.rows = digest.rows();
-    this.details = null;
-    this.sent = null;
     await this.writeRow();
+    this.phase = 'digested';
     this.ms = performance.now() - t0;
   }
 
-  private async listStep(theirs: Array<Record<string, unknown> | undefined>): Promise<void> {
+  private async listStep(theirs: Array<Record<string, unknown> | undefined>, anyway: boolean): Promise<void> {
     if (!theirs.every((r) => r?.round === this.round)) return;
     const digests = theirs.map((r) => RepairDigest.decode(r?.digest));
     if (digests.some((d) => d === null) || this.digest === null) {
@@ -128,8 +192,17 @@ export class ReplicaRepair {
       this.phase = 'done';
       return;
     }
-    this.buckets = differingBuckets(this.digest, digests as Uint32Array[]);
-    if (this.buckets.total === 0) return this.finish(Date.now(), null);
+    this.buckets = differingBuckets(this.digest, digests as Uint32Array[], this.round);
+    if (anyway) {
+      // The listing peers compared against every digest; take their bucket list.
+      const theirsListed = theirs.find((r) => r?.listedRound === this.round);
+      this.buckets = listedBuckets(theirsListed?.buckets) ?? this.buckets;
+    }
+    if (this.buckets.total === 0 && !anyway) {
+      this.listedClean = true;
+      return this.finish(Date.now(), null);
+    }
+    this.listedClean = false;
     const t0 = performance.now();
     const wanted = new Set(this.buckets.buckets);
     const mine: VersionedKey[] = [];
@@ -157,6 +230,7 @@ export class ReplicaRepair {
     const plan = planRepair(this.mine, details as Array<NonNullable<(typeof details)[number]>>, {
       cutoff: this.round,
       now,
+      windowMs: this.windowMs(),
     });
     const carried: CarriedRow[] = [];
     for (const e of plan.send) {
@@ -183,12 +257,34 @@ export class ReplicaRepair {
   private async takeStep(theirs: Array<Record<string, unknown> | undefined>, now: number): Promise<void> {
     if (!theirs.every((r) => r?.sentRound === this.round)) return;
     const t0 = performance.now();
+    const listed = new Set(this.buckets.buckets);
     let received = 0;
+    let refused = 0;
     for (const r of theirs) {
-      for (const row of carriedRows(r?.sent)) {
-        if (await takeScheduleRow(row.key, row.version, row.record)) received++;
+      // A peer's rows are taken only where this round could have asked for them: a listed bucket, a
+      // version at or before the cutoff and inside the window (on this node's clock), a URL-sized key.
+      const rows = carriedRows(r?.sent).slice(0, MAX_REPAIR_ROWS);
+      for (const row of rows) {
+        if (
+          !listed.has(bucketOf(row.key)) ||
+          row.version > this.round ||
+          now - row.version > this.windowMs() ||
+          Buffer.byteLength(row.key) > MAX_KEY_BYTES
+        ) {
+          refused++;
+          continue;
+        }
+        try {
+          if (await takeScheduleRow(row.key, row.version, row.record)) received++;
+        } catch (e) {
+          refused++;
+          this.deps.log?.warn(
+            `replica repair: taking a row from a peer failed: ${(e as Error)?.message ?? e}`,
+          );
+        }
       }
     }
+    if (refused > 0) this.deps.log?.warn(`replica repair: refused ${refused} rows peers carried (see above)`);
     this.ms += performance.now() - t0;
     this.finish(now, { ...this.outcome, received });
   }
@@ -202,6 +298,7 @@ export class ReplicaRepair {
       digest: this.digestText,
       listedRound: this.details === null ? null : this.round,
       details: this.details,
+      buckets: this.details === null ? null : JSON.stringify(this.buckets),
       sentRound: this.sent === null ? null : this.round,
       sent: this.sent,
     });
@@ -209,7 +306,10 @@ export class ReplicaRepair {
 
   private finish(
     now: number,
-    done: Omit<RepairRound, 'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms'> | null,
+    done: Omit<
+      RepairRound,
+      'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms' | 'unfinished' | 'waitingOn'
+    > | null,
   ): void {
     this.phase = 'done';
     this.mine = [];
@@ -227,6 +327,8 @@ export class ReplicaRepair {
       conflicting: done?.conflicting ?? 0,
       deferred: done?.deferred ?? 0,
       ms: Math.round(this.ms),
+      unfinished: false,
+      waitingOn: [],
     };
     this.last = r;
     this.deps.onRound?.(r);
@@ -285,4 +387,37 @@ function carriedRows(text: unknown): CarriedRow[] {
       typeof (r as CarriedRow).record === 'object' &&
       (r as CarriedRow).record !== null,
   );
+}
+
+/** A listing peer's bucket list for the round, or null when it is not one. */
+function listedBuckets(text: unknown): { buckets: number[]; total: number } | null {
+  if (typeof text !== 'string') return null;
+  try {
+    const v = JSON.parse(text) as { buckets?: unknown; total?: unknown };
+    if (!Array.isArray(v.buckets) || typeof v.total !== 'number') return null;
+    const buckets = v.buckets.filter((b): b is number => Number.isInteger(b) && b >= 0 && b < 1024);
+    return { buckets, total: v.total };
+  } catch {
+    return null;
+  }
+}
+
+function emptyRound(round: number): RepairRound {
+  return {
+    round,
+    at: 0,
+    rows: 0,
+    buckets: 0,
+    listed: 0,
+    sent: 0,
+    received: 0,
+    deleted: 0,
+    tooOld: 0,
+    recent: 0,
+    conflicting: 0,
+    deferred: 0,
+    ms: 0,
+    unfinished: false,
+    waitingOn: [],
+  };
 }

@@ -11,6 +11,7 @@ import {
   planRepair,
   REPAIR_BUCKETS,
   REPAIR_WINDOW_MS,
+  repairWindowMs,
   RepairDigest,
   type DetailEntry,
   type VersionedKey,
@@ -58,7 +59,7 @@ test('differing buckets are the union over peers, lowest first, up to a key budg
   const peerB = digestOf(keys.slice(100).map((k) => [k, 1]));
   const all = [...new Set(keys.map(bucketOf))].sort((x, y) => x - y);
   const count = (b: number) => keys.filter((k) => bucketOf(k) === b).length;
-  const r = differingBuckets(base.words, [peerA.words, peerB.words], 10);
+  const r = differingBuckets(base.words, [peerA.words, peerB.words], 0, 10);
   assert.equal(r.total, all.length);
   // Lowest first while the listed buckets' keys fit the budget of 10.
   const want: number[] = [];
@@ -70,6 +71,15 @@ test('differing buckets are the union over peers, lowest first, up to a key budg
   }
   assert.deepEqual(r.buckets, want);
   assert.deepEqual(differingBuckets(base.words, [peerA.words, peerB.words]).buckets, all);
+  // Another round starts at another bucket, so a budget-limited list moves on; unlimited, it is the same set.
+  const later = differingBuckets(base.words, [peerA.words, peerB.words], 1_800_000_300_000, 10);
+  assert.equal(later.total, all.length);
+  assert.notDeepEqual(later.buckets, r.buckets);
+  const whole = differingBuckets(base.words, [peerA.words, peerB.words], 1_800_000_300_000);
+  assert.deepEqual(
+    [...whole.buckets].sort((x, y) => x - y),
+    all,
+  );
   assert.ok(r.buckets.every((b) => b >= 0 && b < REPAIR_BUCKETS));
 });
 
@@ -219,5 +229,20 @@ test('one round brings every node to the newest version of every key, never to a
       }
     }),
     { numRuns: 300 },
+  );
+});
+
+test("the window is half Harper's audit retention, at most 3 hours, and Harper's default when unreadable", () => {
+  assert.equal(repairWindowMs('3d'), REPAIR_WINDOW_MS);
+  assert.equal(repairWindowMs(undefined), REPAIR_WINDOW_MS);
+  assert.equal(repairWindowMs('2h'), 3_600_000);
+  assert.equal(repairWindowMs('90m'), 45 * 60_000);
+  assert.equal(repairWindowMs(1_200_000), 600_000);
+  assert.equal(repairWindowMs('soon'), REPAIR_WINDOW_MS);
+  // A shorter window leaves a younger difference alone.
+  const row = { key: 'w', version: NOW - 2 * 3_600_000, deleted: false };
+  assert.equal(
+    planRepair([row], [asPeer([])], { cutoff: CUTOFF, now: NOW, windowMs: repairWindowMs('2h') }).tooOld,
+    1,
   );
 });

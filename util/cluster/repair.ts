@@ -29,6 +29,33 @@ export const MAX_DETAIL_KEYS = 50_000;
  * old when the next rounds (at most an hour apart) find them.
  */
 export const REPAIR_WINDOW_MS = 3 * 3_600_000;
+const UNIT_MS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+  w: 604_800_000,
+};
+/** Harper's default `logging.auditRetention` (3 days). */
+const DEFAULT_AUDIT_RETENTION_MS = 3 * 86_400_000;
+
+/**
+ * The repair window for Harper's `logging.auditRetention` (a number of ms, or e.g. "6h", "3d"): half the
+ * retention, at most REPAIR_WINDOW_MS, so a deletion's marker always outlives the window. Anything
+ * unreadable counts as Harper's default.
+ */
+export function repairWindowMs(auditRetention: unknown): number {
+  let ms = DEFAULT_AUDIT_RETENTION_MS;
+  if (typeof auditRetention === 'number' && Number.isFinite(auditRetention) && auditRetention > 0)
+    ms = auditRetention;
+  else if (typeof auditRetention === 'string') {
+    const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$/i.exec(auditRetention);
+    if (m) ms = Number(m[1]) * UNIT_MS[(m[2] ?? 'ms').toLowerCase()]!;
+  }
+  return Math.min(REPAIR_WINDOW_MS, ms / 2);
+}
+
 /**
  * At most this many rows are sent again or deleted by one node in one round; the rest wait for the next.
  * A join skips tens of rows; a node still catching up on its replication backlog can differ by many more,
@@ -86,20 +113,25 @@ export class RepairDigest {
 }
 
 /**
- * The buckets where `mine` differs from any of `peers`, lowest first, as many as hold at most `maxKeys`
- * keys by the largest count any of the digests gives each (at least one), and how many differ in all.
- * Every node computes the same list from the same digests.
+ * The buckets where `mine` differs from any of `peers`, from a start that turns with the round, as many
+ * as hold at most `maxKeys` keys by the largest count any of the digests gives each (at least one), and
+ * how many differ in all. Every node computes the same list from the same digests and round.
  */
 export function differingBuckets(
   mine: Uint32Array,
   peers: readonly Uint32Array[],
+  round = 0,
   maxKeys = MAX_DETAIL_KEYS,
 ): { buckets: number[]; total: number } {
   const buckets: number[] = [];
   let total = 0;
   let keys = 0;
   let full = false;
-  for (let b = 0; b < REPAIR_BUCKETS; b++) {
+  // Each round starts at another bucket (the same on every node), so differences that never resolve
+  // (too old, in conflict) in low buckets cannot keep the budget from the others.
+  const start = mix32(Math.floor(round / 1000)) % REPAIR_BUCKETS;
+  for (let i = 0; i < REPAIR_BUCKETS; i++) {
+    const b = (start + i) % REPAIR_BUCKETS;
     const at = b * WORDS;
     const differs = peers.some(
       (p) => p[at] !== mine[at] || p[at + 1] !== mine[at + 1] || p[at + 2] !== mine[at + 2],
@@ -261,4 +293,7 @@ export interface RepairRound {
   deferred: number;
   /** Time the round's walks and writes took on this node (ms). */
   ms: number;
+  /** The next cutoff came before every peer had answered: the round was left (`waitingOn` names them). */
+  unfinished: boolean;
+  waitingOn: string[];
 }
