@@ -71,18 +71,8 @@ export class ReplicaRepair {
   private digestText = '';
   private details: string | null = null;
   private sent: string | null = null;
-  private outcome: Omit<
-    RepairRound,
-    'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms' | 'unfinished' | 'waitingOn'
-  > = {
-    sent: 0,
-    received: 0,
-    deleted: 0,
-    tooOld: 0,
-    recent: 0,
-    conflicting: 0,
-    deferred: 0,
-  };
+  /** What step 3 did, finished in step 4 (the round fields of it are not used). */
+  private outcome: RepairRound = emptyRound(0);
   private rows = 0;
   private buckets = { buckets: [] as number[], total: 0 };
   private mine: VersionedKey[] = [];
@@ -243,6 +233,7 @@ export class ReplicaRepair {
     await this.writeRow();
     this.phase = 'sent';
     this.outcome = {
+      ...emptyRound(this.round),
       sent: carried.length,
       received: 0,
       deleted,
