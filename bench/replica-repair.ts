@@ -12,6 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { ADMIN_PASS, ADMIN_USER, startHarper, type HarperInstance } from '../test/harness.js';
 import { tableRows, untilRowsStream } from '../test/clusterJoin.js';
 import { benchUrl, fileAll, loadavg, machine, median, sleep, until } from './lib.js';
+import type { RepairRound as Round } from '../util/cluster/repair.js';
 
 const ROWS = Number(process.argv[2] ?? process.env.ROWS ?? 200_000);
 const DEL_ROWS = Number(process.env.DEL_ROWS ?? 1000);
@@ -20,24 +21,6 @@ const INTERVAL = 10_000;
 const LIVE_BATCHES = 30;
 const LIVE_BATCH = 1000;
 const AUTH = 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64');
-
-interface Round {
-  round: number;
-  at: number;
-  rows: number;
-  buckets: number;
-  listed: number;
-  sent: number;
-  received: number;
-  deleted: number;
-  tooOld: number;
-  recent: number;
-  conflicting: number;
-  deferred: number;
-  ms: number;
-  unfinished: boolean;
-  waitingOn: string[];
-}
 
 interface Node {
   name: string;

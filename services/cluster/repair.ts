@@ -19,6 +19,7 @@
 import {
   bucketOf,
   MAX_REPAIR_ROWS,
+  REPAIR_BUCKETS,
   REPAIR_WINDOW_MS,
   decodeDetails,
   differingBuckets,
@@ -50,7 +51,7 @@ export interface ReplicaRepairDeps {
   windowMs?: () => number;
   yieldLoop: () => Promise<void>;
   log?: Pick<typeof harperLog, 'info' | 'warn' | 'error'>;
-  /** Counts the rows sent again and deleted (Prometheus). */
+  /** Counts the rows taken from peers and deleted (Prometheus). */
   count?: (name: 'replica_repair_rows', n: number) => void;
   onRound?: (r: RepairRound) => void;
 }
@@ -71,16 +72,16 @@ export class ReplicaRepair {
   private digestText = '';
   private details: string | null = null;
   private sent: string | null = null;
-  /** What step 3 did, finished in step 4 (the round fields of it are not used). */
+  /** What step 3 did, finished in step 4 (finish sets the round's own fields). */
   private outcome: RepairRound = emptyRound(0);
   private rows = 0;
   private buckets = { buckets: [] as number[], total: 0 };
   private mine: VersionedKey[] = [];
   private ms = 0;
   private running = false;
-  /** This round's digests were all equal here (a peer may still list: step). */
+  /** This round's digests were all equal here (a peer may still list until watchUntil: step). */
   private listedClean = false;
-  private error: string | null = null;
+  private watchUntil = 0;
   last: RepairRound | null = null;
 
   constructor(private readonly deps: ReplicaRepairDeps) {}
@@ -99,11 +100,13 @@ export class ReplicaRepair {
         return await this.digestStep(cutoff);
       }
       if (cutoff !== this.round) return;
+      // A finished round reads nothing more, except that a node that found every digest equal to its own
+      // still lists when a peer does (their views of the cluster differ: a peer compared with a node this
+      // one does not hold by yet), so it watches the peers' rows for a while after its clean finish.
+      if (this.phase === 'done' && (!this.listedClean || now > this.watchUntil)) return;
       const theirs = await this.peerRows(peers);
-      // A node that found every digest equal to its own still lists when a peer does (their views of the
-      // cluster differ: a peer compared with a node this one does not hold by yet).
       if (this.phase === 'done') {
-        if (this.listedClean && theirs.some((r) => r?.round === this.round && r.listedRound === this.round))
+        if (theirs.some((r) => r?.round === this.round && r.listedRound === this.round))
           return await this.listStep(theirs, true);
         return;
       }
@@ -115,9 +118,8 @@ export class ReplicaRepair {
       this.phase = 'done';
       this.listedClean = false;
       this.mine = [];
-      this.error = (e as Error)?.message ?? String(e);
       this.deps.log?.error(
-        `replica repair: round ${new Date(this.round).toISOString()} failed: ${this.error}`,
+        `replica repair: round ${new Date(this.round).toISOString()} failed: ${(e as Error)?.message ?? e}`,
       );
     } finally {
       this.running = false;
@@ -153,7 +155,6 @@ export class ReplicaRepair {
     this.round = cutoff;
     this.phase = 'done';
     this.listedClean = false;
-    this.error = null;
     this.mine = [];
     this.digest = null;
     this.digestText = '';
@@ -190,6 +191,7 @@ export class ReplicaRepair {
     }
     if (this.buckets.total === 0 && !anyway) {
       this.listedClean = true;
+      this.watchUntil = Date.now() + SETTLE_MS;
       return this.finish(Date.now(), null);
     }
     this.listedClean = false;
@@ -295,28 +297,17 @@ export class ReplicaRepair {
     });
   }
 
-  private finish(
-    now: number,
-    done: Omit<
-      RepairRound,
-      'round' | 'at' | 'rows' | 'buckets' | 'listed' | 'ms' | 'unfinished' | 'waitingOn'
-    > | null,
-  ): void {
+  /** Ends the round with what steps 3 and 4 did (`done`; null for a clean round). */
+  private finish(now: number, done: RepairRound | null): void {
     this.phase = 'done';
     this.mine = [];
     const r: RepairRound = {
+      ...(done ?? emptyRound(this.round)),
       round: this.round,
       at: now,
       rows: this.rows,
       buckets: this.buckets.total,
       listed: this.buckets.buckets.length,
-      sent: done?.sent ?? 0,
-      received: done?.received ?? 0,
-      deleted: done?.deleted ?? 0,
-      tooOld: done?.tooOld ?? 0,
-      recent: done?.recent ?? 0,
-      conflicting: done?.conflicting ?? 0,
-      deferred: done?.deferred ?? 0,
       ms: Math.round(this.ms),
       unfinished: false,
       waitingOn: [],
@@ -329,7 +320,7 @@ export class ReplicaRepair {
       this.deps.log?.warn(
         `replica repair, round ${new Date(r.round).toISOString()}: ${r.buckets} of the digest's buckets ` +
           `differed from a peer; sent ${r.sent} rows to peers, took ${r.received}, deleted ${r.deleted}, left ${r.tooOld} ` +
-          `older than 3 hours and ${r.conflicting} in conflict (README "Running a cluster", joining a node)`,
+          `older than the repair window and ${r.conflicting} in conflict (README "Running a cluster", joining a node)`,
       );
   }
 
@@ -386,7 +377,7 @@ function listedBuckets(text: unknown): { buckets: number[]; total: number } | nu
   try {
     const v = JSON.parse(text) as { buckets?: unknown; total?: unknown };
     if (!Array.isArray(v.buckets) || typeof v.total !== 'number') return null;
-    const buckets = v.buckets.filter((b): b is number => Number.isInteger(b) && b >= 0 && b < 1024);
+    const buckets = v.buckets.filter((b): b is number => Number.isInteger(b) && b >= 0 && b < REPAIR_BUCKETS);
     return { buckets, total: v.total };
   } catch {
     return null;

@@ -283,7 +283,7 @@ export interface RepairRound {
   received: number;
   /** Rows deleted here because another node deleted them later. */
   deleted: number;
-  /** Differences left alone because they are older than 3 hours (REPAIR_WINDOW_MS). */
+  /** Differences left alone because they are older than the window (repairWindowMs, at most 3 hours). */
   tooOld: number;
   /** Differences written after the cutoff, still replicating: the next round looks again. */
   recent: number;
