@@ -20,6 +20,7 @@ import { KeeperLeadership } from './services/keeper/leadership.js';
 import { nodeStatusNow, servingView } from './services/keeper/servingView.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
 import { harperConnections } from './services/cluster/connections.js';
+import { CALLBACK_ORIGIN_ENV, callbackOrigin, environmentOrigin } from './services/cluster/nodeName.js';
 import { harperMembership, harperPeers } from './services/cluster/membership.js';
 import { ReplicaRepair } from './services/cluster/repair.js';
 import { repairWindowMs } from './util/cluster/repair.js';
@@ -152,6 +153,7 @@ const claims = new ClaimService({
   nodeStatus: (at) => nodeStatusNow(control.isPaused(), at),
   pokeKeeper,
   config,
+  jobTarget: () => ({ callbackOrigin: callbackOrigin(), deviceType: config().render.deviceType }),
   count,
   log,
 });
@@ -162,6 +164,8 @@ const results = new ResultService({
   config,
   now,
   sleep,
+  count,
+  log,
 });
 
 // ------------------------------------------------------------------ the stall sweep
@@ -216,6 +220,11 @@ async function start(): Promise<void> {
   await control.start();
   leadership.listenForHeldAsks();
   if (workerIndex() === 0) {
+    const envOrigin = process.env[CALLBACK_ORIGIN_ENV];
+    if (envOrigin !== undefined && envOrigin !== '' && environmentOrigin() === null)
+      log.error(
+        `${CALLBACK_ORIGIN_ENV} is not an origin (scheme://host[:port]); prerender fleets are sent to ${callbackOrigin()} instead`,
+      );
     notify.start();
     startMaintenance(duties, config, [
       stallSweep.duty(),
@@ -227,7 +236,7 @@ async function start(): Promise<void> {
         graceMs: async () => ((await peers.names()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
       }),
     ]);
-    // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them (SPEC §9).
+    // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them.
     void peerWait(membership, duties)
       .then(() => leadership.start())
       .catch((e: unknown) => log.error('queue keeper failed to start', e));

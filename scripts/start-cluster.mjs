@@ -93,6 +93,10 @@ function boot(n) {
     HOME: join(n.dir, 'home'),
     HARPER_SET_CONFIG: JSON.stringify(setConfig),
     QUEUE_KEEPER_SECRET_KEY: secretKey,
+    // Each node's own origin: a fleet posts a result to the node that granted its lease. One unchanged
+    // prerender fleet still reaches only one of these nodes (its queuePort is one number for every host;
+    // docs/prerender-fleet.md).
+    QUEUE_KEEPER_CALLBACK_ORIGIN: `http://${host}:${n.http}`,
   };
   delete env.AUTHENTICATION_AUTHORIZELOCAL;
   const child = spawn(process.execPath, [bin, 'run', repo], { env, stdio: ['ignore', 'pipe', 'pipe'] });

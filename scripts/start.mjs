@@ -59,6 +59,8 @@ const env = {
   HOME: join(data, 'home'),
   HARPER_SET_CONFIG: JSON.stringify(setConfig),
   QUEUE_KEEPER_SECRET_KEY: secretKey,
+  // Prerender fleets post results to this origin and dial its host (docs/prerender-fleet.md).
+  QUEUE_KEEPER_CALLBACK_ORIGIN: process.env.QUEUE_KEEPER_CALLBACK_ORIGIN ?? `http://${host}:${httpPort}`,
 };
 delete env.AUTHENTICATION_AUTHORIZELOCAL;
 

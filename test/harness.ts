@@ -489,6 +489,8 @@ async function boot(opts: StartOptions, root: string, watch: BootWatch): Promise
     HOME: home,
     HARPER_SET_CONFIG: JSON.stringify(setConfig),
     QUEUE_KEEPER_SECRET_KEY: process.env.QUEUE_KEEPER_SECRET_KEY ?? Buffer.alloc(32, 7).toString('base64'),
+    // As npm start does: prerender fleets reach this loopback node at its HTTP port.
+    QUEUE_KEEPER_CALLBACK_ORIGIN: `http://127.0.0.1:${ports.http}`,
     ...(opts.env ?? {}),
   };
   const child: ChildProcess = spawn(process.execPath, [harperBin(), 'run', componentDir], {

@@ -18,3 +18,14 @@ export function wellFormed(s: string): string {
 export function quotedCut(s: string, max: number): string {
   return JSON.stringify(wellFormed(s.length > max ? s.slice(0, max) + '…' : s));
 }
+
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** The text of UTF-8 bytes, or null when they are not well-formed UTF-8 (never U+FFFD in their place). */
+export function utf8Text(bytes: Uint8Array): string | null {
+  try {
+    return strictUtf8.decode(bytes);
+  } catch {
+    return null;
+  }
+}

@@ -1,5 +1,4 @@
-// The checks a state-changing request passes before its handler runs (API.md "Requests that change
-// state"): a same-origin browser context, a JSON (or raw-bytes) media type, the endpoint's size limit, and
+// The checks a state-changing request passes before its handler runs (docs/fleets.md): a same-origin browser context, a JSON (or raw-bytes) media type, the endpoint's size limit, and
 // a UTF-8 JSON body of bounded depth. Each is a plain function of the request; services/http/router.ts
 // applies them in that order.
 import type { IncomingMessage } from 'node:http';
@@ -44,7 +43,7 @@ export function crossSiteProblem(get: HeaderGet): string | null {
 }
 
 /**
- * The body's media type rule (API.md): a body is `application/json` (a charset allowed when it names
+ * The body's media type rule: a body is `application/json` (a charset allowed when it names
  * UTF-8 or US-ASCII), or `application/octet-stream` where the route takes raw bytes. A request with no body and no content type
  * (hook rotate, enable, disable; an empty claim) has no media type to refuse and passes. A content type
  * with an empty body does not: HTML forms always send one, so refusing them closes the empty-body form

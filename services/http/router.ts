@@ -62,7 +62,7 @@ interface Route {
   handler: Handler;
 }
 
-/** API.md: admin bodies (and any endpoint that names no other limit) are at most 1 MiB. */
+/** admin bodies (and any endpoint that names no other limit) are at most 1 MiB. */
 export const DEFAULT_MAX_BODY = 1 << 20;
 
 export interface RouteOptions {
@@ -80,8 +80,15 @@ function json(status: number, body: unknown, headers: Record<string, string> = {
   };
 }
 
+/** A 503 says when to come back: fleets back off and retry on it (docs/prerender-fleet.md). */
+const DEFAULT_RETRY_AFTER_S = '1';
+
 function errorResponse(e: HttpError) {
-  return json(e.status, { error: e.message, code: e.code, ...(e.extra ?? {}) }, e.headers);
+  const headers =
+    e.status === 503 && e.headers?.['retry-after'] === undefined
+      ? { ...e.headers, 'retry-after': DEFAULT_RETRY_AFTER_S }
+      : e.headers;
+  return json(e.status, { error: e.message, code: e.code, ...(e.extra ?? {}) }, headers);
 }
 
 function unauthenticated(): HttpError {
@@ -159,7 +166,7 @@ function hasOurPrefix(url: string): boolean {
   );
 }
 
-/** Methods that change state (API.md "Requests that change state"); PUT and PATCH have no routes here. */
+/** Methods that change state (docs/fleets.md); PUT and PATCH have no routes here. */
 const CHANGES_STATE: ReadonlySet<string> = new Set(['POST', 'DELETE', 'PUT', 'PATCH']);
 
 /** Which worker thread answered: an operator chasing one worker's behaviour (and the tests) read it. */
@@ -221,6 +228,9 @@ async function dispatch(
         body: result.raw.data,
       };
     }
+    // A 204 has no body (a prerender fleet's result answer): no JSON `null`, no content type.
+    if (result.status === 204)
+      return { status: 204, headers: new Headers(result.headers ?? {}), body: undefined };
     return json(result.status ?? 200, result.body ?? null, result.headers);
   } catch (e) {
     if (e instanceof HttpError) {

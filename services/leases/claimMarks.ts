@@ -1,5 +1,5 @@
 // The only module that names QueueClaimMark: each queue's latest claim instant, written by the claim
-// path (paced per worker in claims.ts) and read by the stall sweep as its "progress" signal (SPEC §7).
+// path (paced per worker in claims.ts) and read by the stall sweep as its "progress" signal.
 import { table, transaction, type HarperTable } from '../runtime/harper.js';
 
 const marks = (): HarperTable => table('render_queue', 'QueueClaimMark');

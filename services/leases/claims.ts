@@ -1,4 +1,4 @@
-// Where a lease is granted (SPEC §3), on every worker, with no mutex: the ready set hands out candidates,
+// Where a lease is granted, on every worker, with no mutex: the ready set hands out candidates,
 // the lease table decides exclusivity, the row decides whether the work is still due. Results are
 // applied in results.ts; the claim marks the stall sweep reads are written by claimMarks.ts.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
@@ -30,6 +30,10 @@ export interface Job {
   expiresAt: number;
   /** Opaque: the grant instant and 64 random bits (util/leases/token.ts). */
   leaseToken: string;
+  /** The origin a prerender fleet posts this job's result to: this node's (docs/prerender-fleet.md). */
+  callbackOrigin: string;
+  /** The device profile the fleet renders with (render.deviceType). */
+  deviceType: string;
 }
 
 export interface ClaimResult {
@@ -37,14 +41,29 @@ export interface ClaimResult {
   status: NodeStatus;
 }
 
-/** Who is claiming or reporting: leases are bound to their grantee (API.md). */
+/**
+ * Who is claiming or reporting: a lease is bound to its grantee, the user and the `x-worker-id` the
+ * claim came with (docs/fleets.md, docs/prerender-fleet.md).
+ */
 export interface Caller {
   user: number;
+  /** nameHash of the request's `x-worker-id` ("" when it has none). */
+  worker: number;
   superUser: boolean;
 }
 
-export function callerOf(user: HarperUser | undefined): Caller {
-  return { user: nameHash(user?.username ?? ''), superUser: user?.role?.permission?.super_user === true };
+export function callerOf(user: HarperUser | undefined, workerId?: string | null): Caller {
+  return {
+    user: nameHash(user?.username ?? ''),
+    worker: nameHash(workerId ?? ''),
+    superUser: user?.role?.permission?.super_user === true,
+  };
+}
+
+/** What every job carries for a prerender fleet: where to post its result, and how to render it. */
+export interface JobTarget {
+  callbackOrigin: string;
+  deviceType: string;
 }
 
 /** What a claim needs to know of the keeper: the serving view every worker derives from its signal. */
@@ -74,6 +93,8 @@ export interface ClaimDeps {
   /** Asks the keeper to publish now: the set ran dry while rows are due. */
   pokeKeeper: (now: number) => void;
   config: () => QueueKeeperConfig;
+  /** This node's advertised origin and the configured device type (docs/prerender-fleet.md). */
+  jobTarget: () => JobTarget;
   count: (name: MetricName, n: number) => void;
   log: { warn: (...args: unknown[]) => void };
 }
@@ -120,7 +141,7 @@ export class ClaimService {
   }
 
   /**
-   * Grants up to `limit` due jobs from the ready set (SPEC §3), from every queue or only from `scope`
+   * Grants up to `limit` due jobs from the ready set, from every queue or only from `scope`
    * (a fleet-bound user, or a body's `queues`). An unscoped claim takes entries off the shared cursor in
    * the set's global order; a scoped one takes from its queues' sections (util/handoff/readySet.ts),
    * best head first, so it never uses up entries of queues it does not serve and a small queue still
@@ -133,9 +154,10 @@ export class ClaimService {
     const view = deps.servingView(now);
     if (!view.serving) return { jobs: [], status: 'unready' };
     const t: ClaimTally = { jobs: [], queues: new Set(), stale: 0, wedged: 0, refusedFull: 0 };
+    const target = deps.jobTarget();
     const took = scope
-      ? this.takeScoped(limit, caller, scope, now, t)
-      : this.takeGlobal(limit, caller, now, t);
+      ? this.takeScoped(limit, caller, scope, now, t, target)
+      : this.takeGlobal(limit, caller, now, t, target);
     // A set used up only by keys the lease table has no room for would be republished with the same keys
     // every 50 ms until a lease frees a slot; the normal publish interval is soon enough for those.
     if (took.wantsPublish && view.due > 0 && !(t.refusedFull > 0 && t.refusedFull === took.taken))
@@ -149,21 +171,21 @@ export class ClaimService {
   }
 
   /** The unscoped claim: entries off the shared cursor, in the set's global order. */
-  private takeGlobal(limit: number, caller: Caller, now: number, t: ClaimTally): Took {
+  private takeGlobal(limit: number, caller: Caller, now: number, t: ClaimTally, target: JobTarget): Took {
     const ready = this.deps.readySet();
     let budget = limit * OVER_TAKE;
     let taken = 0;
     while (t.jobs.length < limit && budget > 0) {
       // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
       // and dropping it would strand it until the next publish — forever, if the keeper has stalled and
-      // the node is draining its last set (SPEC §3). Skipped entries are made up by taking again.
+      // the node is draining its last set. Skipped entries are made up by taking again.
       const batch = ready.take(Math.min(budget, limit - t.jobs.length));
       if (batch.length === 0) return { taken, wantsPublish: true };
       budget -= batch.length;
       taken += batch.length;
       for (const entry of batch) {
         if (t.jobs.length >= limit) break;
-        this.grantEntry(entry, caller, null, now, t);
+        this.grantEntry(entry, caller, null, now, t, target);
       }
     }
     return { taken, wantsPublish: false };
@@ -181,6 +203,7 @@ export class ClaimService {
     scope: ReadonlySet<string>,
     now: number,
     t: ClaimTally,
+    target: JobTarget,
   ): Took {
     const ready = this.deps.readySet();
     let open = [...scope].map(nameHash);
@@ -213,7 +236,7 @@ export class ClaimService {
       }
       budget -= batch.length;
       taken += batch.length;
-      for (const entry of batch) this.grantEntry(entry, caller, scope, now, t);
+      for (const entry of batch) this.grantEntry(entry, caller, scope, now, t, target);
     }
     return { taken, wantsPublish };
   }
@@ -228,6 +251,7 @@ export class ClaimService {
     scope: QueueScope,
     now: number,
     t: ClaimTally,
+    target: JobTarget,
   ): boolean {
     const cfg = this.deps.config();
     const leases = this.deps.leases();
@@ -250,6 +274,7 @@ export class ClaimService {
       cadenceMs,
       fastRetries: cfg.render.failureRetry.fastRetries,
       user: caller.user,
+      worker: caller.worker,
       queue: nameHash(route),
     });
     if (!g.ok) {
@@ -273,6 +298,8 @@ export class ClaimService {
       isFromSitemap: row.fromSitemap,
       expiresAt: g.expiresAt,
       leaseToken: g.token,
+      callbackOrigin: target.callbackOrigin,
+      deviceType: target.deviceType,
     });
     return true;
   }
@@ -280,7 +307,7 @@ export class ClaimService {
   /**
    * Writes the queues' claim mark at most once per CLAIM_MARK_EVERY_MS per worker. A claim inside that
    * window is not dropped: it is written, with its own instant, when the window ends. The stall sweep
-   * counts a claim since a queue's last nudge as progress (SPEC §7), and a claim made a second after
+   * counts a claim since a queue's last nudge as progress, and a claim made a second after
    * the paced write must count as much as one made a minute after it.
    */
   private markClaimed(queues: Set<string>, now: number): void {

@@ -1,4 +1,4 @@
-// Which queues a user may claim from (API.md "Fleet-bound users"): a user named as the `username` of an
+// Which queues a user may claim from (docs/fleets.md): a user named as the `username` of an
 // active fleet claims only from that fleet's queues; the user of a revoked fleet claims nothing (403
 // fleet_revoked); a user bound to no fleet claims from every queue. Fleets change rarely and a claim
 // must not read a table, so each worker keeps the bindings for a second.

@@ -1,11 +1,15 @@
-// Where a result is applied (SPEC §3, API.md job_result): the checks of a result, then the lease table
+// Where a result is applied: the checks of a result, then the lease table
 // admits the first copy, the schedule row is rewritten, the page stored, and the lease released once.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError, echo } from '../../util/http/errors.js';
 import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
 import type { Outcome } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import { describeType, requireObject } from '../../util/http/input.js';
+import { utf8Text } from '../../util/text.js';
+import { PRERENDER_RESULTS, type MetricName } from '../../util/metrics/catalogue.js';
+import { decodePage } from '../../util/prerender/page.js';
+import { carriesToken, checkFleetResult, splitFrame, type FleetResult } from '../../util/prerender/result.js';
 import type { PageWrite } from '../pages/store.js';
 import type { Caller } from './claims.js';
 
@@ -28,9 +32,12 @@ export interface CheckedResult {
   statusCode: number | null;
   contentType: string | null;
   body: string | null;
+  /** The allow-listed response headers stored with the page (prerender fleets send them). */
+  headers?: Record<string, string> | null;
 }
 
-const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+/** What a prerender fleet's result came to: the `x-result-status` of its 204 (docs/prerender-fleet.md). */
+export type FleetResultStatus = (typeof PRERENDER_RESULTS)[number];
 
 function tooLarge(maxBodyBytes: number): HttpError {
   return new HttpError(
@@ -72,52 +79,40 @@ function firstBadUtf8(b: Uint8Array): number {
 }
 
 /**
- * A result in the raw-bytes framing (API.md job_result): `x-metadata-size: n`, then n bytes of the
- * result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
+ * A token-protocol result in the raw-bytes framing (docs/fleets.md): `x-metadata-size: n`, then n bytes
+ * of the result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
  */
 export function checkFramedResult(
   raw: Buffer,
   metadataSize: string | null | undefined,
   maxBodyBytes: number,
 ): CheckedResult {
-  const n =
-    metadataSize !== null && metadataSize !== undefined && /^\d{1,9}$/.test(metadataSize)
-      ? Number(metadataSize)
-      : NaN;
-  if (!Number.isSafeInteger(n) || n < 2 || n > raw.length)
-    throw new HttpError(
-      400,
-      'invalid_body',
-      `x-metadata-size must be the byte length of the JSON metadata at the start of the body (2 to ${raw.length})`,
-    );
-  let meta: unknown;
-  try {
-    meta = JSON.parse(strictUtf8.decode(raw.subarray(0, n)));
-  } catch {
-    throw new HttpError(400, 'invalid_json', 'the metadata part is not valid UTF-8 JSON');
-  }
+  return checkFramedParts(splitFrame(raw, metadataSize), maxBodyBytes);
+}
+
+function checkFramedParts(
+  { meta, page }: { meta: unknown; page: Buffer },
+  maxBodyBytes: number,
+): CheckedResult {
   if (typeof meta === 'object' && meta !== null && 'body' in meta)
     throw new HttpError(
       400,
       'invalid_body',
       'the metadata must not carry body: the page follows it as raw bytes',
     );
-  const page = raw.subarray(n);
   if (page.length > maxBodyBytes) throw tooLarge(maxBodyBytes);
   const checked = checkResult(meta, maxBodyBytes);
   let body: string | null = null;
   if (page.length > 0 || checked.outcome === 'rendered') {
     // A page is stored as text: bytes that are not UTF-8 would silently become U+FFFD, so the page
     // would not be what the fleet rendered. Refused instead, naming where it goes wrong.
-    try {
-      body = strictUtf8.decode(page);
-    } catch {
+    body = utf8Text(page);
+    if (body === null)
       throw new HttpError(
         400,
         'invalid_body',
         `the page is not valid UTF-8 (first bad byte at offset ${firstBadUtf8(page)}); send it re-encoded as UTF-8`,
       );
-    }
   }
   return { ...checked, body };
 }
@@ -127,7 +122,7 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
   const o = requireObject(input, RESULT_FIELDS, 'result');
   if (typeof o.id !== 'string' || o.id.length === 0)
     throw new HttpError(400, 'invalid_body', 'id must be the job id string');
-  // The token is opaque (API.md): any string is well-formed here, and so is a number (the contract's
+  // The token is opaque: any string is well-formed here, and so is a number (the contract's
   // examples show one). One that is not a token we issued (ours are strings) is simply not the latest
   // grant: 409 superseded, not a 400.
   const token =
@@ -221,7 +216,7 @@ function answerOf(id: string, a: ReportAnswer, duplicate: boolean): ResultAnswer
 }
 
 export interface ResultDeps {
-  leases: () => Pick<LeaseTable, 'beginReport' | 'finishReport' | 'abortReport'>;
+  leases: () => Pick<LeaseTable, 'beginReport' | 'finishReport' | 'abortReport' | 'grantOf'>;
   /** The schedule owner's result write: reschedules rows, leaves a deleted row deleted. */
   applyResults: (results: readonly ResultWrite[]) => Promise<ResultApplied[]>;
   storePages: (pages: PageWrite[]) => Promise<void>;
@@ -229,9 +224,16 @@ export interface ResultDeps {
   /** The clock of the wait for a first copy still being applied. */
   now: () => number;
   sleep: (ms: number) => Promise<void>;
+  count: (name: MetricName, n: number, labels?: Record<string, string>) => void;
+  log: { warn: (...args: unknown[]) => void };
 }
 
+/** A page a fleet sent that could not be stored is logged at most this often per worker. */
+export const PAGE_WARN_EVERY_MS = 10_000;
+
 export class ResultService {
+  private lastPageWarnAt = -Infinity;
+
   constructor(private readonly deps: ResultDeps) {}
 
   /** checkResult under the configured render.maxBodyBytes. */
@@ -239,13 +241,83 @@ export class ResultService {
     return checkResult(input, this.deps.config().render.maxBodyBytes);
   }
 
-  /** checkFramedResult under the configured render.maxBodyBytes. */
-  checkFramed(raw: Buffer, metadataSize: string | null | undefined): CheckedResult {
-    return checkFramedResult(raw, metadataSize, this.deps.config().render.maxBodyBytes);
+  /**
+   * A raw-bytes result: the token protocol's when its metadata carries `leaseToken` (checked under the
+   * configured render.maxBodyBytes), else a prerender fleet's (docs/prerender-fleet.md).
+   */
+  checkFramed(
+    raw: Buffer,
+    metadataSize: string | null | undefined,
+  ): { kind: 'token'; result: CheckedResult } | { kind: 'fleet'; result: FleetResult } {
+    const frame = splitFrame(raw, metadataSize);
+    if (carriesToken(frame.meta))
+      return { kind: 'token', result: checkFramedParts(frame, this.deps.config().render.maxBodyBytes) };
+    return { kind: 'fleet', result: checkFleetResult(frame.meta, frame.page) };
   }
 
   /**
-   * Applies checked results (SPEC §3, API.md idempotent results). Each lease is reported once: the lease
+   * Applies a prerender fleet's result, which carries no lease token (docs/prerender-fleet.md). It finds
+   * its lease as the key's latest grant when that grant went to this very user and `x-worker-id`, then
+   * goes the token protocol's way: one report per lease, the same row write, page store and release.
+   * A page that inflates past render.maxBodyBytes or is not UTF-8 is reported as a failure, so the row
+   * takes a strike and backs off instead of being rendered again every lease.
+   */
+  async applyFleet(r: FleetResult, caller: Caller): Promise<FleetResultStatus> {
+    const { deps } = this;
+    if (r.ignored.length > 0) deps.count('prerender_ignored_fields', r.ignored.length);
+    const status = await this.fleetStatus(r, caller);
+    deps.count('prerender_results', 1, { result: status });
+    return status;
+  }
+
+  private async fleetStatus(r: FleetResult, caller: Caller): Promise<FleetResultStatus> {
+    const token = this.deps.leases().grantOf(r.id, caller);
+    if (token === null) return 'superseded';
+    let outcome: Outcome = r.outcome === 'error' ? 'failed' : r.outcome;
+    let body: string | null = null;
+    let refused: 'too_large' | 'undecodable' | null = null;
+    if (r.outcome === 'rendered') {
+      const decoded =
+        r.page.length === 0
+          ? ({ ok: true, text: '' } as const)
+          : await decodePage(r.page, r.encoding, this.deps.config().render.maxBodyBytes);
+      if (decoded.ok) body = decoded.text;
+      else {
+        outcome = 'failed';
+        refused = decoded.status;
+        this.warnPage(r.id, decoded.detail);
+      }
+    }
+    const [a] = await this.apply(
+      [
+        {
+          id: r.id,
+          leaseToken: token,
+          outcome,
+          statusCode: r.statusCode,
+          contentType: r.headers?.['content-type'] ?? null,
+          body,
+          headers: r.headers,
+        },
+      ],
+      caller,
+    );
+    if (a!.duplicate) return 'duplicate';
+    if (!a!.accepted) return a!.code === 'unknown_job' ? 'unknown_job' : 'superseded';
+    return refused ?? 'applied';
+  }
+
+  private warnPage(id: string, detail: string): void {
+    const now = this.deps.now();
+    if (now - this.lastPageWarnAt < PAGE_WARN_EVERY_MS) return;
+    this.lastPageWarnAt = now;
+    this.deps.log.warn(
+      `a fleet's page for ${echo(id)} was not stored (${detail}); the row takes a failure strike (render.maxBodyBytes, docs/prerender-fleet.md)`,
+    );
+  }
+
+  /**
+   * Applies checked results. Each lease is reported once: the lease
    * table admits the first copy of a result (token current, caller its grantee) and answers every later
    * copy with the first answer and `duplicate: true`, so a retried failure never counts a second strike.
    * Then the schedule write (atomic per key), the pages, and the one release point.
@@ -308,6 +380,7 @@ export class ResultService {
             url: p.id,
             statusCode: p.statusCode,
             contentType: p.contentType,
+            headers: p.headers ?? null,
             body: p.body!,
             renderedAt: now,
           })),

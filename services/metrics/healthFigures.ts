@@ -1,4 +1,4 @@
-// The readings a scrape takes at its own instant (SPEC §5): leases from the lease table, keeper health
+// The readings a scrape takes at its own instant: leases from the lease table, keeper health
 // from its signal, due rows and the per-queue series from the state document when the keeper can vouch
 // for it. The same readings go to Harper analytics on worker 0's maintenance tick, so Harper Studio
 // shows them without any Prometheus scraping.

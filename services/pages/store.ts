@@ -23,6 +23,8 @@ export interface PageWrite {
   url: string;
   statusCode: number | null;
   contentType: string | null;
+  /** Response headers to keep with the page (util/prerender/result.ts STORED_HEADERS), or null. */
+  headers: Record<string, string> | null;
   body: string;
   renderedAt: number;
 }
@@ -66,6 +68,7 @@ export async function storePages(list: PageWrite[]): Promise<void> {
           url: p.url,
           statusCode: p.statusCode,
           contentType: p.contentType,
+          headers: p.headers,
           body: make(Buffer.from(p.body, 'utf8'), {
             type: p.contentType ?? 'text/html',
             saveBeforeCommit: true,

@@ -12,6 +12,7 @@ import {
   changedPaths,
   checkPartial,
   CONFIG_KEYS,
+  configWarnings,
   defaultConfig,
   mergePartials,
   type QueueKeeperConfig,
@@ -100,7 +101,7 @@ export interface ConfigUpdate {
 /** The answer names this many ignored keys at most (their total count is always given). */
 export const MAX_REPORTED_IGNORED = 20;
 
-// Read-modify-write of the one override row runs under a process-wide lmdb lock (HARPER.md §3), so two
+// Read-modify-write of the one override row runs under a process-wide lmdb lock, so two
 // POSTs on different keys through two workers both land; without it the later put carries the earlier
 // snapshot and drops the other's key. Nodes of a cluster still race each other (last writer wins).
 const OVERRIDE_LOCK = 'config:overrides';
@@ -151,6 +152,7 @@ export class RuntimeConfig {
   private readonly listeners: ConfigListener[] = [];
   private readonly warnedUnknown = new Set<string>();
   private warnedOverflow = false;
+  private readonly warnedSettings = new Set<string>();
   private started = false;
   private readonly follower: TableFollower<unknown>;
 
@@ -219,6 +221,15 @@ export class RuntimeConfig {
     }
   }
 
+  /** Logs each configWarnings entry once per node while it holds. */
+  private warnSettings(cfg: QueueKeeperConfig): void {
+    for (const w of configWarnings(cfg)) {
+      if (this.warnedSettings.has(w)) continue;
+      this.warnedSettings.add(w);
+      if (this.firstOnNode(w, 'config')) log.warn(`configuration: ${w}`);
+    }
+  }
+
   /** Whether this worker is the one to log `text` for the node. */
   private firstOnNode(text: string, source: string): boolean {
     if (this.deps.firstWarning) return this.deps.firstWarning(text);
@@ -253,6 +264,7 @@ export class RuntimeConfig {
     const changed = changedPaths(prev, next);
     this.currentConfig = next;
     if (changed.length === 0) return;
+    this.warnSettings(next);
     for (const l of this.listeners) {
       try {
         l(next, prev, changed);

@@ -1,4 +1,4 @@
-// Raw reads of RenderSchedule (issue 15 levers 3 and 8): the claim's point read and the keeper's walk
+// Raw reads of RenderSchedule: the claim's point read and the keeper's walk
 // take the stored bytes from the primary store (lmdb-js) and decode only the fields they use
 // (util/schedule/rawRecord.ts), instead of Harper building the whole record. Whatever the raw reader
 // cannot read for certain is read through store.ts's full path, so both answer exactly what readRow and

@@ -63,7 +63,7 @@ const STICK_WAIT_MS = 2000;
 
 /**
  * Result writes that reach this worker within this long of the first share one batch: one lock round,
- * one transaction, one read-back (issue 15 lever 2; measured in bench/README.md). 0 turns it off.
+ * one transaction, one read-back (measured in bench/README.md). 0 turns it off.
  * bench/group-commit.ts patches this line in the compiled file.
  */
 export const GROUP_COMMIT_WAIT_MS = 2;

@@ -1,4 +1,4 @@
-// Node status (SPEC §3): empty | queued | paused | unready. Pause is operator intent in the replicated
+// Node status: empty | queued | paused | unready. Pause is operator intent in the replicated
 // QueueControl table (`all` or a hostname), cached on every worker by a subscription. The derived status
 // is written to the exported QueueStatus table only when it changes, so MQTT subscribers of
 // `queue_status/#` wake at once and are not woken for nothing. The state lives on a NodeControl built in
@@ -7,7 +7,7 @@ import type { DutyScheduler } from '../../util/duties/scheduler.js';
 import { HttpError, echo } from '../../util/http/errors.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { TableFollower, type TableSubscription } from '../runtime/tableFollower.js';
-import { nodeName } from '../cluster/nodeName.js';
+import { advertisedHost, nodeName } from '../cluster/nodeName.js';
 import { withStoreLock } from '../runtime/storeLock.js';
 
 export type NodeStatus = 'empty' | 'queued' | 'paused' | 'unready';
@@ -43,7 +43,7 @@ export function deriveStatus(v: ServingView, paused: boolean): NodeStatus {
 }
 
 /**
- * The scope of a pause or resume (API.md): required, `all` or the name of a node of the cluster (this
+ * The scope of a pause or resume: required, `all` or the name of a node of the cluster (this
  * node or a peer in system.hdb_nodes). Anything else is 400 `invalid_scope`, so a pause can never be
  * filed for a host that does not exist — and no caller can grow QueueControl one row per string.
  */
@@ -187,21 +187,30 @@ export class NodeControl {
   }
 
   /**
-   * Writes this node's status row when it differs from the row stored (SPEC §3: only changes are written,
+   * Writes this node's status row when it differs from the row stored (only changes are written,
    * so MQTT subscribers are not woken twice for one change). The read and the write run under the row's
    * store lock: a pause answered on one worker and worker 0's reaction to the same control change
    * cannot both write it. True when written.
    */
   async publishStatus(next: NodeStatus): Promise<boolean> {
     const host = nodeName();
+    // Fleets dial the message's hostname (docs/prerender-fleet.md): the host of the advertised origin.
+    // The row, the topic and the pause scope stay the node's name, which `node` names when they differ.
+    const hostname = advertisedHost();
     const store = statusTable().primaryStore;
     const r = await withStoreLock(store, 'status', host, STATUS_LOCK_WAIT_MS, async () => {
-      const row = store.get(host) as { status?: unknown } | undefined;
-      if (row?.status === next) return false;
+      const row = store.get(host) as { status?: unknown; hostname?: unknown } | undefined;
+      if (row?.status === next && row.hostname === hostname) return false;
       await transaction(async (txn) => {
         await statusTable().put(
           host,
-          { id: host, hostname: host, status: next, updatedTime: Date.now() },
+          {
+            id: host,
+            hostname,
+            ...(hostname !== host ? { node: host } : {}),
+            status: next,
+            updatedTime: Date.now(),
+          },
           txn,
         );
       });

@@ -17,7 +17,7 @@ import {
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
 const MINUTE = 60_000;
-const FLEET: Caller = { user: nameHash('fleet-a'), superUser: false };
+const FLEET: Caller = { user: nameHash('fleet-a'), worker: nameHash(''), superUser: false };
 const url = (queue: string, i: number) => `https://shop.test/${queue}/${i}`;
 
 function row(key: string, nextRenderTime: number): ScheduleRow {
@@ -76,6 +76,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
     nodeStatus: () => 'empty',
     pokeKeeper: (now) => pokes.push(now),
     config: () => cfg,
+    jobTarget: () => ({ callbackOrigin: 'http://127.0.0.1:9926', deviceType: 'desktop' }),
     count: (name, n) => counts.set(name, (counts.get(name) ?? 0) + n),
     log: { warn: (...a: unknown[]) => warnings.push(String(a[0])) },
   });

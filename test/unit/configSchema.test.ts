@@ -9,6 +9,7 @@ import {
   CONFIG_KEYS,
   ConfigError,
   configTableMarkdown,
+  configWarnings,
   defaultConfig,
   getPath,
   mergePartials,
@@ -230,4 +231,44 @@ test('a route name longer than 64 characters is refused (it would not fit the wa
     () => checkPartial(route('r'.repeat(65))),
     (e) => e instanceof ConfigError && e.key === 'render.routes[0].name',
   );
+});
+
+test('render.callbackOrigin is an origin: a trailing / is dropped, a path, query, credentials or another scheme is refused naming the key', () => {
+  const origin = (v: unknown) =>
+    checkPartial({ render: { callbackOrigin: v } }).values.get('render.callbackOrigin');
+  assert.equal(defaultConfig().render.callbackOrigin, null);
+  assert.equal(origin('https://render-1.example.com:9926/'), 'https://render-1.example.com:9926');
+  assert.equal(origin('http://127.0.0.1:9926'), 'http://127.0.0.1:9926');
+  assert.equal(origin(null), null);
+  for (const bad of [
+    'https://a.example.com/render_queue',
+    'https://a.example.com/?x=1',
+    'ftp://a.example.com',
+    'https://user:pw@a.example.com',
+    'a.example.com:9926',
+    5,
+  ])
+    assert.throws(
+      () => origin(bad),
+      (e: unknown) => e instanceof ConfigError && e.key === 'render.callbackOrigin',
+    );
+});
+
+test('render.deviceType defaults to desktop and takes a profile name only', () => {
+  assert.equal(defaultConfig().render.deviceType, 'desktop');
+  assert.equal(checkPartial({ render: { deviceType: 'mobile' } }).values.get('render.deviceType'), 'mobile');
+  for (const bad of ['', 'a b', 'x'.repeat(65), 3])
+    assert.throws(
+      () => checkPartial({ render: { deviceType: bad } }),
+      (e: unknown) => e instanceof ConfigError && e.key === 'render.deviceType',
+    );
+});
+
+test("a jobLeaseTime under 60 s is valid, with a warning that names the prerender fleet's 30 s rule", () => {
+  const at = (ms: number) =>
+    applyValues(defaultConfig(), checkPartial({ queue: { jobLeaseTime: ms } }).values);
+  assert.deepEqual(configWarnings(at(60_000)), []);
+  const [w] = configWarnings(at(30_000));
+  assert.match(w!, /queue\.jobLeaseTime 30000 ms is under 60000 ms/);
+  assert.match(w!, /30 s of its lease left/);
 });

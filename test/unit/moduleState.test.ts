@@ -32,7 +32,7 @@ const PROCESS_WIDE: Record<string, string> = {
   'util/handoff/stateDoc.ts packr': 'a codec without shared structures: each message carries its own',
   'util/notify/wakeBody.ts QUEUE_NAME': 'a RegExp without the g/y flags keeps no lastIndex',
   'services/http/requestChecks.ts utf8': 'a TextDecoder used without `stream` keeps nothing between calls',
-  'services/leases/results.ts strictUtf8': 'a TextDecoder used without `stream` keeps nothing between calls',
+  'util/text.ts strictUtf8': 'a TextDecoder used without `stream` keeps nothing between calls',
 };
 
 /** `file` → how many raw timer calls it may make, and why each is not a duty or an injected wait. */

@@ -9,6 +9,9 @@ import type { ScheduleRow } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
 import type { Caller } from '../../services/leases/claims.js';
+import { brotliCompressSync, gzipSync } from 'node:zlib';
+import { decodePage } from '../../util/prerender/page.js';
+import { checkFleetResult, splitFrame } from '../../util/prerender/result.js';
 import {
   PENDING_WAIT_MS,
   ResultService,
@@ -20,8 +23,8 @@ import {
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
 const NEXT = NOW + 86_400_000;
 const KEY = 'https://shop.test/product/1';
-const FLEET: Caller = { user: nameHash('fleet-a'), superUser: false };
-const OTHER: Caller = { user: nameHash('fleet-b'), superUser: false };
+const FLEET: Caller = { user: nameHash('fleet-a'), worker: nameHash(''), superUser: false };
+const OTHER: Caller = { user: nameHash('fleet-b'), worker: nameHash(''), superUser: false };
 
 const grantOptions = (over: Partial<GrantOptions> = {}): GrantOptions => ({
   leaseMs: 600_000,
@@ -55,6 +58,8 @@ function world() {
   const rows = new Set<string>([KEY]);
   const writes: ResultWrite[][] = [];
   const pages: PageWrite[] = [];
+  const counts: Array<[string, number, string | null]> = [];
+  const warnings: string[] = [];
   const clock = { now: NOW };
   const fake = {
     /** When set, the next schedule write waits on this (a first copy still being applied). */
@@ -84,6 +89,8 @@ function world() {
       clock.now += ms;
       await new Promise((r) => setImmediate(r));
     },
+    count: (name, n, labels) => counts.push([name, n, labels?.result ?? null]),
+    log: { warn: (...a: unknown[]) => warnings.push(String(a[0])) },
   });
   const grant = (key = KEY, at = NOW, over: Partial<GrantOptions> = {}) => {
     const g = leases.grant(key, at, grantOptions(over));
@@ -99,7 +106,7 @@ function world() {
     body: '<html>ok</html>',
     ...over,
   });
-  return { results, leases, rows, writes, pages, clock, fake, grant, result };
+  return { results, leases, rows, writes, pages, clock, fake, grant, result, counts, warnings };
 }
 
 test('a result under its current token is applied once: row, page, release', async () => {
@@ -264,4 +271,246 @@ test("a numeric leaseToken (the contract's examples show one) is a token we neve
       status: 400,
       code: 'invalid_body',
     });
+});
+
+// ---- the prerender fleet protocol: results without a lease token (docs/prerender-fleet.md)
+
+const W1: Caller = { ...FLEET, worker: nameHash('worker-1') };
+const W2: Caller = { ...FLEET, worker: nameHash('worker-2') };
+const frame = (meta: Record<string, unknown>, page: Uint8Array = new Uint8Array()) => {
+  const m = Buffer.from(JSON.stringify(meta));
+  return { raw: Buffer.concat([m, page]), size: String(m.length) };
+};
+const fleetResult = (meta: Record<string, unknown>, page: Uint8Array = new Uint8Array()) => {
+  const f = frame(meta, page);
+  const { meta: parsed, page: bytes } = splitFrame(f.raw, f.size);
+  return checkFleetResult(parsed, bytes);
+};
+const gzipped = (text: string, headers: Record<string, string> = {}) =>
+  fleetResult(
+    { id: KEY, url: KEY, statusCode: 200, headers: { 'content-encoding': 'gzip', ...headers } },
+    gzipSync(Buffer.from(text)),
+  );
+
+test('a token-less result applies only to the latest grant, and only from the user and worker id it went to (no super_user exception)', async () => {
+  const w = world();
+  w.grant(KEY, NOW, { worker: W1.worker });
+  const r = gzipped('<html>ok</html>');
+  assert.equal(await w.results.applyFleet(r, W2), 'superseded', 'same user, another worker id');
+  assert.equal(
+    await w.results.applyFleet(r, { ...OTHER, worker: W1.worker }),
+    'superseded',
+    'same worker id, another user',
+  );
+  assert.equal(
+    await w.results.applyFleet(r, { ...OTHER, worker: W1.worker, superUser: true }),
+    'superseded',
+    'a super_user is no grantee',
+  );
+  assert.equal(w.writes.length, 0, 'nothing superseded changes a row');
+  assert.equal(await w.results.applyFleet(r, W1), 'applied');
+  assert.equal(await w.results.applyFleet(r, W1), 'duplicate', 'the same result again changes nothing');
+  assert.equal(w.writes.length, 1);
+  assert.deepEqual(
+    w.counts.filter((c) => c[0] === 'prerender_results').map((c) => c[2]),
+    ['superseded', 'superseded', 'superseded', 'applied', 'duplicate'],
+  );
+});
+
+test("a token-less result of an expired lease that went to another worker since is superseded; the new grantee's applies", async () => {
+  const w = world();
+  w.grant(KEY, NOW, { leaseMs: 1000, worker: W1.worker });
+  w.grant(KEY, NOW + 5000, { worker: W2.worker });
+  const r = gzipped('<html>late</html>');
+  assert.equal(await w.results.applyFleet(r, W1), 'superseded');
+  assert.equal(w.writes.length, 0);
+  assert.equal(await w.results.applyFleet(r, W2), 'applied');
+});
+
+test('gzip, br and identity pages are decoded and stored with the allow-listed headers only', async () => {
+  for (const [encoding, encode] of [
+    ['gzip', (b: Buffer) => gzipSync(b)],
+    ['br', (b: Buffer) => brotliCompressSync(b)],
+    [undefined, (b: Buffer) => b],
+  ] as const) {
+    const w = world();
+    w.grant(KEY, NOW, { worker: W1.worker });
+    const page = '<html>héllo 日本語</html>';
+    const headers: Record<string, string> = {
+      'content-type': 'text/html; charset=utf-8',
+      ETag: '"v1"',
+      'set-cookie': 'session=secret',
+      'x-robots-tag': 'noarchive',
+    };
+    if (encoding) headers['content-encoding'] = encoding;
+    const r = fleetResult(
+      { id: KEY, url: KEY, statusCode: 200, headers, outcome: 'rendered' },
+      encode(Buffer.from(page)),
+    );
+    assert.equal(await w.results.applyFleet(r, W1), 'applied', String(encoding));
+    assert.equal(w.pages.length, 1);
+    assert.equal(w.pages[0]!.body, page);
+    assert.equal(w.pages[0]!.contentType, 'text/html; charset=utf-8');
+    assert.deepEqual(w.pages[0]!.headers, {
+      'content-type': 'text/html; charset=utf-8',
+      etag: '"v1"',
+      'x-robots-tag': 'noarchive',
+    });
+  }
+});
+
+test('a page that inflates past render.maxBodyBytes is answered too_large and recorded as a failure strike, never inflated whole', async () => {
+  const w = world();
+  const cfg = defaultConfig();
+  w.grant(KEY, NOW, { worker: W1.worker });
+  // 64 MiB of one byte is ~64 KiB of gzip and ~100 bytes of br: a bomb either way.
+  const bomb = Buffer.alloc(64 << 20, 0x61);
+  const r = fleetResult({ id: KEY, headers: { 'content-encoding': 'br' } }, brotliCompressSync(bomb));
+  assert.equal(r.outcome, 'rendered', 'content implies rendered');
+  assert.ok(r.page.length < 1024);
+  const before = process.memoryUsage().arrayBuffers;
+  assert.equal(await w.results.applyFleet(r, W1), 'too_large');
+  assert.ok(process.memoryUsage().arrayBuffers - before < 32 << 20, 'the bomb was not inflated whole');
+  assert.deepEqual(
+    w.writes.flat().map((x) => x.outcome),
+    ['failed'],
+    'a strike, so the row backs off instead of being rendered again every lease',
+  );
+  assert.equal(w.pages.length, 0);
+  assert.equal(w.warnings.length, 1);
+  assert.match(w.warnings[0]!, /render\.maxBodyBytes/);
+  const exact = await decodePage(
+    gzipSync(Buffer.alloc(cfg.render.maxBodyBytes, 0x61)),
+    'gzip',
+    cfg.render.maxBodyBytes,
+  );
+  assert.equal(exact.ok, true, 'a page of exactly render.maxBodyBytes is stored');
+});
+
+test('corrupt gzip, corrupt br and a page that is not UTF-8 are answered undecodable and recorded as failures', async () => {
+  const cases: Array<[string, Uint8Array]> = [
+    ['gzip', Buffer.from('not gzip at all')],
+    ['br', Buffer.from([0xff, 0xff, 0xff, 0xff, 0x00, 0x13])],
+    ['gzip', gzipSync(Buffer.from([0x3c, 0xff, 0xfe, 0x3e]))],
+  ];
+  for (const [encoding, bytes] of cases) {
+    const w = world();
+    w.grant(KEY, NOW, { worker: W1.worker });
+    const r = fleetResult({ id: KEY, outcome: 'rendered', headers: { 'content-encoding': encoding } }, bytes);
+    assert.equal(await w.results.applyFleet(r, W1), 'undecodable', encoding);
+    assert.deepEqual(
+      w.writes.flat().map((x) => x.outcome),
+      ['failed'],
+    );
+    assert.equal(w.pages.length, 0);
+  }
+});
+
+test("an older fleet's result without outcome is read the fleet's way: content, then redirectedTo, then isIndexable false, else error", () => {
+  const page = Buffer.from('<html></html>');
+  assert.equal(
+    fleetResult({ id: KEY, redirectedTo: 'https://a.test/', isIndexable: false }, page).outcome,
+    'rendered',
+  );
+  assert.equal(
+    fleetResult({ id: KEY, redirectedTo: 'https://a.test/', isIndexable: false }).outcome,
+    'redirected',
+  );
+  assert.equal(fleetResult({ id: KEY, isIndexable: false }).outcome, 'non-indexable');
+  assert.equal(fleetResult({ id: KEY }).outcome, 'error');
+  assert.equal(
+    fleetResult({ id: KEY, outcome: 'non-indexable', error: { name: 'E', message: 'loop' } }).outcome,
+    'non-indexable',
+  );
+});
+
+test("an error outcome is a failure strike, whatever error detail rides along; a redirect loop's non-indexable is not", async () => {
+  const w = world();
+  w.grant(KEY, NOW, { worker: W1.worker });
+  const failed = fleetResult({
+    id: KEY,
+    outcome: 'error',
+    error: { name: 'TimeoutError', message: 'nav', phase: 'navigate' },
+  });
+  assert.equal(await w.results.applyFleet(failed, W1), 'applied');
+  const v = world();
+  v.grant(KEY, NOW, { worker: W1.worker });
+  const loop = fleetResult({
+    id: KEY,
+    outcome: 'non-indexable',
+    error: { name: 'RedirectLoop', message: 'a→b→a' },
+  });
+  assert.equal(await v.results.applyFleet(loop, W1), 'applied');
+  assert.deepEqual(
+    [...w.writes.flat(), ...v.writes.flat()].map((x) => x.outcome),
+    ['failed', 'non-indexable'],
+  );
+});
+
+test('a token-less result for a row that is gone answers unknown_job and stores no page', async () => {
+  const w = world();
+  w.grant(KEY, NOW, { worker: W1.worker });
+  w.rows.delete(KEY);
+  assert.equal(await w.results.applyFleet(gzipped('<html></html>'), W1), 'unknown_job');
+  assert.equal(w.pages.length, 0);
+});
+
+test("a fleet's unknown metadata fields are ignored and counted; a known field of the wrong type is a 400 naming it", async () => {
+  const w = world();
+  w.grant(KEY, NOW, { worker: W1.worker });
+  const r = fleetResult({
+    id: KEY,
+    outcome: 'redirected',
+    redirectedTo: 'https://a.test/',
+    variant: 'x',
+    timings: {},
+  });
+  assert.deepEqual(r.ignored, ['variant', 'timings']);
+  assert.equal(await w.results.applyFleet(r, W1), 'applied');
+  assert.deepEqual(
+    w.counts.find((c) => c[0] === 'prerender_ignored_fields'),
+    ['prerender_ignored_fields', 2, null],
+  );
+  const bad: Array<[Record<string, unknown>, RegExp]> = [
+    [{ url: KEY }, /^id must be/],
+    [{ id: KEY, statusCode: '200' }, /^statusCode/],
+    [{ id: KEY, renderTime: -1 }, /^renderTime/],
+    [{ id: KEY, isIndexable: 'no' }, /^isIndexable/],
+    [{ id: KEY, outcome: 'failed' }, /^outcome must be one of rendered, redirected, non-indexable, error/],
+    [{ id: KEY, headers: [] }, /^headers must be an object/],
+    [{ id: KEY, headers: { etag: 5 } }, /^headers\["etag"\] must be a string/],
+    [
+      { id: KEY, headers: { 'content-encoding': 'deflate' } },
+      /^headers\["content-encoding"\] must be gzip, br or absent/,
+    ],
+    [{ id: KEY, error: 'boom' }, /^error must be/],
+    [{ id: KEY, error: { phase: 3 } }, /^error\.phase must be a string/],
+    [{ id: KEY, redirectedTo: 7 }, /^redirectedTo must be a string/],
+  ];
+  for (const [meta, message] of bad)
+    assert.throws(
+      () => fleetResult(meta),
+      { status: 400, code: 'invalid_body', message },
+      JSON.stringify(meta),
+    );
+});
+
+test('a malformed frame is a 400: x-metadata-size missing, not a number, past the body, or metadata that is not a JSON object', () => {
+  const f = frame({ id: KEY });
+  for (const size of [null, '', 'abc', '-1', '1', String(f.raw.length + 1), '1e3'])
+    assert.throws(
+      () => splitFrame(f.raw, size),
+      { status: 400, code: 'invalid_body', message: /^x-metadata-size/ },
+      String(size),
+    );
+  assert.throws(() => splitFrame(Buffer.from('{"id": '), '7'), { status: 400, code: 'invalid_json' });
+  assert.throws(() => splitFrame(Buffer.from('[1,2]'), '5'), {
+    status: 400,
+    code: 'invalid_body',
+    message: /JSON object/,
+  });
+  assert.throws(() => splitFrame(Buffer.from([0x7b, 0xff, 0x7d]), '3'), {
+    status: 400,
+    code: 'invalid_json',
+  });
 });

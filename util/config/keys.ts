@@ -1,11 +1,12 @@
-// The one configuration schema (SPEC §8): every key with its default, range, effect and description.
+// The one configuration schema: every key with its default, range, effect and description.
 // Validation, defaults, the README table and the "unknown key" warning (util/config/schema.ts) all come
 // from this list; adding a key is adding an entry here.
 
 /** What a change to the key does at runtime. */
 export type ConfigEffect = 'live' | 'timers' | 'reclassify' | 'restart';
 
-export type Kind = 'int' | 'number' | 'boolean' | 'roles' | 'durations' | 'routes' | 'cidrs';
+export type Kind =
+  'int' | 'number' | 'boolean' | 'roles' | 'durations' | 'routes' | 'cidrs' | 'origin' | 'name';
 
 export interface ConfigKey {
   path: string;
@@ -44,6 +45,9 @@ export interface QueueKeeperConfig {
     discoverRoles: string[];
   };
   render: {
+    /** The origin fleets post results to; null derives it (docs/prerender-fleet.md). */
+    callbackOrigin: string | null;
+    deviceType: string;
     defaultInterval: number;
     routes: RouteConfig[];
     failureRetry: {
@@ -207,6 +211,23 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     default: ['render_discover'],
     effect: 'live',
     description: 'Roles that may file unverified URLs.',
+  },
+  {
+    path: 'render.callbackOrigin',
+    kind: 'origin',
+    default: null,
+    effect: 'live',
+    description:
+      "The origin (scheme://host[:port], no path) jobs carry as callbackOrigin and whose host is queue_status's " +
+      'hostname: where prerender fleets reach this node. null derives it: QUEUE_KEEPER_CALLBACK_ORIGIN, else ' +
+      "https://<node name>:<HTTP port> (http for localhost and 127.0.0.1). Per node: set it in each node's config.yaml.",
+  },
+  {
+    path: 'render.deviceType',
+    kind: 'name',
+    default: 'desktop',
+    effect: 'live',
+    description: 'The deviceType every job carries: the device profile a prerender fleet renders with.',
   },
   {
     path: 'render.defaultInterval',

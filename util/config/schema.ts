@@ -2,6 +2,7 @@
 // util/config/keys.ts. Callers import both from here: this module re-exports the list and its types.
 import { parseAllowList } from '../notify/addressPolicy.js';
 import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from '../notify/wakeBody.js';
+import { normaliseOrigin } from '../prerender/origin.js';
 import { wellFormed } from '../text.js';
 import {
   CONFIG_KEYS,
@@ -68,6 +69,8 @@ function checkRange(k: ConfigKey, n: number, label = k.path): void {
   if (k.max !== undefined && n > k.max) throw new ConfigError(label, `${label} must be at most ${k.max}`);
 }
 
+/** A device profile's name as fleets key their profiles (desktop, mobile, …). */
+const DEVICE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 const ROUTE_FIELDS: ReadonlySet<string> = new Set(['name', 'match', 'path', 'renderInterval']);
 /** Role names, CIDR entries and routes are lists an operator types; these bounds only stop abuse. */
 const MAX_LIST = 1000;
@@ -125,6 +128,20 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       });
       return [...(v as number[])];
     }
+    case 'origin': {
+      if (v === null) return null;
+      if (typeof v !== 'string' || v.length > 300)
+        throw new ConfigError(k.path, `${k.path} must be an origin string (scheme://host[:port]) or null`);
+      try {
+        return normaliseOrigin(v);
+      } catch (e) {
+        throw new ConfigError(k.path, `${k.path} ${(e as Error).message}`);
+      }
+    }
+    case 'name':
+      if (typeof v !== 'string' || !DEVICE_NAME.test(v))
+        throw new ConfigError(k.path, `${k.path} must be 1-64 letters, digits, '_', '.' or '-'`);
+      return v;
     case 'routes': {
       if (!Array.isArray(v) || v.length > MAX_LIST)
         throw new ConfigError(k.path, `${k.path} must be an array of routes`);
@@ -269,6 +286,29 @@ export function changedPaths(a: QueueKeeperConfig, b: QueueKeeperConfig): string
   return CONFIG_KEYS.filter(
     (k) => JSON.stringify(getPath(a, k.path)) !== JSON.stringify(getPath(b, k.path)),
   ).map((k) => k.path);
+}
+
+/**
+ * A prerender fleet never starts a job with under this much of its lease left, so a shorter lease is
+ * never rendered by one (docs/prerender-fleet.md).
+ */
+export const FLEET_MIN_LEASE_LEFT_MS = 30_000;
+/** Below this lease length a prerender fleet skips most of what it claims. */
+export const FLEET_LEASE_WARNING_MS = 60_000;
+
+/**
+ * Settings that are valid but probably not what the operator meant: the config answer lists them under
+ * `warnings`, and the node logs each once.
+ */
+export function configWarnings(cfg: QueueKeeperConfig): string[] {
+  const out: string[] = [];
+  if (cfg.queue.jobLeaseTime < FLEET_LEASE_WARNING_MS)
+    out.push(
+      `queue.jobLeaseTime ${cfg.queue.jobLeaseTime} ms is under ${FLEET_LEASE_WARNING_MS} ms: a prerender fleet ` +
+        `never renders a job with under ${FLEET_MIN_LEASE_LEFT_MS / 1000} s of its lease left, so it skips jobs ` +
+        `a claim gave it and they come back only when their leases expire`,
+    );
+  return out;
 }
 
 /** The README's configuration table, generated from the schema (a unit test keeps them equal). */

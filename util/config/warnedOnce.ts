@@ -1,4 +1,4 @@
-// "Logged once" across every worker of a node (SPEC §8: an unknown key logs once). Each worker applies
+// "Logged once" across every worker of a node (an unknown key logs once). Each worker applies
 // and answers config on its own, so a per-worker memory logged an unknown key once per worker. This is
 // a fixed set of 32-bit hashes of the things already logged, over a buffer every worker shares: the
 // first worker to insert a hash logs, the others see it there. Lock-free: an insert is one

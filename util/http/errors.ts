@@ -16,7 +16,7 @@ export class HttpError extends Error {
 
 export const badRequest = (code: string, message: string) => new HttpError(400, code, message);
 
-/** API.md: a string a caller sent is echoed at most this long. */
+/** a string a caller sent is echoed at most this long. */
 export const MAX_ECHO_CHARS = 200;
 
 /**

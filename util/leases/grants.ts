@@ -1,4 +1,4 @@
-// Granting a lease (SPEC §3): the scan of a key's window for its own slot, an empty one or a dead one
+// Granting a lease: the scan of a key's window for its own slot, an empty one or a dead one
 // to take over, the claim and publish of the chosen slot, the rescan that keeps a key's lease exclusive,
 // the give-back of a grant that lost, and the hold after too many misses. Built on the slot memory
 // (util/leases/slots.ts) and the upkeep passes (util/leases/upkeep.ts); release, the result reports and
@@ -86,6 +86,8 @@ export interface GrantOptions {
   fastRetries: number;
   /** nameHash of the user the lease goes to (0: nobody in particular). */
   user?: number;
+  /** nameHash of the claim's `x-worker-id` ("" when it sent none): with `user`, the lease's grantee. */
+  worker?: number;
   /** nameHash of the job's queue, so an expiry can name it (0: unknown). */
   queue?: number;
 }
@@ -131,7 +133,7 @@ export class LeaseGrants extends LeaseUpkeep {
 
   /**
    * Grants `key` exclusively, or says why not. An expired lease of the key counts a miss and reports
-   * `requeued`; enough misses hold the key instead (SPEC §3).
+   * `requeued`; enough misses hold the key instead.
    */
   grant(key: string, now: number, options: GrantOptions): GrantResult {
     if (!(options.leaseMs > 0)) throw new RangeError('leaseMs must be positive');
@@ -260,7 +262,7 @@ export class LeaseGrants extends LeaseUpkeep {
       // A release whose row did not move (same due minute) counts a miss: the render did not stick. A
       // failure the fast-retry lane kept its lease for counts none: that lane keeps the row due on
       // purpose, its failures are paced by their strikes, and misses count leases that expired with no
-      // result (SPEC §2); counting these held a failing key after 2 unreported leases instead of 4.
+      // result; counting them would hold a failing key after 2 unreported leases, not 4.
       const keptReport = ownReport === REPORT_ACCEPTED || ownReport === REPORT_UNKNOWN_JOB;
       const reported = ownState === RELEASED || keptReport;
       const requeued = !reported;
@@ -308,6 +310,7 @@ export class LeaseGrants extends LeaseUpkeep {
       randHi: this.random() | 0,
       randLo: this.random() | 0,
       user: options.user ?? 0,
+      worker: options.worker ?? 0,
       queue: options.queue ?? 0,
     };
     this.writeFields(base, expiry, toMinute(options.dueMs), misses, token, grant);

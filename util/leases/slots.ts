@@ -28,11 +28,9 @@ const SLOTS_PER_LEASE = 4;
 const MIN_SLOTS = 16;
 
 const MAGIC = 0x4c454153; // 'LEAS'
-// 2: slots grew to 16 words (random token bits, grantee, queue, report state and answer).
-// 3: word 15 of a slot is the window length of the keys whose home it is (S_REACH).
-// 4: header word 12 bounds the soonest end of a lease still to be seen expiring (H_NEXT_EXPIRY).
-// 5: the header grew by the missed-expiry mailbox (H_MISSED_EXPIRY, MISSED_EXPIRY_WORDS).
-const LAYOUT_VERSION = 5;
+// The layout's version: a buffer laid out by another build is refused, never misread. It changes with
+// any word's position or meaning (now: 17-word slots whose word 15 is the grantee's worker id).
+const LAYOUT_VERSION = 6;
 const INIT_RUNNING = 1;
 const INIT_DONE = 2;
 // Header words.
@@ -58,7 +56,7 @@ export const H_NEXT_EXPIRY = 12;
  * The missed-expiry mailbox: queue hashes of leases that expired unreported and were taken over by a
  * grant before collectExpired saw them (a claim right after the end). Each word is 0 or one queue's
  * hash; a grant CASes its queue into a free word (one word per queue, so a burst of one queue needs one),
- * and collectExpired empties the words and raises `requeued` for each (SPEC §6: whether or not a claim
+ * and collectExpired empties the words and raises `requeued` for each (whether or not a claim
  * comes after the expiry). Past MISSED_EXPIRY_WORDS distinct queues in one pass the rest are not raised.
  */
 export const H_MISSED_EXPIRY = 16;
@@ -92,13 +90,19 @@ export const S_ANSWER = 13;
  */
 export const S_HOLD_OFF = 14;
 /**
+ * 32-bit hash of the `x-worker-id` the claim came with (nameHash of "" when it had none). With S_USER it
+ * names the grantee that a result without a lease token must come from (docs/prerender-fleet.md).
+ */
+const S_WORKER = 15;
+/**
  * Not part of the slot's contents but of its index as a home: how many slots the windows starting here
  * span (0 means PROBE_WINDOW). Only ever raised, with a CAS, by a grant that found its window without
  * room, before it publishes further out; slot writers (and their undo) never touch it, and the seqlock
  * read does not cover it.
  */
-export const S_REACH = 15;
-export const SLOT_WORDS = 16;
+export const S_REACH = 16;
+/** Every word of a slot before S_REACH is its contents; S_REACH is the last word. */
+export const SLOT_WORDS = 17;
 // Report states of a lease (S_REPORT). A lease is reported once: the first result moves it to
 // REPORTING while its write runs, then to an answer that every retry of the same result gets again.
 export const REPORT_NONE = 0;
@@ -144,7 +148,7 @@ export function blocks(state: number, expirySec: number, now: number): boolean {
  * The node's table keeps at least this many slots (8 MiB): a released key blocks its slot for the 5 s
  * RELEASE_GRACE_MS, so a drain reporting R results a second keeps ~R × 6 slots in grace besides the live
  * leases. 4 × the default 4,096 leases (16,384 slots) filled up near 2,600 results a second and refused
- * grants `full` (bench/README.md, session 6); this room takes ~15,000 a second.
+ * grants `full` (bench/lease-occupancy.ts measures it); this room takes ~15,000 a second.
  */
 export const RELEASE_ROOM_SLOTS = 131_072;
 
@@ -190,6 +194,7 @@ export class LeaseSlots {
   protected randHiRead = 0;
   protected randLoRead = 0;
   protected userRead = 0;
+  protected workerRead = 0;
   protected queueRead = 0;
   protected reportRead = 0;
   protected answerRead = 0;
@@ -318,6 +323,7 @@ export class LeaseSlots {
         this.randHiRead = Atomics.load(a, base + S_RAND_HI);
         this.randLoRead = Atomics.load(a, base + S_RAND_LO);
         this.userRead = Atomics.load(a, base + S_USER);
+        this.workerRead = Atomics.load(a, base + S_WORKER);
         this.queueRead = Atomics.load(a, base + S_QUEUE);
         this.reportRead = Atomics.load(a, base + S_REPORT);
         this.answerRead = Atomics.load(a, base + S_ANSWER);
@@ -382,6 +388,7 @@ export class LeaseSlots {
     a[base + S_RAND_HI] = grant.randHi;
     a[base + S_RAND_LO] = grant.randLo;
     a[base + S_USER] = grant.user;
+    a[base + S_WORKER] = grant.worker;
     a[base + S_QUEUE] = grant.queue;
     a[base + S_REPORT] = REPORT_NONE;
     a[base + S_ANSWER] = 0;
@@ -394,5 +401,6 @@ export interface GrantIdentity {
   randHi: number;
   randLo: number;
   user: number;
+  worker: number;
   queue: number;
 }

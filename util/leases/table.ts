@@ -1,5 +1,5 @@
 // The lease table: which keys are out with a renderer right now, shared by every worker thread of one
-// process through a plain ArrayBuffer (SPEC §3). Lock-free apart from a per-slot write section of a
+// process through a plain ArrayBuffer. Lock-free apart from a per-slot write section of a
 // handful of stores. The layers, each a class over the one before:
 //   util/leases/slots.ts   the memory: layout, the key's window and its reach, consistent slot reads
 //   util/leases/upkeep.ts  expiry and reconcile passes over every slot
@@ -50,6 +50,11 @@ export type ReportStart =
   | { kind: 'duplicate'; answer: ReportAnswer }
   | { kind: 'pending' }
   | { kind: 'superseded' };
+/** Who a lease went to: the nameHash of the user and of the claim's `x-worker-id`. */
+export interface Grantee {
+  user: number;
+  worker: number;
+}
 export interface ReportCaller {
   /** nameHash of the reporting user. */
   user: number;
@@ -103,7 +108,7 @@ export class LeaseTable extends LeaseGrants {
   }
 
   /**
-   * Starts reporting the lease `token` names (SPEC §3 result, API.md idempotent results). Only the
+   * Starts reporting the lease `token` names. Only the
    * key's latest grant, reported by its grantee or a super_user, may start; a lease starts once, and
    * every later start of it answers `duplicate` with the first answer (or `pending` while it runs).
    */
@@ -190,6 +195,32 @@ export class LeaseTable extends LeaseGrants {
       this.randHiRead === parts.randHi &&
       this.randLoRead === parts.randLo
     );
+  }
+
+  /**
+   * The token of the key's latest grant when that grant went to exactly this grantee (the same user and
+   * the same worker id), else null. A result that carries no lease token finds its lease this way
+   * (docs/prerender-fleet.md); there is no super_user exception, since a token-less result names no
+   * lease of its own and only the grantee can say it rendered this one.
+   */
+  grantOf(key: string, grantee: Grantee): string | null {
+    this.hash(key);
+    let token = -1;
+    let randHi = 0;
+    let randLo = 0;
+    let user = 0;
+    let worker = 0;
+    for (let k = 0, n = this.window(); k < n; k++) {
+      const state = this.read(this.base(k), true) & STATE_MASK;
+      if (state === EMPTY || state === BUSY || !this.readIsKey() || this.tokenRead <= token) continue;
+      token = this.tokenRead;
+      randHi = this.randHiRead;
+      randLo = this.randLoRead;
+      user = this.userRead;
+      worker = this.workerRead;
+    }
+    if (token < 0 || user !== grantee.user || worker !== grantee.worker) return null;
+    return formatToken({ grantedAt: token, randHi, randLo });
   }
 
   /** Is `token` the key's latest grant? A late result of an expired, not re-granted lease is current. */

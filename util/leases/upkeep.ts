@@ -79,7 +79,7 @@ export class LeaseUpkeep extends LeaseSlots {
   }
 
   /**
-   * Leases past their end with no result, each seen once (SPEC §6 `requeued` at expiry): marks them,
+   * Leases past their end with no result, each seen once (a `requeued` wake at expiry): marks them,
    * moves them out of the occupancy gauge, and calls `visit` with each one's queue hash. A late result
    * of such a lease is still accepted. One pass over the slots; the keeper runs it every publish. First
    * it empties the missed-expiry mailbox: a lease a claim took over right after its end, before any pass

@@ -1,4 +1,4 @@
-// The one metric catalogue (SPEC §5): name, kind, unit, help and labels of every series. Both outputs —
+// The one metric catalogue: name, kind, unit, help and labels of every series. Both outputs —
 // Harper analytics under `queue_health` and the Prometheus exposition — are produced from it, and a
 // unit test fails if code emits a key it does not declare. Pure, so tests can read it without Harper.
 //
@@ -30,6 +30,15 @@ export interface MetricDef {
 /** Values of the `endpoint` label: the fleet endpoints whose handler time is measured. */
 export const REQUEST_ENDPOINTS = ['claim', 'job_result', 'job_results', 'next'] as const;
 export type RequestEndpoint = (typeof REQUEST_ENDPOINTS)[number];
+/** Values of the `result` label: the `x-result-status` answers of a prerender fleet's result. */
+export const PRERENDER_RESULTS = [
+  'applied',
+  'duplicate',
+  'superseded',
+  'unknown_job',
+  'too_large',
+  'undecodable',
+] as const;
 
 // Buckets from bench/README.md. Claim and result handlers take ~1–50 ms on an idle node and a few
 // hundred ms at the p99 of a 24-client drain; a job_results of 100 writes is the long tail, so the top
@@ -233,6 +242,20 @@ export const METRICS = {
     kind: 'counter',
     unit: 'hooks',
     help: 'Hooks auto-disabled after repeated failures.',
+  },
+  prerender_results: {
+    name: 'queue_keeper_prerender_results_total',
+    kind: 'counter',
+    unit: 'results',
+    help: "Prerender fleets' results (no lease token), by the x-result-status they were answered with.",
+    labels: ['result'],
+    labelValues: { result: PRERENDER_RESULTS },
+  },
+  prerender_ignored_fields: {
+    name: 'queue_keeper_prerender_ignored_fields_total',
+    kind: 'counter',
+    unit: 'fields',
+    help: "Unknown metadata fields in prerender fleets' results, ignored (a newer fleet's).",
   },
   stall_nudges_total: {
     name: 'queue_keeper_stall_nudges_total',

@@ -1,4 +1,4 @@
-// The scrape of the whole catalogue (SPEC §5), in catalogue order, from the metric cells, the labelled
+// The scrape of the whole catalogue, in catalogue order, from the metric cells, the labelled
 // counters and the readings taken for this scrape. Pure, so a unit test lints exactly what a scrape
 // answers without booting Harper.
 import { METRICS, type MetricDef, type MetricName } from './catalogue.js';

@@ -1,4 +1,4 @@
-// The per-queue series of the scrape (SPEC §5): due rows, the oldest due row's age, lateness in cadences
+// The per-queue series of the scrape: due rows, the oldest due row's age, lateness in cadences
 // and leases held, from the queue-state document and a lease-table count. The `queue` label takes only
 // the configured route names and `unrouted`: a name from anywhere else (a route removed since the
 // document was computed, a lease's unknown queue hash) yields no series, so the number of series is

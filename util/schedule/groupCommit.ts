@@ -1,4 +1,4 @@
-// Group commit (issue 15 lever 2): the result writes that arrive on one worker within a millisecond or
+// Group commit: the result writes that arrive on one worker within a millisecond or
 // two run as one batch, so they share one lock round, one transaction and one read-back instead of one
 // each. A batch closes when it holds `maxItems` items or `maxWaitMs` after its first item came, and each
 // caller's promise settles only when the batch has run: with its own slice of the answers, or with the

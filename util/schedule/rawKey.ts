@@ -1,4 +1,4 @@
-// The schedule's keys straight from their stored bytes (issue 15 lever 8). ordered-binary (lmdb-js's
+// The schedule's keys straight from their stored bytes. ordered-binary (lmdb-js's
 // key encoding, Harper 4.7.29's for RenderSchedule) stores a string key whose bytes are all printable
 // ASCII as exactly those bytes: a first byte ≥ 24 other than 27 means a string, and a string runs to
 // the end of the key when no byte is ≤ 4 (terminators and escapes) or ≥ 0x80 (UTF-8). Its reader builds

@@ -13,7 +13,7 @@ import { toScheduleRow, type ScheduleRow } from './rules.js';
 export type StructProperty = readonly [number, number, string, number?];
 export type TypedStruct = readonly StructProperty[];
 
-/** The fields a claim reads (SPEC §3: still due, its cadence and route, the job's sitemap flag). */
+/** The fields a claim reads (still due, its cadence and route, the job's sitemap flag). */
 export type ClaimRow = Pick<ScheduleRow, 'nextRenderTime' | 'effectiveInterval' | 'fromSitemap'>;
 
 /** The stored fields of a schedule record other than its key (which the store's key already gives). */

@@ -1,4 +1,4 @@
-// Every scheduling rule of SPEC §1 as pure functions over plain rows. The schedule owner
+// Every scheduling rule (docs/feeding.md) as pure functions over plain rows. The schedule owner
 // (services/schedule/store.ts) reads a row, calls one of these, and writes the whole result back:
 // a write replaces the row, so every function returns every scheduling field explicitly.
 import type { QueueKeeperConfig, RouteConfig } from '../config/schema.js';

@@ -1,4 +1,4 @@
-// Every way RenderSchedule changes, as read-decide-write steps that are atomic per key (issue 12):
+// Every way RenderSchedule changes, as read-decide-write steps that are atomic per key:
 // each chunk of keys is locked, read on a fresh snapshot, decided by the rules of util/schedule/rules.ts,
 // and committed before its locks are let go. Harper has no compare-and-set and re-applies a
 // conflicting write instead of re-running the callback, so a read taken outside the lock would let

@@ -1,5 +1,5 @@
 // Operator endpoints of the foundation: config, revalidate, explain, health, pause and resume.
-import { ConfigError } from '../../../util/config/schema.js';
+import { ConfigError, configWarnings, type QueueKeeperConfig } from '../../../util/config/schema.js';
 import { HttpError, badRequest } from '../../../util/http/errors.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
@@ -54,6 +54,12 @@ export interface AdminDeps {
   revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
 }
 
+/** The effective config, with `warnings` naming settings that are valid but likely to surprise. */
+function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: string[] } {
+  const warnings = configWarnings(cfg);
+  return warnings.length > 0 ? { ...cfg, warnings } : cfg;
+}
+
 export function registerAdmin(
   router: Router,
   { keeper, control, settings, readRow, revalidate }: AdminDeps,
@@ -62,7 +68,7 @@ export function registerAdmin(
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
   );
 
-  router.route('GET', '/prerender_admin/config', 'admin', async () => reply(config()));
+  router.route('GET', '/prerender_admin/config', 'admin', async () => reply(configAnswer(config())));
 
   router.route('POST', '/prerender_admin/config', 'admin', async (req) => {
     if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
@@ -76,7 +82,7 @@ export function registerAdmin(
         headers['x-ignored-count'] = String(r.ignoredCount);
       }
       if (r.restartRequired.length) headers['x-restart-required'] = r.restartRequired.join(',');
-      return reply(r.config, 200, headers);
+      return reply(configAnswer(r.config), 200, headers);
     } catch (e) {
       if (e instanceof ConfigError) throw new HttpError(400, 'invalid_config', e.message, { key: e.key });
       throw e;

@@ -1,5 +1,4 @@
-// The persistent channel for fleets (issue 15 lever 4; an extension beyond API.md, README "Persistent
-// channel"): a WebSocket at /render_queue/channel that a fleet opens once. It sends credits (jobs it can
+// The persistent channel for fleets (docs/fleets.md, "Persistent channel"): a WebSocket at /render_queue/channel that a fleet opens once. It sends credits (jobs it can
 // take) and results; the server pushes jobs while credits last. Nothing here decides a grant or a
 // result: every result goes through reportBatch (as job_results), every grant through ClaimService.claim
 // (as claim), in that order, on the same lease table, so idempotency and exclusivity are theirs.
@@ -180,7 +179,7 @@ class ChannelSession {
       return;
     }
     const answered =
-      env.results.length > 0 ? await reportBatch(this.hub.deps.results, env.results, this.user) : [];
+      env.results.length > 0 ? await reportBatch(this.hub.deps.results, env.results, this.caller) : [];
     this.credits = env.withdraw ? 0 : this.credits + env.credits;
     if (queues !== undefined) this.queues = queues ?? undefined;
     this.send({

@@ -1,4 +1,4 @@
-// The operator console (issue 7): one static page and its two assets, served from the component's web/
+// The operator console: one static page and its two assets, served from the component's web/
 // folder behind the same super_user check as every other admin endpoint. The page itself only calls the
 // existing admin endpoints (queue-state, overview, fleets, hooks, stall-ledger, pause/resume), so it
 // costs the server what those cost — never a per-row read, whatever the size of the table.

@@ -1,9 +1,9 @@
-// Feeding endpoints (API.md "Feeding"): targets, delete, discover.
+// Feeding endpoints (docs/fleets.md): targets, delete, discover.
 import { checkTargetsBody, checkUrlList } from '../../../util/http/input.js';
 import { reply, type Router } from '../router.js';
 import type { TargetInput } from '../../../util/schedule/rules.js';
 
-// API.md: targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
+// targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
 // every field set are about 20 MB, so the largest batches need URLs under ~1,500 bytes on average.
 const FEED_BODY_LIMIT = 16 << 20;
 

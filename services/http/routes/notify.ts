@@ -1,4 +1,4 @@
-// Operator endpoints for fleets and notify hooks (API.md, SPEC §6). Bodies are closed: an unknown field
+// Operator endpoints for fleets and notify hooks. Bodies are closed: an unknown field
 // is a 400. A hook secret leaves the server only in the answers of create and rotate.
 import { redactUrl, validateHookUrl, type HookUrlPolicy } from '../../../util/notify/addressPolicy.js';
 import { HttpError, badRequest, echo } from '../../../util/http/errors.js';

@@ -3,7 +3,7 @@ import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors
 import { stateMaxAgeMs } from '../../../util/handoff/keeperSignal.js';
 import { requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
-import { callerOf, type ClaimService } from '../../leases/claims.js';
+import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
 import type { CheckedResult, ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
@@ -17,7 +17,7 @@ import { leaseFigures, liveFigures } from '../../metrics/healthFigures.js';
 import { timedRoute, type MetricValues } from '../../metrics/values.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../util/metrics/prometheus.js';
 
-/** Results per `job_results`, `next` or channel message (API.md). */
+/** Results per `job_results`, `next` or channel message. */
 export const MAX_BATCH = 100;
 
 /** A caller's id as it may be echoed: only a string, truncated; anything else is null. */
@@ -33,7 +33,7 @@ function queuesOf(body: unknown): unknown {
 }
 
 function resultBodyLimit(): number {
-  // API.md: a page of render.maxBodyBytes plus 64 KiB for the envelope and its JSON escapes; a page that
+  // a page of render.maxBodyBytes plus 64 KiB for the envelope and its JSON escapes; a page that
   // escapes to more uses the raw-bytes framing. Checked before buffering (services/http/router.ts).
   return config().render.maxBodyBytes + (64 << 10);
 }
@@ -44,7 +44,7 @@ interface StateDocShape {
 }
 
 /**
- * The state document when the keeper can vouch for it (SPEC §5): live, not stale, and a document no
+ * The state document when the keeper can vouch for it: live, not stale, and a document no
  * older than maxAgeMs; otherwise the phase to report. queue-state and the metrics answer from this one
  * judgement.
  */
@@ -72,7 +72,7 @@ export interface QueueRouteDeps {
  * Answers a batch of results in order (job_results, next and the channel): each stands alone, a bad entry is
  * answered `invalid` and never blocks the others; ids are echoed only as truncated strings.
  */
-export async function reportBatch(results: ResultService, list: unknown[], user: HarperUser | undefined) {
+export async function reportBatch(results: ResultService, list: unknown[], caller: Caller) {
   const slots: Array<{ checked?: CheckedResult; invalid?: { id: string | null; error: string } }> = list.map(
     (r: unknown) => {
       try {
@@ -84,7 +84,7 @@ export async function reportBatch(results: ResultService, list: unknown[], user:
     },
   );
   const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
-  const answers = await results.apply(valid, callerOf(user));
+  const answers = await results.apply(valid, caller);
   let k = 0;
   return slots.map((s) => {
     if (s.invalid) return { id: s.invalid.id, accepted: false, code: 'invalid', error: s.invalid.error };
@@ -96,6 +96,27 @@ export async function reportBatch(results: ResultService, list: unknown[], user:
   });
 }
 
+/** A token-protocol result's answer: 200 JSON, 409 superseded or 404 unknown_job (docs/fleets.md). */
+async function answerTokenResult(
+  results: ResultService,
+  checked: CheckedResult,
+  user: HarperUser | undefined,
+  workerId: string | null | undefined,
+  fleetScope: FleetScope,
+) {
+  await fleetScope.checkReporter(user?.username);
+  const [a] = await results.apply([checked], callerOf(user, workerId));
+  const dup = a!.duplicate ? { duplicate: true } : {};
+  if (!a!.accepted) {
+    const body =
+      a!.code === 'superseded'
+        ? { accepted: false, code: 'superseded', error: a!.error }
+        : { error: a!.error, code: a!.code, ...dup };
+    return reply(body, a!.status);
+  }
+  return reply({ accepted: true, nextRenderTime: a!.nextRenderTime, ...dup });
+}
+
 export function registerQueue(
   router: Router,
   { claims, results, scope: fleetScope, metrics, control }: QueueRouteDeps,
@@ -104,7 +125,7 @@ export function registerQueue(
   timedRoute(router, 'claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = claims.parseLimit(req.body);
     const scope = await fleetScope.claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
-    const r = claims.claim(limit, callerOf(req.user), scope);
+    const r = claims.claim(limit, callerOf(req.user, req.headers.get('x-worker-id')), scope);
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
 
@@ -115,20 +136,19 @@ export function registerQueue(
     '/render_queue/job_result',
     'fleet',
     async (req) => {
-      const checked = req.rawBody
-        ? results.checkFramed(req.rawBody, req.headers.get('x-metadata-size'))
-        : results.check(req.body);
-      await fleetScope.checkReporter(req.user?.username);
-      const [a] = await results.apply([checked], callerOf(req.user));
-      const dup = a!.duplicate ? { duplicate: true } : {};
-      if (!a!.accepted) {
-        const body =
-          a!.code === 'superseded'
-            ? { accepted: false, code: 'superseded', error: a!.error }
-            : { error: a!.error, code: a!.code, ...dup };
-        return reply(body, a!.status);
+      const workerId = req.headers.get('x-worker-id');
+      if (req.rawBody) {
+        const framed = results.checkFramed(req.rawBody, req.headers.get('x-metadata-size'));
+        if (framed.kind === 'fleet') {
+          await fleetScope.checkReporter(req.user?.username);
+          // A prerender fleet counts only a 204 as delivered (docs/prerender-fleet.md): every
+          // well-formed result gets one, and x-result-status says what it came to.
+          const status = await results.applyFleet(framed.result, callerOf(req.user, workerId));
+          return reply(undefined, 204, { 'x-result-status': status });
+        }
+        return answerTokenResult(results, framed.result, req.user, workerId, fleetScope);
       }
-      return reply({ accepted: true, nextRenderTime: a!.nextRenderTime, ...dup });
+      return answerTokenResult(results, results.check(req.body), req.user, workerId, fleetScope);
     },
     { maxBodyBytes: resultBodyLimit, octetStream: true },
   );
@@ -144,12 +164,14 @@ export function registerQueue(
       if (!Array.isArray(obj.results) || obj.results.length < 1 || obj.results.length > MAX_BATCH)
         throw badRequest('invalid_body', `results must be an array of 1 to ${MAX_BATCH} results`);
       await fleetScope.checkReporter(req.user?.username);
-      return reply({ results: await reportBatch(results, obj.results, req.user) });
+      return reply({
+        results: await reportBatch(results, obj.results, callerOf(req.user, req.headers.get('x-worker-id'))),
+      });
     },
     { maxBodyBytes: () => config().render.maxBatchBytes },
   );
 
-  // Report and claim in one round trip (API.md): exactly job_results, then claim, sharing their code.
+  // Report and claim in one round trip: exactly job_results, then claim, sharing their code.
   timedRoute(
     router,
     'next',
@@ -163,8 +185,9 @@ export function registerQueue(
         throw badRequest('invalid_body', `results must be an array of 0 to ${MAX_BATCH} results`);
       const limit = claims.parseLimit({ limit: obj.limit });
       const scope = await fleetScope.claimScope(req.user?.username, parseQueues(obj.queues));
-      const answered = list.length > 0 ? await reportBatch(results, list, req.user) : [];
-      const r = claims.claim(limit, callerOf(req.user), scope);
+      const caller = callerOf(req.user, req.headers.get('x-worker-id'));
+      const answered = list.length > 0 ? await reportBatch(results, list, caller) : [];
+      const r = claims.claim(limit, caller, scope);
       return reply({ results: answered, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
     },
     { maxBodyBytes: () => config().render.maxBatchBytes },

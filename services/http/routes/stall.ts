@@ -1,4 +1,4 @@
-// Operator view of the stall ledger (API.md): which (fleet, queue) pairs have been woken for a stall,
+// Operator view of the stall ledger: which (fleet, queue) pairs have been woken for a stall,
 // how often since the stall began or last progressed, and when last.
 import { reply, type Router } from '../router.js';
 import type { LedgerRow } from '../../../util/stall/rules.js';

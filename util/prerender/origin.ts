@@ -1,0 +1,54 @@
+// The origin a prerender fleet reaches this node at (docs/prerender-fleet.md). Every job carries it as
+// `callbackOrigin`, and its host is the `hostname` of the node's `queue_status` message, so a fleet
+// claims from and reports to the node that granted the lease. Pure: the node name and port come in.
+
+/** `render.callbackOrigin` as stored: `scheme://host[:port]`, http or https, no path; throws naming why. */
+export function normaliseOrigin(value: string): string {
+  const trimmed = value.endsWith('/') ? value.slice(0, -1) : value;
+  let url: URL;
+  try {
+    url = new URL(trimmed);
+  } catch {
+    throw new Error('must be an origin such as https://render-1.example.com:9926');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('must use http or https');
+  if (url.username !== '' || url.password !== '') throw new Error('must not carry credentials');
+  // URL reads "https://a" with the path "/": anything more is a path the fleet would drop.
+  if (url.pathname !== '/' || url.search !== '' || url.hash !== '')
+    throw new Error('must be an origin only (scheme://host[:port]), with no path, query or fragment');
+  const origin = `${url.protocol}//${url.host}`;
+  return origin;
+}
+
+/**
+ * The fleet's own rule for reaching a host it learnt from `queue_status`: https, except plain http for
+ * `localhost` and `127.0.0.1` (a local Harper). Deriving the same origin keeps results and claims on one
+ * address when `render.callbackOrigin` is unset.
+ */
+export function derivedOrigin(host: string, port: number): string {
+  const scheme = host === 'localhost' || host === '127.0.0.1' ? 'http' : 'https';
+  const shown = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+  return `${scheme}://${shown}:${port}`;
+}
+
+/** The host part of an origin, as the fleet puts it between the scheme and `:<queuePort>`. */
+export function originHost(origin: string): string {
+  return new URL(origin).hostname;
+}
+
+/**
+ * Harper's HTTP port from its `http` config section: `port` (a number, or "host:port" when the listener
+ * is bound to one address), else `securePort`, else Harper's default 9926.
+ */
+export function httpPortOf(http: unknown): number {
+  const section = (typeof http === 'object' && http !== null ? http : {}) as Record<string, unknown>;
+  for (const v of [section.port, section.securePort]) {
+    const text = typeof v === 'number' ? String(v) : typeof v === 'string' ? v : '';
+    const m = /(\d{1,5})$/.exec(text);
+    if (m) {
+      const port = Number(m[1]);
+      if (port > 0 && port < 65536) return port;
+    }
+  }
+  return 9926;
+}
