@@ -1,6 +1,7 @@
 // The fleet side of the claim benchmarks: N clients, each on its own keep-alive connection, claiming
 // with limit 25 until a target number of jobs has been granted, optionally posting one job_results
-// batch per claim. Counts every id granted twice (a duplicate: no lease in these runs can expire).
+// batch per claim. Counts every id granted twice (a duplicate: no lease in these runs can expire). With a
+// due instant (a burst), also counts the claims answered empty while rows of the burst were still due.
 import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
 import {
   benchUrl,
@@ -29,7 +30,7 @@ export interface Granted {
 // The side by side's node (claims-vs-bullmq.ts, drain-rounds.ts). maxLeases big enough that 100,000
 // unreported leases fit (the default 4,096 would refuse grants past ~4k) with room to spare: at 131,072
 // (100k live = 76 % of maxLeases) a few keys per 100k find their probe window full and stay refused
-// until a slot frees, which stalls a drain's tail (measured; see README).
+// until a slot frees, which stalls a drain's tail (measured).
 export const SIDE_BY_SIDE_MAX_LEASES = 262_144;
 // Claim-only leases of one round must be dead before the next round's 100,000 arrive.
 const SIDE_BY_SIDE_LEASE_MS = 120_000;
@@ -91,7 +92,10 @@ export function renderedResults(jobs: readonly Granted[]) {
 export interface DrainOptions {
   target: number;
   withResults: boolean;
-  /** When set, every grant's wall time minus this instant is recorded (due → started). */
+  /**
+   * When set, every grant's wall time minus this instant is recorded (due → started), and the claims
+   * answered empty while the burst's rows were due are counted (see `burst` in the result).
+   */
   dueAt?: number;
   /** Collect every grant here (claim-only runs hand their leases back afterwards, untimed). */
   grants?: Granted[];
@@ -150,9 +154,14 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
   const t0 = performance.now();
   let firstGrantAt = NaN;
   let targetAt = NaN;
+  // When each empty answer came (performance.now()) to a claim sent at or after dueAt; and how many empty
+  // answers came to claims sent before it.
+  const emptyAfterDue: number[] = [];
+  let emptyBeforeDue = 0;
   await Promise.all(
     clients.map(async (c) => {
       while (!done) {
+        const sentWall = Date.now();
         const s = performance.now();
         const r = await c.post('/render_queue/claim', { limit: LIMIT });
         const e = performance.now();
@@ -164,6 +173,10 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
         const jobs = r.json as Granted[];
         if (jobs.length === 0) {
           emptyClaims++;
+          if (opts.dueAt !== undefined) {
+            if (sentWall >= opts.dueAt) emptyAfterDue.push(e);
+            else emptyBeforeDue++;
+          }
           if (e - lastGrant > STUCK_MS && granted > 0) done = true;
           await sleep(EMPTY_BACKOFF_MS);
           continue;
@@ -200,6 +213,13 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
   const grantEnd = Number.isNaN(targetAt) ? lastGrant : targetAt;
   const spanMs = (opts.withResults ? (Number.isNaN(lastResult) ? end : lastResult) : grantEnd) - t0;
   const sortedDue = [...dueMs].sort((a, b) => a - b);
+  // Rows of the burst stay due and unleased until the grant that reaches the target: an empty answer to a
+  // claim sent at or after dueAt and answered before that grant counts (after it, nothing is left to
+  // grant). A drain that never reached the target had rows due throughout: every such answer counts.
+  const emptyWhileDue = Number.isNaN(targetAt)
+    ? emptyAfterDue.length
+    : emptyAfterDue.filter((t) => t < targetAt).length;
+  const grantingClaims = claimMs.length;
   return {
     jobs: granted,
     distinct: seen.size,
@@ -219,13 +239,23 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
     claimMs: summarize(claimMs),
     resultsMs: summarize(resultsMs),
     ...(opts.dueAt !== undefined
-      ? { dueMs: { ...summarize(dueMs), first: sortedDue[0], last: sortedDue.at(-1) } }
+      ? {
+          dueMs: { ...summarize(dueMs), first: sortedDue[0], last: sortedDue.at(-1) },
+          burst: {
+            emptyWhileDue,
+            grantingClaims,
+            emptyPct: Math.round((1000 * emptyWhileDue) / Math.max(1, emptyWhileDue + grantingClaims)) / 10,
+            // The rest of emptyClaims, not in the burst: sent before dueAt, or answered after the last grant.
+            emptyBeforeDue,
+            emptyAfterLastGrant: emptyAfterDue.length - emptyWhileDue,
+          },
+        }
       : {}),
     ...cpu,
   };
 }
 
-/** The next minute boundary at least `leadMs` away: rows are due at whole minutes (SPEC §1). */
+/** The next minute boundary at least `leadMs` away: rows are due at whole minutes. */
 export function nextMinute(leadMs: number): number {
   return Math.ceil((Date.now() + leadMs) / 60_000) * 60_000;
 }

@@ -1,12 +1,24 @@
-// Claims side by side (SPEC §10): the same 100,000 due jobs drained through queue-keeper's HTTP claim
-// (24 fleet clients, one keep-alive connection each, limit 25, 2 Harper worker threads) and through
-// BullMQ 6.7 on a private Redis 7 (1 worker × concurrency 50, SPEC's anchor), interleaved
-// ours, BullMQ, ours, BullMQ, … Each round measures:
+// Claims side by side: the same JOBS due jobs drained through queue-keeper's HTTP claim (CLIENTS fleet
+// clients, one keep-alive connection each, limit 25, 2 Harper worker threads) and through BullMQ 6.7
+// (1 worker × concurrency 50) on two private Redis 7 servers, each in its own temp folder:
+//   durable          AOF on, `appendfsync everysec`, `maxmemory-policy noeviction`: the settings BullMQ's
+//                    "Going to production" guide asks for. The peer every target is set against.
+//   persistence-off  no AOF, no RDB snapshots: context only, no target.
+// At start each server's live settings are checked (CONFIG GET, INFO persistence) and the bench stops if
+// either differs from its mode, or if the durable server's folder is not on the same filesystem as
+// Harper's root. Rounds interleave ours, durable, persistence-off, ours, … Each round measures:
 //   A  lease grants/s with no results (ours only; BullMQ has no grant-without-complete mode)
 //   B  full drain: claim 25 + one job_results batch of 25 per claim vs BullMQ completing no-op jobs
-//   C  20,000 jobs due at one instant: due → started p50/p99/last
+//   C  AT_ONCE jobs due at one instant: due → started p50/p99/last; for ours also the claims answered
+//      empty while rows of the burst were still due, against the claims that granted
 //   D  filed due-now → claimable (single job, idle queue), 20 samples
-// Run: npx tsc -p tsconfig.json && node dist/bench/claims-vs-bullmq.js   (RUNS=3 JOBS=100000 by default)
+// The summary gives medians over rounds and our ratios against both BullMQ lines.
+//
+// Needs /usr/bin/redis-server (Debian: `apt-get update && apt-get install -y redis-server redis-tools`);
+// BullMQ and ioredis come from `npm install`.
+// Run: npm run build && node dist/bench/claims-vs-bullmq.js
+//   env: RUNS (3), JOBS (100000), AT_ONCE (20000), CLIENTS (24)
+import { statSync } from 'node:fs';
 import { Queue, Worker, type Job } from 'bullmq';
 import { type Credentials, type HarperInstance } from '../test/harness.js';
 import {
@@ -26,6 +38,7 @@ import {
   threadCpuMs,
   until,
   type FleetClient,
+  type Redis,
 } from './lib.js';
 import {
   bootSideBySide,
@@ -57,8 +70,8 @@ async function oursRound(h: HarperInstance, clients: FleetClient[], round: numbe
   const aGrants: Granted[] = [];
   const a = await drainClaims(h, clients, { target: JOBS, withResults: false, grants: aGrants });
   out.A = { ...a, lastPublish: (await keeperStats(h))?.lastPublish };
-  // Independent rounds (issue 15 lever 6): A's leases are handed back, untimed, so B, C, D and the next
-  // round start with an empty lease table instead of 100,000 live leases.
+  // A's leases are handed back, untimed, so B, C, D and the next round start with an empty lease table
+  // instead of JOBS live leases.
   out.aResultsRefused = await reportAll(clients, aGrants);
   await deleteAll(h, aUrls);
   await until('claim-only rows dropped and their leases released', async () => {
@@ -74,7 +87,7 @@ async function oursRound(h: HarperInstance, clients: FleetClient[], round: numbe
     threads: [] as string[],
   };
   (out.B as { threads: string[] }).threads = busiestThreads(t, threadCpuMs(h.pid));
-  // C: 20,000 rows due at one whole minute.
+  // C: AT_ONCE rows due at one whole minute.
   out.C = await dueAtOnce(h, clients, round, AT_ONCE);
   // D: filed due-now → claimable, one client, idle queue.
   out.D = await dueNowLatency(h, clients[0]!, round, LATENCY_SAMPLES);
@@ -82,9 +95,15 @@ async function oursRound(h: HarperInstance, clients: FleetClient[], round: numbe
   return out;
 }
 
-async function bullRound(port: number, redisPid: number, round: number) {
-  const connection = { host: '127.0.0.1', port, maxRetriesPerRequest: null };
-  const out: Record<string, unknown> = { system: 'bullmq', round, loadBefore: loadavg() };
+async function bullRound(redis: Redis, round: number) {
+  const connection = { host: '127.0.0.1', port: redis.port, maxRetriesPerRequest: null };
+  const redisPid = redis.pid;
+  const out: Record<string, unknown> = {
+    system: 'bullmq',
+    redis: redis.persistence,
+    round,
+    loadBefore: loadavg(),
+  };
   // B: drain JOBS no-op jobs.
   const q = new Queue(`drain-${round}`, { connection });
   const t0 = performance.now();
@@ -132,7 +151,7 @@ async function bullRound(port: number, redisPid: number, round: number) {
   await w.close();
   await q.obliterate({ force: true }).catch(() => undefined);
   await q.close();
-  // C: 20,000 delayed jobs due at one instant.
+  // C: AT_ONCE delayed jobs due at one instant, 8 s after the adds start.
   const qc = new Queue(`due-${round}`, { connection });
   const afterDue: number[] = [];
   let cDone!: () => void;
@@ -155,10 +174,12 @@ async function bullRound(port: number, redisPid: number, round: number) {
         opts: { timestamp: now0, delay: dueAt - now0 },
       })),
     );
+  // Negative when the adds ran past the due instant (the burst then starts before it is fully queued).
+  const addedBeforeDueMs = dueAt - Date.now();
   const cMeter = cpuMeter({ redis: redisPid });
   await cAll;
   const sorted = [...afterDue].sort((a, b) => a - b);
-  out.C = { ...summarize(afterDue), first: sorted[0], last: sorted.at(-1), ...cMeter() };
+  out.C = { ...summarize(afterDue), first: sorted[0], last: sorted.at(-1), addedBeforeDueMs, ...cMeter() };
   await wc.close();
   await qc.obliterate({ force: true }).catch(() => undefined);
   await qc.close();
@@ -183,8 +204,31 @@ async function bullRound(port: number, redisPid: number, round: number) {
   await wd.close();
   await qd.obliterate({ force: true }).catch(() => undefined);
   await qd.close();
+  out.persistence = await persistenceState(redis);
   out.loadAfter = loadavg();
   return out;
+}
+
+/**
+ * The AOF's state after a round. Throws when the server's AOF is not in its mode (on for the durable
+ * server, off for the other) or Redis reports a failed AOF write or rewrite.
+ */
+async function persistenceState(redis: Redis) {
+  const p = await redis.info('persistence');
+  const wantAof = redis.persistence === 'aof-everysec' ? '1' : '0';
+  if (p.aof_enabled !== wantAof)
+    throw new Error(`redis (${redis.persistence}) has aof_enabled ${p.aof_enabled}, not ${wantAof}`);
+  if (wantAof === '0') return { aofEnabled: p.aof_enabled };
+  if (p.aof_last_write_status !== 'ok' || p.aof_last_bgrewrite_status !== 'ok')
+    throw new Error(
+      `redis (${redis.persistence}) AOF failed: write ${p.aof_last_write_status}, rewrite ${p.aof_last_bgrewrite_status}`,
+    );
+  return {
+    aofEnabled: p.aof_enabled,
+    aofCurrentBytes: Number(p.aof_current_size),
+    aofRewrites: Number(p.aof_rewrites),
+    aofDelayedFsync: Number(p.aof_delayed_fsync),
+  };
 }
 
 const info = machine();
@@ -201,55 +245,101 @@ console.log(
     maxLeases: SIDE_BY_SIDE_MAX_LEASES,
   }),
 );
-const redis = await startRedis();
-const h = await bootSideBySide(fleet);
-const clients = Array.from({ length: CLIENTS }, () => fleetClient(h, fleet));
+const durable = await startRedis({ persistence: 'aof-everysec' });
+let persistenceOff: Redis | undefined;
+let h: HarperInstance | undefined;
+let clients: FleetClient[] = [];
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 const results: any[] = [];
 try {
+  persistenceOff = await startRedis({ persistence: 'off' });
+  h = await bootSideBySide(fleet);
+  if (statSync(durable.dir).dev !== statSync(h.root).dev)
+    throw new Error(`redis dir ${durable.dir} and Harper's root ${h.root} are on different filesystems`);
+  const peers = [durable, persistenceOff];
+  const settings = await Promise.all(
+    peers.map(async (r) => ({
+      redis: r.persistence,
+      version: (await r.info('server')).redis_version,
+      dir: r.dir,
+      aofEnabled: (await r.info('persistence')).aof_enabled,
+    })),
+  );
+  console.log(JSON.stringify({ redis: settings }));
+  clients = Array.from({ length: CLIENTS }, () => fleetClient(h!, fleet));
   for (let round = 1; round <= RUNS; round++) {
     const ours = await oursRound(h, clients, round);
     console.log(JSON.stringify(ours));
     results.push(ours);
-    const bull = await bullRound(redis.port, redis.pid, round);
-    console.log(JSON.stringify(bull));
-    results.push(bull);
+    for (const redis of peers) {
+      const bull = await bullRound(redis, round);
+      console.log(JSON.stringify(bull));
+      results.push(bull);
+    }
   }
 } finally {
   await Promise.all(clients.map((c) => c.close()));
-  const errors = h
-    .output()
-    .split('\n')
-    .filter((l) => /\berror\b/i.test(l));
-  if (errors.length)
-    console.log(`harper logged ${errors.length} error lines; last:\n${errors.slice(-5).join('\n')}`);
-  const full = h
-    .output()
-    .split('\n')
-    .filter((l) => l.includes('lease window full')).length;
-  console.log(JSON.stringify({ leaseWindowFullWarnings: full }));
-  await h.destroy();
-  await redis.stop();
+  if (h) {
+    const output = h.output().split('\n');
+    const errors = output.filter((l) => /\berror\b/i.test(l));
+    if (errors.length)
+      console.log(`harper logged ${errors.length} error lines; last:\n${errors.slice(-5).join('\n')}`);
+    const full = output.filter((l) => l.includes('lease window full')).length;
+    console.log(JSON.stringify({ leaseWindowFullWarnings: full }));
+    await h.destroy();
+  }
+  await persistenceOff?.stop();
+  await durable.stop();
 }
 const ours = results.filter((r) => r.system === 'queue-keeper');
-const bull = results.filter((r) => r.system === 'bullmq');
+const bullDurable = results.filter((r) => r.system === 'bullmq' && r.redis === 'aof-everysec');
+const bullOff = results.filter((r) => r.system === 'bullmq' && r.redis === 'off');
 const m = (xs: unknown[]) => median(xs.map(Number));
-const bullDrain = m(bull.map((r) => r.B.jobsPerSec));
+const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const perRound = (rs: any[], pick: (r: any) => unknown) => rs.map((r) => Number(pick(r)));
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const pcts = (rs: any[], key: 'B' | 'D', field: string) => ({
+  p50: m(rs.map((r) => r[key][field].p50)),
+  p99: m(rs.map((r) => r[key][field].p99)),
+});
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const bullDue = (rs: any[]) => ({
+  first: m(rs.map((r) => r.C.first)),
+  p50: m(rs.map((r) => r.C.p50)),
+  p99: m(rs.map((r) => r.C.p99)),
+  last: m(rs.map((r) => r.C.last)),
+});
+const oursGrants = m(ours.map((r) => r.A.jobsPerSec));
+const oursDrain = m(ours.map((r) => r.B.jobsPerSec));
+const durableDrain = m(bullDurable.map((r) => r.B.jobsPerSec));
+const offDrain = m(bullOff.map((r) => r.B.jobsPerSec));
 const summary = {
-  grantsPerSec: m(ours.map((r) => r.A.jobsPerSec)),
-  grantsVsBullDrain: Math.round((m(ours.map((r) => r.A.jobsPerSec)) / bullDrain) * 100) / 100,
-  oursDrainPerSec: m(ours.map((r) => r.B.jobsPerSec)),
-  bullDrainPerSec: bullDrain,
-  drainRatio: Math.round((m(ours.map((r) => r.B.jobsPerSec)) / bullDrain) * 100) / 100,
-  oursClaimMs: { p50: m(ours.map((r) => r.B.claimMs.p50)), p99: m(ours.map((r) => r.B.claimMs.p99)) },
-  oursResultsMs: { p50: m(ours.map((r) => r.B.resultsMs.p50)), p99: m(ours.map((r) => r.B.resultsMs.p99)) },
+  peers: {
+    durable: 'BullMQ on Redis, AOF everysec, noeviction: the peer the targets name',
+    persistenceOff: 'BullMQ on Redis, no AOF, no snapshots: context, no target',
+  },
+  grantsPerSec: oursGrants,
+  drainPerSec: { ours: oursDrain, durable: durableDrain, persistenceOff: offDrain },
+  drainRatio: { vsDurable: ratio(oursDrain, durableDrain), vsPersistenceOff: ratio(oursDrain, offDrain) },
+  drainRatioByRound: {
+    vsDurable: ours.map((r, i) => ratio(r.B.jobsPerSec, bullDurable[i]!.B.jobsPerSec)),
+    vsPersistenceOff: ours.map((r, i) => ratio(r.B.jobsPerSec, bullOff[i]!.B.jobsPerSec)),
+  },
+  grantsVsDrain: {
+    vsDurable: ratio(oursGrants, durableDrain),
+    vsPersistenceOff: ratio(oursGrants, offDrain),
+  },
+  oursClaimMs: pcts(ours, 'B', 'claimMs'),
+  oursResultsMs: pcts(ours, 'B', 'resultsMs'),
   bullCompleteFetchMs: {
-    p50: m(bull.map((r) => r.B.completeFetchMs.p50)),
-    p99: m(bull.map((r) => r.B.completeFetchMs.p99)),
+    durable: pcts(bullDurable, 'B', 'completeFetchMs'),
+    persistenceOff: pcts(bullOff, 'B', 'completeFetchMs'),
   },
   dups: {
     ours: ours.reduce((s, r) => s + r.A.dups + r.B.dups + r.C.dups, 0),
-    bull: bull.reduce((s, r) => s + r.B.dups, 0),
+    durable: bullDurable.reduce((s, r) => s + r.B.dups, 0),
+    persistenceOff: bullOff.reduce((s, r) => s + r.B.dups, 0),
   },
   dueAtOnce: {
     ours: {
@@ -258,21 +348,29 @@ const summary = {
       p99: m(ours.map((r) => r.C.dueMs.p99)),
       last: m(ours.map((r) => r.C.dueMs.last)),
     },
-    bull: {
-      first: m(bull.map((r) => r.C.first)),
-      p50: m(bull.map((r) => r.C.p50)),
-      p99: m(bull.map((r) => r.C.p99)),
-      last: m(bull.map((r) => r.C.last)),
-    },
+    durable: bullDue(bullDurable),
+    persistenceOff: bullDue(bullOff),
+  },
+  burstEmptyClaims: {
+    emptyWhileDue: m(ours.map((r) => r.C.burst.emptyWhileDue)),
+    grantingClaims: m(ours.map((r) => r.C.burst.grantingClaims)),
+    emptyPct: m(ours.map((r) => r.C.burst.emptyPct)),
+    emptyPctByRound: perRound(ours, (r) => r.C.burst.emptyPct),
   },
   filedToClaimableMs: {
-    ours: { p50: m(ours.map((r) => r.D.p50)), p99: m(ours.map((r) => r.D.p99)) },
-    bull: { p50: m(bull.map((r) => r.D.p50)), p99: m(bull.map((r) => r.D.p99)) },
+    ours: { p50: m(ours.map((r) => r.D.p50)), max: m(ours.map((r) => r.D.max)) },
+    durable: { p50: m(bullDurable.map((r) => r.D.p50)), max: m(bullDurable.map((r) => r.D.max)) },
+    persistenceOff: { p50: m(bullOff.map((r) => r.D.p50)), max: m(bullOff.map((r) => r.D.max)) },
   },
   generatorCpuPct: {
     oursA: m(ours.map((r) => r.A.generatorCpuPct)),
     oursB: m(ours.map((r) => r.B.generatorCpuPct)),
-    bullB: m(bull.map((r) => r.B.generatorCpuPct)),
+    durableB: m(bullDurable.map((r) => r.B.generatorCpuPct)),
+    persistenceOffB: m(bullOff.map((r) => r.B.generatorCpuPct)),
+  },
+  redisCpuPctB: {
+    durable: m(bullDurable.map((r) => r.B.redisCpuPct)),
+    persistenceOff: m(bullOff.map((r) => r.B.redisCpuPct)),
   },
 };
 console.log(JSON.stringify({ summary }));

@@ -1,10 +1,12 @@
 // Shared pieces of the Harper-backed benchmarks: machine facts, percentiles, per-process CPU from /proc,
-// a private redis-server stopped by pid, one keep-alive HTTP connection per simulated fleet client, and
-// the URLs every script files (~100 characters, like real product pages).
+// a private redis-server (persistence off, or AOF as BullMQ's production guide asks) stopped by pid,
+// one keep-alive HTTP connection per simulated fleet client, and the URLs every script files
+// (~100 characters, like real product pages).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Redis as RedisClient } from 'ioredis';
 import { Client } from 'undici';
 import { basicAuth, freePort, type Credentials, type HarperInstance } from '../test/harness.js';
 
@@ -109,37 +111,117 @@ export function cpuMeter(pids: Record<string, number> = {}) {
   };
 }
 
+/**
+ * How a private redis-server keeps its data. `aof-everysec` is BullMQ's production setting (its "Going to
+ * production" guide): append-only file on, fsync once a second, `maxmemory-policy noeviction`.
+ * `off` keeps nothing on disk (no AOF, no RDB snapshots), the setting BullMQ's own benchmarks use.
+ * Neither takes RDB snapshots, so the two differ by the AOF alone.
+ */
+export type RedisPersistence = 'aof-everysec' | 'off';
+
+export interface RedisOptions {
+  persistence: RedisPersistence;
+}
+
 export interface Redis {
   port: number;
   pid: number;
+  /** The server's own temp folder (its `dir`: the AOF lives here). */
+  dir: string;
+  persistence: RedisPersistence;
+  /** One `INFO` section as name → value. */
+  info: (section: string) => Promise<Record<string, string>>;
   stop: () => Promise<void>;
 }
 
-/** A private redis-server on 127.0.0.1 with persistence off (BullMQ's usual benchmark setting). */
-export async function startRedis(): Promise<Redis> {
+const REDIS_ARGS: Record<RedisPersistence, string[]> = {
+  'aof-everysec': ['--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec'],
+  off: ['--save', '', '--appendonly', 'no'],
+};
+
+/** What `CONFIG GET` must answer for each mode; `startRedis` refuses a server that answers otherwise. */
+const REDIS_EXPECTED: Record<RedisPersistence, Record<string, string>> = {
+  'aof-everysec': { appendonly: 'yes', appendfsync: 'everysec', 'maxmemory-policy': 'noeviction', save: '' },
+  off: { appendonly: 'no', 'maxmemory-policy': 'noeviction', save: '' },
+};
+
+/**
+ * A private redis-server on 127.0.0.1 and a free port, in its own temp folder, stopped by pid. Once it is
+ * up, its live settings (`CONFIG GET`) and `INFO persistence`'s `aof_enabled` are checked against the mode
+ * asked for; any difference stops the server and throws.
+ */
+export async function startRedis(opts: RedisOptions): Promise<Redis> {
   const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'qk-redis-'));
+  const dir = mkdtempSync(join(tmpdir(), `qk-redis-${opts.persistence}-`));
   const child: ChildProcess = spawn(
     '/usr/bin/redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+    [
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      dir,
+      '--maxmemory-policy',
+      'noeviction',
+      ...REDIS_ARGS[opts.persistence],
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let out = '';
-  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
-  const exited = new Promise<void>((r) => child.on('exit', () => r()));
-  for (let i = 0; !out.includes('Ready to accept connections'); i++) {
-    if (i > 100) throw new Error(`redis-server did not start:\n${out}`);
-    await sleep(50);
-  }
-  return {
+  const collect = (c: Buffer) => (out += c.toString());
+  child.stdout?.on('data', collect);
+  child.stderr?.on('data', collect);
+  let alive = true;
+  const exited = new Promise<void>((r) =>
+    child.on('exit', () => {
+      alive = false;
+      r();
+    }),
+  );
+  const client = new RedisClient({
+    host: '127.0.0.1',
     port,
-    pid: child.pid!,
-    stop: async () => {
-      child.kill('SIGTERM');
-      await exited;
-      rmSync(dir, { recursive: true, force: true });
-    },
+    lazyConnect: true,
+    maxRetriesPerRequest: 1,
+    retryStrategy: () => null,
+  });
+  const stop = async () => {
+    client.disconnect();
+    if (alive) child.kill('SIGTERM');
+    await exited;
+    rmSync(dir, { recursive: true, force: true });
   };
+  const info = async (section: string) => {
+    const fields: Record<string, string> = {};
+    for (const line of (await client.info(section)).split(/\r?\n/)) {
+      const at = line.indexOf(':');
+      if (at > 0 && !line.startsWith('#')) fields[line.slice(0, at)] = line.slice(at + 1);
+    }
+    return fields;
+  };
+  try {
+    for (let i = 0; !out.includes('Ready to accept connections'); i++) {
+      if (!alive || i > 200) throw new Error(`redis-server did not start:\n${out}`);
+      await sleep(50);
+    }
+    await client.connect();
+    const expected = REDIS_EXPECTED[opts.persistence];
+    const wrong: string[] = [];
+    for (const [key, want] of Object.entries(expected)) {
+      const got = ((await client.config('GET', key)) as string[])[1];
+      if (got !== want) wrong.push(`${key} is ${JSON.stringify(got)}, not ${JSON.stringify(want)}`);
+    }
+    const aof = (await info('persistence')).aof_enabled;
+    const wantAof = expected.appendonly === 'yes' ? '1' : '0';
+    if (aof !== wantAof) wrong.push(`INFO persistence aof_enabled is ${aof}, not ${wantAof}`);
+    if (wrong.length)
+      throw new Error(`redis-server (${opts.persistence}) runs with the wrong settings: ${wrong.join('; ')}`);
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { port, pid: child.pid!, dir, persistence: opts.persistence, info, stop };
 }
 
 /** ~100-character URL; `tag` keeps every run's rows apart. */
