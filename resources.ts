@@ -34,7 +34,7 @@ import { destroyExpiredSecrets, fleetViews, hookViews, listFleets } from './serv
 import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
-import { readRow, ScheduleOwner } from './services/schedule/store.js';
+import { failingEntries, readRow, ScheduleOwner } from './services/schedule/store.js';
 import { readClaimRow, readScheduleRow } from './services/schedule/rawRecords.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
 import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
@@ -202,6 +202,7 @@ registerAdmin(router, {
   settings,
   readRow,
   revalidate: (url, at) => schedule.revalidate(url, at),
+  failingEntries,
 });
 registerQueue(router, { claims, results, scope: fleetScope, metrics, control });
 registerChannel(router, { claims, results, scope: fleetScope, scheduler: duties });

@@ -59,6 +59,8 @@ interface Route {
   caller: Caller;
   maxBodyBytes: () => number;
   octetStream: boolean;
+  /** An operator read that an observer role may make although it is not a GET (explain). */
+  observerRead: boolean;
   handler: Handler;
 }
 
@@ -69,6 +71,8 @@ export interface RouteOptions {
   maxBodyBytes?: () => number;
   /** The route also takes `application/octet-stream` (the raw-bytes result framing): `req.rawBody`. */
   octetStream?: boolean;
+  /** A POST that only reads, which an observer role may call like the operator's GETs. */
+  observerRead?: boolean;
 }
 
 function json(status: number, body: unknown, headers: Record<string, string> = {}) {
@@ -95,12 +99,21 @@ function unauthenticated(): HttpError {
   return new HttpError(401, 'unauthenticated', 'authentication required: send basic auth or a Harper token');
 }
 
-/** Whether a user may call as `caller`: super_user may do everything, others need a configured role. */
-export function authorize(user: HarperUser | undefined, caller: Caller, q: QueueKeeperConfig['queue']): void {
+/**
+ * Whether a user may call as `caller`: super_user may do everything, others need a configured role. An
+ * observer role may make the operator's reads (`readOnly`: every GET, and explain) and nothing else.
+ */
+export function authorize(
+  user: HarperUser | undefined,
+  caller: Caller,
+  q: QueueKeeperConfig['queue'],
+  readOnly = false,
+): void {
   if (!user) throw unauthenticated();
   if (caller === 'any') return;
   if (user.role?.permission?.super_user) return;
   const roleName = user.role?.role ?? '';
+  if (caller === 'admin' && readOnly && q.observerRoles.includes(roleName)) return;
   const allowed =
     caller === 'feeder'
       ? q.feederRoles
@@ -196,7 +209,12 @@ async function dispatch(
         throw new HttpError(405, 'method_not_allowed', `${method.slice(0, 20)} is not allowed on ${shown}`);
       throw new HttpError(404, 'not_found', `no endpoint at ${shown}`);
     }
-    authorize(request.user as HarperUser | undefined, r.caller, deps.config().queue);
+    authorize(
+      request.user as HarperUser | undefined,
+      r.caller,
+      deps.config().queue,
+      r.path.startsWith('/prerender_admin/') && (method === 'GET' || r.observerRead),
+    );
     let body: unknown = undefined;
     let rawBody: Buffer | undefined;
     let rawBodyBytes = 0;
@@ -271,6 +289,7 @@ export class Router {
       handler,
       maxBodyBytes: opts.maxBodyBytes ?? (() => DEFAULT_MAX_BODY),
       octetStream: opts.octetStream ?? false,
+      observerRead: opts.observerRead ?? false,
     });
   }
 

@@ -3,7 +3,7 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { HttpError, echo } from '../../util/http/errors.js';
 import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
-import type { Outcome } from '../../util/schedule/rules.js';
+import type { Outcome, RenderError } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import { describeType, requireObject } from '../../util/http/input.js';
 import { utf8Text } from '../../util/text.js';
@@ -34,6 +34,8 @@ export interface CheckedResult {
   body: string | null;
   /** The allow-listed response headers stored with the page (prerender fleets send them). */
   headers?: Record<string, string> | null;
+  /** What went wrong, kept on the row as lastError when the outcome is a failure. */
+  error?: RenderError | null;
 }
 
 /** What a prerender fleet's result came to: the `x-result-status` of its 204 (docs/prerender-fleet.md). */
@@ -117,6 +119,8 @@ function checkFramedParts(
   return { ...checked, body };
 }
 
+const stringOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : null);
+
 /** Validates one result; throws HttpError (400, or 413 for a body over `maxBodyBytes`). */
 export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult {
   const o = requireObject(input, RESULT_FIELDS, 'result');
@@ -171,7 +175,9 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
   }
   const body = typeof o.body === 'string' ? o.body : null;
   if (body !== null && Buffer.byteLength(body, 'utf8') > maxBodyBytes) throw tooLarge(maxBodyBytes);
+  const e = o.error as { name?: unknown; message?: unknown } | null | undefined;
   return {
+    error: e ? { name: stringOrNull(e.name), message: stringOrNull(e.message) } : null,
     id: o.id,
     leaseToken: token,
     outcome: o.outcome as Outcome,
@@ -228,6 +234,9 @@ export interface ResultDeps {
   log: { warn: (...args: unknown[]) => void };
 }
 
+/** The lastError name a page that could not be stored leaves on its row. */
+const PAGE_ERROR_NAMES = { too_large: 'PageTooLarge', undecodable: 'PageUndecodable' } as const;
+
 /** A page a fleet sent that could not be stored is logged at most this often per worker. */
 export const PAGE_WARN_EVERY_MS = 10_000;
 
@@ -276,6 +285,7 @@ export class ResultService {
     let outcome: Outcome = r.outcome === 'error' ? 'failed' : r.outcome;
     let body: string | null = null;
     let refused: 'too_large' | 'undecodable' | null = null;
+    let error: RenderError | null = r.error && { name: r.error.name, message: r.error.message };
     if (r.outcome === 'rendered') {
       const decoded =
         r.page.length === 0
@@ -285,6 +295,7 @@ export class ResultService {
       else {
         outcome = 'failed';
         refused = decoded.status;
+        error = { name: PAGE_ERROR_NAMES[decoded.status], message: decoded.detail };
         this.warnPage(r.id, decoded.detail);
       }
     }
@@ -298,6 +309,7 @@ export class ResultService {
           contentType: r.headers?.['content-type'] ?? null,
           body,
           headers: r.headers,
+          error,
         },
       ],
       caller,
@@ -369,7 +381,13 @@ export class ResultService {
     const list = firsts.map((i) => results[i]!);
     try {
       const applied = await this.deps.applyResults(
-        list.map((r) => ({ url: r.id, outcome: r.outcome, statusCode: r.statusCode, completedAt: now })),
+        list.map((r) => ({
+          url: r.id,
+          outcome: r.outcome,
+          statusCode: r.statusCode,
+          completedAt: now,
+          error: r.outcome === 'failed' ? (r.error ?? null) : null,
+        })),
       );
       // Pages after the row: a page write that fails gives the report up, and its retry re-applies a
       // success, which only moves the next render by the retry's delay.

@@ -12,6 +12,7 @@ import {
   type ScheduleWrite,
 } from '../../util/schedule/writes.js';
 import { GroupCommit } from '../../util/schedule/groupCommit.js';
+import type { FailingEntry } from '../../util/schedule/failing.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type { SchedulerTimer } from '../../util/duties/scheduler.js';
 import {
@@ -34,6 +35,7 @@ const LOCK_WAIT_MS = 10_000;
 
 // Looked up per use (two property reads), so the module holds no state of its own.
 const schedule = (): HarperTable => table('render_schedule', 'RenderSchedule');
+const failing = (): HarperTable => table('render_schedule', 'RenderFailing');
 /** The primary store for rawRecords.ts's raw reads (this file stays the table's one owner). */
 export const schedulePrimaryStore = () => schedule().primaryStore;
 
@@ -155,6 +157,15 @@ export class ScheduleOwner {
         for (const w of left) {
           if (w.row) await schedule().put(w.key, toRecord(w.row), txn);
           else await schedule().delete(w.key, txn);
+          // The failing list follows the row in the same transaction: an entry while it has strikes.
+          const failingNow = w.row !== null && w.row.strikes > 0;
+          if (failingNow)
+            await failing().put(
+              w.key,
+              { id: w.key, strikes: w.row!.strikes, failingSince: w.row!.failingSince ?? 0 },
+              txn,
+            );
+          else if (w.wasFailing) await failing().delete(w.key, txn);
         }
       });
       left = await this.notYetRead(left);
@@ -273,5 +284,19 @@ export function* walkSchedule(opts: WalkOptions): Generator<{ key: string; row: 
     const row =
       value && typeof value === 'object' ? toScheduleRow(key, value as Record<string, unknown>) : undefined;
     yield { key, row };
+  }
+}
+
+/** The failing list's entries (every row whose last result failed), read from its own small table. */
+export function* failingEntries(): Generator<FailingEntry> {
+  for (const { key, value } of failing().primaryStore.getRange({})) {
+    if (typeof key !== 'string' || typeof value !== 'object' || value === null) continue;
+    const v = value as { strikes?: unknown; failingSince?: unknown };
+    if (typeof v.strikes !== 'number' || v.strikes <= 0) continue;
+    yield {
+      url: key,
+      strikes: v.strikes,
+      failingSince: typeof v.failingSince === 'number' ? v.failingSince : 0,
+    };
   }
 }

@@ -33,6 +33,8 @@ function row(key: string, nextRenderTime: number): ScheduleRow {
     lastOutcome: null,
     lastRenderedAt: null,
     lastStatusCode: null,
+    lastError: null,
+    failingSince: null,
   };
 }
 

@@ -49,6 +49,8 @@ function row(key: string): ScheduleRow {
     lastOutcome: 'rendered',
     lastRenderedAt: NOW,
     lastStatusCode: 200,
+    lastError: null,
+    failingSince: null,
   };
 }
 

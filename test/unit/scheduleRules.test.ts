@@ -38,6 +38,8 @@ function row(over: Partial<ScheduleRow> = {}): ScheduleRow {
     lastOutcome: null,
     lastRenderedAt: null,
     lastStatusCode: null,
+    lastError: null,
+    failingSince: null,
     ...over,
   };
 }
@@ -232,4 +234,16 @@ test('queue of a row: first matching route name, exact or prefix on the pathname
     route: 'blog',
     cadenceMs: 2 * HOUR,
   });
+});
+
+test('a failure keeps its error (cut to 500 characters) and the start of the run of strikes; a success clears both', () => {
+  const first = afterFailure(row(), NOW, 500, cfg, { name: 'TimeoutError', message: 'x'.repeat(800) }).row;
+  assert.equal(first.failingSince, NOW);
+  assert.deepEqual(first.lastError, { name: 'TimeoutError', message: 'x'.repeat(500) });
+  const second = afterFailure(first, NOW + HOUR, 502, cfg, null).row;
+  assert.equal(second.failingSince, NOW, 'the run began at the first strike');
+  assert.equal(second.lastError, null, 'the last failure said nothing');
+  const healed = afterSuccess(second, NOW + 2 * HOUR, 'rendered', 200, cfg);
+  assert.equal(healed.failingSince, null);
+  assert.equal(healed.lastError, null);
 });

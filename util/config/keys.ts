@@ -43,6 +43,7 @@ export interface QueueKeeperConfig {
     fleetRoles: string[];
     feederRoles: string[];
     discoverRoles: string[];
+    observerRoles: string[];
   };
   render: {
     /** The origin fleets post results to; null derives it (docs/prerender-fleet.md). */
@@ -211,6 +212,14 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     default: ['render_discover'],
     effect: 'live',
     description: 'Roles that may file unverified URLs.',
+  },
+  {
+    path: 'queue.observerRoles',
+    kind: 'roles',
+    default: ['render_observer'],
+    effect: 'live',
+    description:
+      'Roles that may read everything an operator reads (every GET under /prerender_admin/ and explain) and change nothing.',
   },
   {
     path: 'render.callbackOrigin',

@@ -28,6 +28,8 @@ export const ROW_FIELDS = [
   'lastOutcome',
   'lastRenderedAt',
   'lastStatusCode',
+  'lastError',
+  'failingSince',
 ] as const;
 export const CLAIM_FIELDS = ['nextRenderTime', 'effectiveInterval', 'fromSitemap'] as const;
 
@@ -47,6 +49,8 @@ export const scheduleRowOf = (key: string, v: Values): ScheduleRow | undefined =
     lastOutcome: v[7],
     lastRenderedAt: v[8],
     lastStatusCode: v[9],
+    lastError: v[10],
+    failingSince: v[11],
   });
 export const claimRowOf = (key: string, v: Values): ClaimRow | undefined =>
   toScheduleRow(key, { nextRenderTime: v[0], effectiveInterval: v[1], fromSitemap: v[2] });

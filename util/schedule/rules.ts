@@ -17,6 +17,27 @@ export interface ScheduleRow {
   lastOutcome: string | null;
   lastRenderedAt: number | null;
   lastStatusCode: number | null;
+  /** The last failure's error, cut to MAX_ERROR_CHARS; null after a success or with no detail. */
+  lastError: RenderError | null;
+  /** When the current run of strikes began; null while the row is not failing. */
+  failingSince: number | null;
+}
+
+/** What a renderer said went wrong, as the row keeps it (docs/operating.md "Failing rows"). */
+export interface RenderError {
+  name: string | null;
+  message: string | null;
+}
+
+/** A stored error's name and message are cut to this many characters each. */
+export const MAX_ERROR_CHARS = 500;
+
+/** The error as a row keeps it: strings cut to MAX_ERROR_CHARS, null when it says nothing. */
+export function keptError(e: RenderError | null | undefined): RenderError | null {
+  if (!e || (e.name === null && e.message === null)) return null;
+  const cut = (v: string | null) =>
+    v === null ? null : v.length > MAX_ERROR_CHARS ? v.slice(0, MAX_ERROR_CHARS) : v;
+  return { name: cut(e.name), message: cut(e.message) };
 }
 
 export interface TargetInput {
@@ -143,6 +164,8 @@ export function upsertTarget(
     lastOutcome: existing?.lastOutcome ?? null,
     lastRenderedAt: existing?.lastRenderedAt ?? null,
     lastStatusCode: existing?.lastStatusCode ?? null,
+    lastError: existing?.lastError ?? null,
+    failingSince: existing?.failingSince ?? null,
   };
 }
 
@@ -160,6 +183,8 @@ export function discoveredRow(url: string, now: number, config: QueueKeeperConfi
     lastOutcome: null,
     lastRenderedAt: null,
     lastStatusCode: null,
+    lastError: null,
+    failingSince: null,
   };
 }
 
@@ -190,6 +215,8 @@ export function afterSuccess(
     lastOutcome: outcome,
     lastRenderedAt: completedAt,
     lastStatusCode: statusCode,
+    lastError: null,
+    failingSince: null,
   };
 }
 
@@ -224,11 +251,19 @@ export function afterFailure(
   failedAt: number,
   statusCode: number | null,
   config: QueueKeeperConfig,
+  error: RenderError | null = null,
 ): FailureResult {
   const strikes = existing.strikes + 1;
   const cadence = classifyUrl(existing.cacheKey, existing.effectiveInterval, config).cadenceMs;
   const delay = failureDelay(strikes, cadence, existing.fromSitemap, config.render.failureRetry);
-  const base = { ...existing, strikes, lastOutcome: 'failed', lastStatusCode: statusCode };
+  const base = {
+    ...existing,
+    strikes,
+    lastOutcome: 'failed',
+    lastStatusCode: statusCode,
+    lastError: keptError(error),
+    failingSince: existing.failingSince ?? failedAt,
+  };
   if (delay === null) return { row: base, keepLease: true };
   // The urgent request has been served (it failed); a changed mark stays until a render succeeds.
   return {
@@ -253,7 +288,16 @@ export function toScheduleRow(key: string, v: Record<string, unknown>): Schedule
     lastOutcome: typeof v.lastOutcome === 'string' ? v.lastOutcome : null,
     lastRenderedAt: num(v.lastRenderedAt),
     lastStatusCode: num(v.lastStatusCode),
+    lastError: storedError(v.lastError),
+    failingSince: num(v.failingSince),
   };
+}
+
+function storedError(v: unknown): RenderError | null {
+  if (typeof v !== 'object' || v === null) return null;
+  const e = v as Record<string, unknown>;
+  const str = (x: unknown) => (typeof x === 'string' ? x : null);
+  return keptError({ name: str(e.name), message: str(e.message) });
 }
 
 export function sameSchedule(a: ScheduleRow, b: ScheduleRow): boolean {
@@ -267,6 +311,9 @@ export function sameSchedule(a: ScheduleRow, b: ScheduleRow): boolean {
     a.strikes === b.strikes &&
     a.lastOutcome === b.lastOutcome &&
     a.lastRenderedAt === b.lastRenderedAt &&
-    a.lastStatusCode === b.lastStatusCode
+    a.lastStatusCode === b.lastStatusCode &&
+    a.failingSince === b.failingSince &&
+    a.lastError?.name === b.lastError?.name &&
+    a.lastError?.message === b.lastError?.message
   );
 }

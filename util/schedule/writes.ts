@@ -12,6 +12,7 @@ import {
   revalidatedRow,
   upsertTarget,
   type Outcome,
+  type RenderError,
   type ScheduleRow,
   type TargetInput,
 } from './rules.js';
@@ -20,6 +21,8 @@ import {
 export interface ScheduleWrite {
   key: string;
   row: ScheduleRow | null;
+  /** The row being replaced was failing (strikes > 0): its entry in the failing list goes or moves. */
+  wasFailing: boolean;
 }
 
 export interface ScheduleStore {
@@ -42,6 +45,8 @@ export interface ResultWrite {
   outcome: Outcome;
   statusCode: number | null;
   completedAt: number;
+  /** What went wrong, for a failure (kept on the row as lastError). */
+  error?: RenderError | null;
 }
 
 export type ResultApplied = { found: false } | { found: true; row: ScheduleRow; keepLease: boolean };
@@ -70,8 +75,9 @@ export class ScheduleWrites {
       await this.store.locked(chunk, async () => {
         const writes: ScheduleWrite[] = [];
         for (const key of chunk) {
-          const next = decide(key, this.store.read(key));
-          if (next !== undefined) writes.push({ key, row: next });
+          const current = this.store.read(key);
+          const next = decide(key, current);
+          if (next !== undefined) writes.push({ key, row: next, wasFailing: (current?.strikes ?? 0) > 0 });
         }
         await this.store.afterRead?.(chunk);
         if (writes.length > 0) await this.store.commit(writes);
@@ -152,7 +158,7 @@ export class ScheduleWrites {
           continue;
         }
         if (r.outcome === 'failed') {
-          const f = afterFailure(row, r.completedAt, r.statusCode, cfg);
+          const f = afterFailure(row, r.completedAt, r.statusCode, cfg, r.error ?? null);
           row = f.row;
           out[i] = { found: true, row, keepLease: f.keepLease };
         } else {

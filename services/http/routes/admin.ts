@@ -1,7 +1,8 @@
-// Operator endpoints of the foundation: config, revalidate, explain, health, pause and resume.
+// Operator endpoints of the foundation: config, revalidate, explain, the failing list, health, pause and resume.
 import { ConfigError, configWarnings, type QueueKeeperConfig } from '../../../util/config/schema.js';
 import { HttpError, badRequest } from '../../../util/http/errors.js';
 import { queueOf } from '../../../util/schedule/rules.js';
+import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
@@ -52,6 +53,8 @@ export interface AdminDeps {
   /** The schedule owner's point read and revalidate (services/schedule/store.ts). */
   readRow: (url: string) => ScheduleRow | undefined;
   revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
+  /** The failing list's entries (services/schedule/store.ts failingEntries). */
+  failingEntries: () => Iterable<FailingEntry>;
 }
 
 /** The effective config, with `warnings` naming settings that are valid but likely to surprise. */
@@ -62,7 +65,7 @@ function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: 
 
 export function registerAdmin(
   router: Router,
-  { keeper, control, settings, readRow, revalidate }: AdminDeps,
+  { keeper, control, settings, readRow, revalidate, failingEntries }: AdminDeps,
 ): void {
   router.route('GET', '/prerender_admin/health', 'admin', async () =>
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
@@ -108,11 +111,41 @@ export function registerAdmin(
     return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
   });
 
-  router.route('POST', '/prerender_admin/explain', 'admin', async (req) => {
-    const url = checkSingleUrl(req.body);
-    const now = Date.now();
-    const row = readRow(url) ?? null;
-    const extras = await explainExtras(keeper, url, now);
-    return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
+  // The rows that keep failing, worst first (docs/operating.md "Failing rows"): a walk of the failing
+  // list, then one point read per row shown.
+  router.route('GET', '/prerender_admin/failing', 'admin', async (req) => {
+    const query = parseFailingQuery(req.query);
+    const routes = config().render.routes;
+    const { page, next } = failingPage(failingEntries(), query, (url) => queueOf(url, routes));
+    const rows = page.flatMap((e) => {
+      const row = readRow(e.url);
+      if (!row || row.strikes === 0) return [];
+      return [
+        {
+          url: e.url,
+          queue: queueOf(e.url, routes),
+          strikes: row.strikes,
+          lastStatusCode: row.lastStatusCode,
+          lastError: row.lastError,
+          failingSince: row.failingSince,
+          nextRenderTime: row.nextRenderTime,
+        },
+      ];
+    });
+    return reply({ rows, next });
   });
+
+  router.route(
+    'POST',
+    '/prerender_admin/explain',
+    'admin',
+    async (req) => {
+      const url = checkSingleUrl(req.body);
+      const now = Date.now();
+      const row = readRow(url) ?? null;
+      const extras = await explainExtras(keeper, url, now);
+      return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
+    },
+    { observerRead: true },
+  );
 }

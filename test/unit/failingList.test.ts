@@ -1,0 +1,73 @@
+// The failing list's order and paging (util/schedule/failing.ts), over plain entries.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import {
+  compareFailing,
+  failingPage,
+  parseFailingQuery,
+  type FailingEntry,
+} from '../../util/schedule/failing.js';
+
+const queueOf = (url: string) => new URL(url).pathname.split('/')[1] ?? 'unrouted';
+
+test('pages walked cursor to cursor list every failing row once, worst first, and only of the queue asked for', () => {
+  const entry = fc.record({
+    url: fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.nat(50)).map(([q, n]) => `https://x.test/${q}/${n}`),
+    strikes: fc.integer({ min: 1, max: 6 }),
+    failingSince: fc.integer({ min: 0, max: 5 }),
+  });
+  fc.assert(
+    fc.property(
+      fc.uniqueArray(entry, { selector: (e) => e.url, maxLength: 60 }),
+      fc.integer({ min: 1, max: 9 }),
+      fc.constantFrom(null, 'a', 'b'),
+      (entries, limit, queue) => {
+        const seen: FailingEntry[] = [];
+        let cursor: string | null = null;
+        for (let pages = 0; pages < 100; pages++) {
+          const q = new URLSearchParams({
+            limit: String(limit),
+            ...(queue ? { queue } : {}),
+            ...(cursor ? { cursor } : {}),
+          });
+          const { page, next } = failingPage(entries, parseFailingQuery(q), queueOf);
+          assert.ok(page.length <= limit);
+          seen.push(...page);
+          cursor = next;
+          if (next === null) break;
+        }
+        const want = entries.filter((e) => queue === null || queueOf(e.url) === queue).sort(compareFailing);
+        assert.deepEqual(seen, want);
+      },
+    ),
+  );
+});
+
+test('the order is most strikes first, then the oldest run, then the URL', () => {
+  const e = (url: string, strikes: number, failingSince: number) => ({ url, strikes, failingSince });
+  const list = [
+    e('https://x.test/c', 2, 5),
+    e('https://x.test/b', 3, 9),
+    e('https://x.test/a', 2, 5),
+    e('https://x.test/d', 2, 1),
+  ];
+  assert.deepEqual(
+    [...list].sort(compareFailing).map((x) => x.url),
+    ['https://x.test/b', 'https://x.test/d', 'https://x.test/a', 'https://x.test/c'],
+  );
+});
+
+test('a malformed limit, queue or cursor is a 400 naming the parameter', () => {
+  for (const [q, code] of [
+    ['limit=0', 'invalid_limit'],
+    ['limit=501', 'invalid_limit'],
+    ['limit=2.5', 'invalid_limit'],
+    ['limit=abc', 'invalid_limit'],
+    ['queue=', 'invalid_queue'],
+    ['cursor=bm90LWpzb24', 'invalid_cursor'],
+    ['cursor=%5B1%5D', 'invalid_cursor'],
+  ] as const)
+    assert.throws(() => parseFailingQuery(new URLSearchParams(q)), { status: 400, code }, q);
+  assert.equal(parseFailingQuery(new URLSearchParams('')).limit, 50);
+});
