@@ -6,7 +6,7 @@
 // Most of an integration file's time is waiting (lease expiries, backoff steps, Harper boots), so the
 // files run QK_TEST_JOBS at a time (default 2; 1 runs them one by one as before), longest first. Files
 // in one `apart` group never run at the same time: the cluster files each boot several Harpers, and the
-// two Chromium files would both unpack the shared Chromium binary into the temp folder on a first run.
+// Chromium files would each unpack the shared Chromium binary into the temp folder on a first run.
 // Each running file gets its own QK_TEST_SLOT, and test/harness.ts gives every slot its own port range,
 // so two Harpers booting side by side never pick the same port. A file's output is printed whole when it
 // ends (no interleaving), then a table of every file's time and counts; a file that runs past
@@ -41,7 +41,7 @@ const WEIGHTS = {
 const DEFAULT_WEIGHT = 20;
 const APART = [
   ['cluster.test.js', 'cluster3.test.js'],
-  ['console.test.js', 'fleetBrowser.test.js'],
+  ['console.test.js', 'fleetBrowser.test.js', 'prerenderFleetBrowser.test.js'],
 ];
 
 const jobsWanted = Number(process.env.QK_TEST_JOBS ?? 2);

@@ -4,11 +4,17 @@
 // must be below 500, `{error, code}` when 4xx, with the status API.md gives; afterwards the schedule,
 // the config, fleets, hooks and pauses are exactly what they were.
 //
-// Seed: QK_FUZZ_SEED (default 13); count: QK_FUZZ_RUNS (default 1200). A failure prints the seed and the
-// request, so `QK_FUZZ_SEED=<seed> npm test` replays it.
+// A second run aims at the prerender fleet protocol's framing (a job_result of raw bytes without a lease
+// token): garbled and huge x-metadata-size values, metadata cut short, not JSON or of the wrong type in
+// each field, random or truncated bytes as a gzip or br page. Malformed framing must be a 400
+// {error, code}; a well-formed result a 204 that changes nothing (no row here was ever granted).
+//
+// Seed: QK_FUZZ_SEED (default 13); counts: QK_FUZZ_RUNS (default 1200) and QK_FUZZ_FRAMED_RUNS (default
+// 600). A failure prints the seed and the request, so `QK_FUZZ_SEED=<seed> npm test` replays it.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { brotliCompressSync, gzipSync } from 'node:zlib';
 import http from 'node:http';
 import fc from 'fast-check';
 import {
@@ -22,6 +28,7 @@ import {
 
 const SEED = Number(process.env.QK_FUZZ_SEED ?? 13);
 const RUNS = Number(process.env.QK_FUZZ_RUNS ?? 1200);
+const FRAMED_RUNS = Number(process.env.QK_FUZZ_FRAMED_RUNS ?? 600);
 const CONCURRENCY = 8;
 
 let h: HarperInstance;
@@ -617,8 +624,10 @@ const requestArb: fc.Arbitrary<Req> = fc
 const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
 
 /** One request exactly as generated: the harness would add a content type, this sends only what it is told. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-function send(r: Req): Promise<{ status: number; text: string; json: any }> {
+function send(
+  r: Pick<Req, 'method' | 'path' | 'who' | 'headers' | 'raw'>,
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+): Promise<{ status: number; text: string; json: any; headers: http.IncomingHttpHeaders }> {
   const headers: Record<string, string> = { ...r.headers };
   const who = users[r.who];
   if (who) headers.authorization = basicAuth(who);
@@ -637,7 +646,7 @@ function send(r: Req): Promise<{ status: number; text: string; json: any }> {
           } catch {
             json = undefined;
           }
-          resolve({ status: res.statusCode ?? 0, text, json });
+          resolve({ status: res.statusCode ?? 0, text, json, headers: res.headers });
         });
         res.on('error', reject);
       },
@@ -691,4 +700,384 @@ test(`at least 1,000 generated malformed requests: every answer < 500, {error, c
     `seed ${SEED}: the schedule, config, fleets, hooks or pauses changed`,
   );
   assert.equal(({} as Record<string, unknown>).polluted, undefined, 'no prototype was polluted');
+});
+
+// ------------------------------------------------------------------ the prerender fleet framing
+
+/** What a framed result must get: malformed → 400; well-formed → 204 with one of `statuses`. */
+interface FramedCase {
+  label: string;
+  body: Buffer;
+  /** x-metadata-size, or null for no header at all. */
+  size: string | null;
+  workerId: string;
+  encoding: string | null;
+  expect: 'malformed' | 'wellFormed' | 'either';
+  /** The x-result-status values a 204 may carry. */
+  statuses: string[];
+}
+
+/** No row here was ever granted, so a well-formed result changes nothing, whoever sends it. */
+const UNGRANTED = ['superseded', 'unknown_job'];
+const ALLOWED_HEADERS = [
+  'etag',
+  'last-modified',
+  'link',
+  'x-robots-tag',
+  'retry-after',
+  'cache-control',
+  'content-type',
+  'vary',
+];
+
+const framedId = fc.oneof(
+  fc.nat({ max: 29 }).map((i) => `https://fuzz.example.com/p/${i}`),
+  rand.map((r) => `https://fuzz.example.com/framed/${r}`),
+);
+
+/** Well-formed metadata of a result with a page (outcome rendered or implied) or without one. */
+const goodMeta = (withPage: boolean) =>
+  fc.record(
+    {
+      id: framedId,
+      statusCode: fc.integer({ min: 100, max: 599 }),
+      headers: fc.dictionary(
+        fc.constantFrom(...ALLOWED_HEADERS),
+        fc.string({ unit: 'grapheme-ascii', maxLength: 80 }),
+        { maxKeys: 4 },
+      ),
+      renderTime: fc.nat({ max: 120_000 }),
+      redirectedTo: fc.constant('https://fuzz.example.com/elsewhere'),
+      isIndexable: fc.boolean(),
+      outcome: withPage ? fc.constant('rendered') : fc.constantFrom('redirected', 'non-indexable', 'error'),
+      reason: hostileString,
+      error: fc.record(
+        { name: hostileString, message: hostileString, phase: fc.constantFrom('navigation', 'settle') },
+        { requiredKeys: ['name', 'message'] },
+      ),
+      // A newer fleet's fields: ignored, never refused.
+      newerField: anyJson,
+    },
+    { requiredKeys: ['id', 'headers'] },
+  );
+
+/** A wrong value for one metadata field (every one a fleet bug: 400). */
+const wrongField = fc.oneof(
+  fc.record({
+    field: fc.constant('id'),
+    value: fc.oneof(fc.integer(), fc.boolean(), fc.constant(null), fc.object(), fc.constant('')),
+  }),
+  fc.record({
+    field: fc.constant('url'),
+    value: fc.oneof(fc.integer(), fc.boolean(), fc.object(), fc.array(fc.nat())),
+  }),
+  fc.record({
+    field: fc.constant('statusCode'),
+    value: fc.oneof(
+      fc.constant('200'),
+      fc.boolean(),
+      fc.object(),
+      fc.double().filter((d) => !Number.isInteger(d)),
+    ),
+  }),
+  fc.record({
+    field: fc.constant('headers'),
+    value: fc.oneof(
+      hostileString,
+      fc.integer(),
+      fc.array(fc.string()),
+      fc.boolean(),
+      fc.record({ etag: fc.oneof(fc.integer(), fc.boolean(), fc.object()) }),
+    ),
+  }),
+  fc.record({
+    field: fc.constant('renderTime'),
+    value: fc.oneof(hostileString, fc.boolean(), fc.object(), fc.array(fc.nat())),
+  }),
+  fc.record({
+    field: fc.constant('redirectedTo'),
+    value: fc.oneof(fc.integer(), fc.boolean(), fc.object(), fc.array(fc.nat())),
+  }),
+  fc.record({
+    field: fc.constant('isIndexable'),
+    value: fc.oneof(fc.constantFrom('false', 'no'), fc.integer(), fc.object(), fc.array(fc.nat())),
+  }),
+  fc.record({
+    field: fc.constant('outcome'),
+    value: fc.oneof(
+      hostileString.filter((o) => !['rendered', 'redirected', 'non-indexable', 'error'].includes(o)),
+      fc.integer(),
+      fc.boolean(),
+      fc.object(),
+    ),
+  }),
+  fc.record({
+    field: fc.constant('reason'),
+    value: fc.oneof(fc.integer(), fc.boolean(), fc.object(), fc.array(fc.nat())),
+  }),
+  fc.record({
+    field: fc.constant('error'),
+    value: fc.oneof(
+      hostileString,
+      fc.integer(),
+      fc.array(fc.nat()),
+      fc.boolean(),
+      fc.record({ name: fc.integer(), message: fc.constant('m') }),
+      fc.record({ name: fc.constant('n'), message: fc.object() }),
+      fc.record({ name: fc.constant('n'), message: fc.constant('m'), phase: fc.integer() }),
+    ),
+  }),
+);
+
+/** x-metadata-size values that are not a decimal byte count (no whitespace: a parser trims it). */
+const garbledSize = fc.oneof(
+  fc.constantFrom('abc', '-1', '1.5', '0x10', '1e3', 'NaN', 'Infinity', '12abc', '0b101', '-0'),
+  fc.stringMatching(/^[0-9]{0,6}[a-zA-Z.,;:_+-][0-9a-zA-Z]{0,6}$/),
+  fc.bigInt({ min: 10n ** 10n, max: 10n ** 40n }).map(String),
+);
+
+const pageText = fc.string({ unit: 'grapheme', maxLength: 300 }).map((s) => `<html><body>${s}</body></html>`);
+
+const framedArb: fc.Arbitrary<FramedCase> = fc
+  .record({
+    withPage: fc.boolean(),
+    encoding: fc.constantFrom<'gzip' | 'br' | 'identity'>('gzip', 'br', 'identity'),
+    text: pageText,
+    workerId: fc.stringMatching(/^[A-Za-z0-9._-]{1,40}$/),
+    kind: fc.constantFrom(
+      'good',
+      'good',
+      'good',
+      'garbledSize',
+      'missingSize',
+      'sizeOff',
+      'cutMetadata',
+      'notJson',
+      'badUtf8',
+      'notObject',
+      'wrongField',
+      'wrongField',
+      'wrongField',
+      'randomPage',
+      'cutPage',
+      'oddEncoding',
+    ),
+    meta: fc.boolean().chain((p) => goodMeta(p).map((m) => ({ p, m }))),
+    wrong: wrongField,
+    garbled: garbledSize,
+    sizeDelta: fc.integer({ min: 1, max: 5000 }),
+    junk: fc.string({ unit: 'binary', maxLength: 60 }),
+    notObject: fc.oneof(fc.array(anyJson, { maxLength: 3 }), fc.integer(), fc.string(), fc.constant(null)),
+    randomBytes: fc.uint8Array({ minLength: 1, maxLength: 400 }),
+    cut: fc.integer({ min: 1, max: 50 }),
+    oddEncoding: fc.constantFrom('deflate', 'zstd', 'gzip, br', 'x-gzip', 'compress', 'GZIP'),
+  })
+  .map((g): FramedCase => {
+    // The page follows the metadata's own choice: a page only where an outcome is rendered or implied.
+    const withPage = g.meta.p;
+    const meta: Record<string, unknown> = { ...g.meta.m, url: g.meta.m.id };
+    const headers = { ...(meta.headers as Record<string, string>) };
+    let page = Buffer.alloc(0);
+    if (withPage) {
+      const raw = Buffer.from(g.text, 'utf8');
+      page = g.encoding === 'gzip' ? gzipSync(raw) : g.encoding === 'br' ? brotliCompressSync(raw) : raw;
+      if (g.encoding !== 'identity') headers['content-encoding'] = g.encoding;
+    }
+    meta.headers = headers;
+    const id = String(meta.id);
+    const encoding = withPage && g.encoding !== 'identity' ? g.encoding : null;
+    const build = (m: Buffer, p: Buffer = page) => ({ body: Buffer.concat([m, p]), metaLen: m.length });
+    const json = (v: unknown) => Buffer.from(JSON.stringify(v), 'utf8');
+    const base = { workerId: g.workerId, encoding, statuses: UNGRANTED };
+    const label = (what: string) => `${what} [${id.slice(0, 60)} ${encoding ?? 'identity'}]`;
+    const malformed = (what: string, body: Buffer, size: string | null): FramedCase => ({
+      ...base,
+      label: label(what),
+      body,
+      size,
+      expect: 'malformed',
+    });
+    switch (g.kind) {
+      case 'good': {
+        const f = build(json(meta));
+        return {
+          ...base,
+          label: label('well-formed'),
+          body: f.body,
+          size: String(f.metaLen),
+          expect: 'wellFormed',
+        };
+      }
+      case 'garbledSize': {
+        const f = build(json(meta));
+        return malformed(`x-metadata-size ${JSON.stringify(g.garbled)}`, f.body, g.garbled);
+      }
+      case 'missingSize':
+        return malformed('no x-metadata-size', build(json(meta)).body, null);
+      case 'sizeOff': {
+        // A byte count that is not the metadata's: past the body, or one that cuts the JSON, or one that
+        // takes page bytes into it (valid JSON only if those bytes are all whitespace: then either answer).
+        const f = build(json(meta));
+        const n =
+          g.sizeDelta % 3 === 0
+            ? f.body.length + g.sizeDelta
+            : f.metaLen + (g.sizeDelta % 2 ? 1 : -1) * g.sizeDelta;
+        if (n <= 0 || n === f.metaLen) return malformed(`x-metadata-size ${n}`, f.body, String(n));
+        if (
+          n > f.metaLen &&
+          n <= f.body.length &&
+          /^[ \t\r\n]*$/.test(f.body.subarray(f.metaLen, n).toString('latin1'))
+        )
+          return {
+            ...base,
+            label: label(`x-metadata-size ${n} over whitespace`),
+            body: f.body,
+            size: String(n),
+            expect: 'either',
+            statuses: [...UNGRANTED, 'undecodable'],
+          };
+        return malformed(`x-metadata-size ${n} of ${f.metaLen}`, f.body, String(n));
+      }
+      case 'cutMetadata': {
+        // The body ends inside the metadata; the header still names the whole metadata.
+        const m = json(meta);
+        const cut = Math.min(g.cut, m.length - 1);
+        return malformed(`metadata cut ${cut} bytes short`, m.subarray(0, m.length - cut), String(m.length));
+      }
+      case 'notJson': {
+        const m = Buffer.from(`{${g.junk},,`, 'utf8');
+        return malformed('metadata not JSON', build(m).body, String(m.length));
+      }
+      case 'badUtf8': {
+        const m = Buffer.concat([
+          Buffer.from('{"id":"https://fuzz.example.com/', 'utf8'),
+          Buffer.from([0xff, 0xfe, 0xc3]),
+          Buffer.from('","url":"u","headers":{}}'),
+        ]);
+        return malformed('metadata not UTF-8', build(m).body, String(m.length));
+      }
+      case 'notObject': {
+        const m = json(g.notObject);
+        return malformed(
+          `metadata ${JSON.stringify(g.notObject).slice(0, 40)}`,
+          build(m).body,
+          String(m.length),
+        );
+      }
+      case 'wrongField': {
+        const bad = { ...meta, [g.wrong.field]: g.wrong.value };
+        const m = json(bad);
+        return malformed(
+          `${g.wrong.field}: ${JSON.stringify(g.wrong.value).slice(0, 40)}`,
+          build(m).body,
+          String(m.length),
+        );
+      }
+      case 'randomPage': {
+        // Random bytes said to be gzip or br: a well-formed result whose page may not decode.
+        const enc = g.encoding === 'identity' ? 'gzip' : g.encoding;
+        const m = json({ ...meta, outcome: 'rendered', headers: { ...headers, 'content-encoding': enc } });
+        const f = build(m, Buffer.from(g.randomBytes));
+        return {
+          ...base,
+          encoding: enc,
+          label: label(`${g.randomBytes.length} random bytes as ${enc}`),
+          body: f.body,
+          size: String(f.metaLen),
+          expect: 'wellFormed',
+          statuses: [...UNGRANTED, 'undecodable'],
+        };
+      }
+      case 'cutPage': {
+        // Cut inside the page, never all of it (a rendered result with no page bytes is another case).
+        const f = build(json(meta));
+        const cut = withPage ? Math.min(g.cut, page.length - 1) : 0;
+        const body = f.body.subarray(0, f.body.length - cut);
+        return {
+          ...base,
+          label: label(`page cut ${cut} bytes short`),
+          body,
+          size: String(f.metaLen),
+          expect: 'wellFormed',
+          statuses: [...UNGRANTED, 'undecodable'],
+        };
+      }
+      case 'oddEncoding': {
+        // A content-encoding the protocol does not name: refused, or taken as bytes that do not decode.
+        const m = json({
+          ...meta,
+          outcome: 'rendered',
+          headers: { ...headers, 'content-encoding': g.oddEncoding },
+        });
+        const f = build(m, Buffer.from(g.text, 'utf8'));
+        return {
+          ...base,
+          label: label(`content-encoding ${g.oddEncoding}`),
+          body: f.body,
+          size: String(f.metaLen),
+          expect: 'either',
+          statuses: [...UNGRANTED, 'undecodable'],
+        };
+      }
+    }
+  });
+
+test('generated prerender-protocol results: malformed framing or metadata is a 400 {error, code}, a well-formed one a 204 that changes nothing, never a 500', async () => {
+  const beforeState = await snapshot();
+  const cases = fc.sample(framedArb, { seed: SEED, numRuns: FRAMED_RUNS });
+  const failures: string[] = [];
+  const tally: Record<string, number> = {};
+  let next = 0;
+  const worker = async () => {
+    while (next < cases.length) {
+      const c = cases[next++]!;
+      const headers: Record<string, string> = {
+        'content-type': 'application/octet-stream',
+        'x-worker-id': c.workerId,
+      };
+      if (c.size !== null) headers['x-metadata-size'] = c.size;
+      let res;
+      try {
+        res = await send({
+          method: 'POST',
+          path: '/render_queue/job_result',
+          who: 'fleet',
+          headers,
+          raw: c.body,
+        });
+      } catch (e) {
+        failures.push(`${c.label}: transport error ${(e as Error).message}`);
+        continue;
+      }
+      const rs = res.headers['x-result-status'];
+      const key = `${c.expect}:${res.status}${typeof rs === 'string' ? ' ' + rs : ''}`;
+      tally[key] = (tally[key] ?? 0) + 1;
+      const problems: string[] = [];
+      if (res.status >= 500) problems.push('a 5xx');
+      const as400 =
+        res.status === 400 && typeof res.json?.error === 'string' && typeof res.json?.code === 'string';
+      const as204 =
+        res.status === 204 && res.text === '' && typeof rs === 'string' && c.statuses.includes(rs);
+      if (c.expect === 'malformed' && !as400) problems.push(`expected 400 {error, code}, got ${res.status}`);
+      if (c.expect === 'wellFormed' && !as204)
+        problems.push(
+          `expected 204 with x-result-status ${c.statuses.join('|')}, got ${res.status} ${String(rs)}`,
+        );
+      if (c.expect === 'either' && !as400 && !as204) problems.push(`expected 400 or 204, got ${res.status}`);
+      if (problems.length) failures.push(`${c.label}: ${problems.join('; ')}: ${res.text.slice(0, 200)}`);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  console.log(`fuzz (framed): ${cases.length} results, seed ${SEED}, answers ${JSON.stringify(tally)}`);
+  const count = (e: FramedCase['expect']) => cases.filter((c) => c.expect === e).length;
+  assert.ok(count('malformed') >= FRAMED_RUNS / 3, `${count('malformed')} malformed`);
+  assert.ok(count('wellFormed') >= FRAMED_RUNS / 5, `${count('wellFormed')} well-formed`);
+  assert.deepEqual(failures.slice(0, 20), [], `seed ${SEED}: ${failures.length} failing results`);
+  const health = await h.fetch('/prerender_admin/health', { fresh: true });
+  assert.equal(health.status, 200, 'Harper still serves');
+  assert.deepEqual(
+    await snapshot(),
+    beforeState,
+    `seed ${SEED}: the schedule, config, fleets, hooks or pauses changed`,
+  );
 });
