@@ -1,4 +1,4 @@
-// Lease grants at high table occupancy (issue 15 lever 6), single-threaded over an ArrayBuffer, no Harper.
+// Lease grants at high table occupancy, single-threaded over an ArrayBuffer, no Harper.
 // Run: npx tsc -p tsconfig.json && node dist/bench/lease-occupancy.js   (MAX_LEASES=262144 by default)
 //
 // For each live occupancy (10 %, 50 %, 90 %, 99 % of maxLeases, plus 130 % and 150 % because
@@ -9,7 +9,7 @@
 // so they neither block their key nor may be taken over. `round 2` is the claims bench's shape: a
 // table at 38 % (100,000 of 262,144) gets 100,000 more grants on top.
 import { LeaseTable, PROBE_WINDOW, RELEASE_GRACE_MS } from '../util/leases/table.js';
-import { HEADER_WORDS, SLOT_WORDS, S_REACH } from '../util/leases/slots.js';
+import { H, S } from '../util/leases/slots.js';
 
 const MAX_LEASES = Number(process.env.MAX_LEASES ?? 262_144);
 const T0 = Date.UTC(2026, 0, 1);
@@ -36,7 +36,7 @@ function grown(buffer: ArrayBuffer, table: LeaseTable): string {
   let homes = 0;
   let longest = PROBE_WINDOW;
   for (let slot = 0; slot < table.slotCount; slot++) {
-    const reach = words[HEADER_WORDS + slot * SLOT_WORDS + S_REACH]!;
+    const reach = words[H.WORDS + slot * S.WORDS + S.REACH]!;
     if (reach > PROBE_WINDOW) homes++;
     longest = Math.max(longest, reach);
   }

@@ -1,18 +1,8 @@
-// Lease tokens that cannot be guessed, results reported once, and expiries seen once (issue 12).
+// Lease tokens that cannot be guessed, results reported once, and expiries seen once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import {
-  EXPIRED,
-  H_NEXT_EXPIRY,
-  HEADER_WORDS,
-  LEASED,
-  REPORT_NONE,
-  S_EXPIRY,
-  S_REPORT,
-  SLOT_WORDS,
-  STATE_MASK,
-} from '../../util/leases/slots.js';
+import { H, Report, S, State } from '../../util/leases/slots.js';
 import { fromSharedSeconds } from '../../util/time.js';
 import { LeaseTable, RELEASE_GRACE_MS, type GrantOptions } from '../../util/leases/table.js';
 import { formatToken, nameHash, parseToken } from '../../util/leases/token.js';
@@ -215,17 +205,17 @@ test('a released lease is not an expiry even after its grace ends', () => {
 function endedUnseen(buffer: ArrayBuffer, now: number): number {
   const words = new Int32Array(buffer);
   let n = 0;
-  for (let base = HEADER_WORDS; base + SLOT_WORDS <= words.length; base += SLOT_WORDS) {
-    const state = words[base]! & STATE_MASK;
-    if (state !== LEASED && state !== EXPIRED) continue;
-    if (words[base + S_REPORT] !== REPORT_NONE) continue;
-    if (fromSharedSeconds(words[base + S_EXPIRY]!) <= now) n++;
+  for (let base = H.WORDS; base + S.WORDS <= words.length; base += S.WORDS) {
+    const state = words[base]! & State.MASK;
+    if (state !== State.LEASED && state !== State.EXPIRED) continue;
+    if (words[base + S.REPORT] !== Report.NONE) continue;
+    if (fromSharedSeconds(words[base + S.EXPIRY]!) <= now) n++;
   }
   return n;
 }
 
 test('a pass skips the walk while no lease can have ended, and the skip never hides an expiry', () => {
-  // collectExpired walks only when H_NEXT_EXPIRY says some lease may have ended. Every way a slot comes
+  // collectExpired walks only when H.NEXT_EXPIRY says some lease may have ended. Every way a slot comes
   // to hold a lease still to be seen expiring lowers the word: a grant (on either worker), an aborted
   // report, a grant taking over its own ended lease. With the word left alone by any of them this
   // fails: a pass skips and the oracle finds a lease ended and never seen.
@@ -290,15 +280,15 @@ test('a pass skips the walk while no lease can have ended, and the skip never hi
     0,
   );
   const words = new Int32Array(buffer);
-  assert.equal(fromSharedSeconds(words[H_NEXT_EXPIRY]!), g.expiresAt, 'the word holds the soonest end');
-  for (let base = HEADER_WORDS; base + SLOT_WORDS <= words.length; base += SLOT_WORDS)
-    if ((words[base]! & STATE_MASK) === LEASED) words[base + S_EXPIRY] = 0;
+  assert.equal(fromSharedSeconds(words[H.NEXT_EXPIRY]!), g.expiresAt, 'the word holds the soonest end');
+  for (let base = H.WORDS; base + S.WORDS <= words.length; base += S.WORDS)
+    if ((words[base]! & State.MASK) === State.LEASED) words[base + S.EXPIRY] = 0;
   assert.equal(
     t.collectExpired(T0 + 2000, () => undefined),
     0,
     'skipped: no lease could have ended',
   );
-  words[H_NEXT_EXPIRY] = 0;
+  words[H.NEXT_EXPIRY] = 0;
   assert.equal(
     t.collectExpired(T0 + 2000, () => undefined),
     1,

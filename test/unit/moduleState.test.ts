@@ -1,4 +1,4 @@
-// One house (issue 14): no module-level mutable state outside the composition root (resources.ts), apart
+// One house: no module-level mutable state outside the composition root (resources.ts), apart
 // from process-wide things named here, and no raw timers outside the duty scheduler. A scan of the source
 // lines under util/ and services/, comments removed:
 //   state  a top-level `let`/`var`, or a top-level `const` whose value is `new …`, an array literal or an
@@ -28,7 +28,7 @@ const PROCESS_WIDE: Record<string, string> = {
   'services/schedule/rawRecords.ts processWideRowReader':
     "this thread's decode plans per shared struct for the walk's fields; no rows",
   'util/leases/token.ts processWideRandomPool': "this thread's CSPRNG bytes: one pool serves every grant",
-  'util/leases/slots.ts napCell': 'never written: the SharedArrayBuffer word Atomics.wait naps on',
+  'util/leases/memory.ts napCell': 'never written: the SharedArrayBuffer word Atomics.wait naps on',
   'util/handoff/stateDoc.ts packr': 'a codec without shared structures: each message carries its own',
   'util/notify/wakeBody.ts QUEUE_NAME': 'a RegExp without the g/y flags keeps no lastIndex',
   'services/http/requestChecks.ts utf8': 'a TextDecoder used without `stream` keeps nothing between calls',

@@ -1,142 +1,126 @@
 // The lease table: which keys are out with a renderer right now, shared by every worker thread of one
-// process through a plain ArrayBuffer. Lock-free apart from a per-slot write section of a
-// handful of stores. The layers, each a class over the one before:
-//   util/leases/slots.ts   the memory: layout, the key's window and its reach, consistent slot reads
-//   util/leases/upkeep.ts  expiry and reconcile passes over every slot
-//   util/leases/grants.ts  grant, give-back and hold, with the lock-free exclusivity argument
-//   this file              release, result reports, token checks and the read-only lookups
-// Every lookup here walks the key's whole window as its home's reach word names it, read once at the
-// start of the walk; grants.ts says why such a walk never misses a live lease granted further out.
+// process through a plain ArrayBuffer. Lock-free apart from a per-slot write section of a handful of
+// stores. This class is the one way in; it works out each call's KeyRef once and hands it to the parts:
+//   util/leases/slots.ts      the layout: header and slot words, states, pure helpers
+//   util/leases/memory.ts     the memory: header set-up, a key's window and reach, consistent slot reads
+//   util/leases/grantScan.ts  a grant's scan of the window and its decision, both pure
+//   util/leases/grant.ts      grant, give-back, hold and adopt, with the lock-free exclusivity argument
+//   util/leases/reports.ts    release, result reports and token checks
+//   util/leases/lookups.ts    the read-only walks of one key's window
+//   util/leases/upkeep.ts     expiry, reconcile and the other passes over every slot
+import type { HandoffLease } from '../cluster/handoff.js';
+import { minuteOf } from '../time.js';
+import { H, Report, S, State, slotCountFor } from './slots.js';
+import { SlotMemory, SlotView, type KeyRef } from './memory.js';
+import { Grants, type GrantStep } from './grant.js';
+import type { GrantOptions, GrantResult } from './grantScan.js';
 import {
-  BUSY,
-  EMPTY,
-  HEADER_WORDS,
-  HELD,
-  LEASED,
-  NO_DUE,
-  REPORT_ACCEPTED,
-  REPORT_NONE,
-  REPORT_PENDING,
-  REPORT_UNKNOWN_JOB,
-  RELEASED,
-  SLOT_WORDS,
-  STATE_MASK,
-  S_EXPIRY,
-  S_HASH_HI,
-  S_HASH_LO,
-  S_REPORT,
-  blocks,
-  slotCountFor,
-} from './slots.js';
-import { fromSharedSeconds, MINUTE_MS, minuteOf } from '../time.js';
-import { formatToken, parseToken } from './token.js';
-import { LeaseGrants, MAX_ATTEMPTS } from './grants.js';
+  beginReport,
+  check,
+  endReport,
+  grantOf,
+  release,
+  type Grantee,
+  type ReportAnswer,
+  type ReportCaller,
+  type ReportStart,
+  type TokenCheck,
+} from './reports.js';
+import { blockedUntil, latestReported, lookup, type LeaseView } from './lookups.js';
+import { LeaseUpkeep, RECONCILE_SLICE_SLOTS, type ReconcileResult, type StoredReconcile } from './upkeep.js';
+import { parseToken } from './token.js';
 
 export { MAX_REACH, PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
-export { DEAD_SLOT_RETENTION_MS, type ReconcileResult } from './upkeep.js';
-export type { GrantOptions, GrantResult, GrantStep, LeaseTableOptions } from './grants.js';
+export { DEAD_SLOT_RETENTION_MS, type ReconcileResult, type StoredReconcile } from './upkeep.js';
+export type { GrantOptions, GrantResult } from './grantScan.js';
+export type { GrantStep } from './grant.js';
+export type { Grantee, ReportAnswer, ReportCaller, ReportStart, TokenCheck } from './reports.js';
+export type { LeaseState, LeaseView } from './lookups.js';
 
-export type TokenCheck = 'current' | 'superseded' | 'none';
-/** The answer a result got, kept with the lease so a retry of the same result gets it again. */
-export type ReportAnswer =
-  { accepted: true; nextRenderTime: number } | { accepted: false; code: 'unknown_job' };
-/**
- * Whether a result may be applied: `first` (go ahead, then finishReport or abortReport), `duplicate`
- * (the same result was applied already: answer it again), `pending` (the same result is being applied
- * right now), `superseded` (not the key's latest grant, not this caller's, or not a token at all).
- */
-export type ReportStart =
-  | { kind: 'first' }
-  | { kind: 'duplicate'; answer: ReportAnswer }
-  | { kind: 'pending' }
-  | { kind: 'superseded' };
-/** Who a lease went to: the nameHash of the user and of the claim's `x-worker-id`. */
-export interface Grantee {
-  user: number;
-  worker: number;
-}
-export interface ReportCaller {
-  /** nameHash of the reporting user. */
-  user: number;
-  /** A super_user may report any lease. */
-  superUser: boolean;
-}
-export type LeaseState = 'leased' | 'grace' | 'held' | 'expired' | 'released' | 'none';
-export interface LeaseView {
-  state: LeaseState;
-  token: string | null;
-  /** When the current state stops blocking: lease end, grace end or hold end. */
-  expiresAt: number | null;
-  misses: number;
-  dueMs: number | null;
+export interface LeaseTableOptions {
+  /** Called inside each grant before its claim CAS, before its publish and before its rescan (tests). */
+  onGrantStep?: (step: GrantStep, slot: number) => void;
+  /** 32 random bits per call (tests inject a fixed sequence); the OS CSPRNG by default. */
+  random?: () => number;
+  /** The fewest slots the table keeps (the node passes RELEASE_ROOM_SLOTS); 4 per lease otherwise. */
+  minSlots?: number;
 }
 
-/** What lookup calls a slot state while it still blocks, and after. */
-const VIEWS: Partial<Record<number, [LeaseState, LeaseState]>> = {
-  [LEASED]: ['leased', 'expired'],
-  [RELEASED]: ['grace', 'released'],
-  [HELD]: ['held', 'expired'],
-};
+export class LeaseTable {
+  /** The table's own capacity, which is the first allocation's even when this caller asked otherwise. */
+  readonly maxLeases: number;
+  readonly slotCount: number;
+  /** True when the buffer was sized for another maxLeases; the caller should log it loudly. */
+  readonly sizeMismatch: boolean;
+  private readonly mem: SlotMemory;
+  private readonly grants: Grants;
+  private readonly upkeep: LeaseUpkeep;
+  /**
+   * What the reports and lookups read slots into, passed to each: `view` for the slot at hand, `latest`
+   * for the latest grant a walk keeps. Allocated once, since the publish's lease skip and every result
+   * read through them; each call fills them afresh before it reads them.
+   */
+  private readonly view = new SlotView();
+  private readonly latest = new SlotView();
+  // A one-entry memo of refOf, a pure function of the key: a claim asks isLeased then grant of one key.
+  private memoKey: string | undefined;
+  private memoRef: KeyRef | undefined;
 
-/** Where a block found by `blocksCurrent` ends (ms); a lease with its report under way ends at once. */
-function blockEnd(expirySec: number, report: number, now: number): number {
-  return report === REPORT_PENDING ? now + 1 : fromSharedSeconds(expirySec);
-}
-
-export class LeaseTable extends LeaseGrants {
   /** Bytes needed for `maxLeases` (and at least `minSlots` slots); allocate the shared buffer with this. */
   static byteLength(maxLeases: number, minSlots?: number): number {
-    return (HEADER_WORDS + slotCountFor(maxLeases, minSlots) * SLOT_WORDS) * 4;
+    return (H.WORDS + slotCountFor(maxLeases, minSlots) * S.WORDS) * 4;
+  }
+
+  constructor(buffer: ArrayBuffer | SharedArrayBuffer, maxLeases: number, options: LeaseTableOptions = {}) {
+    this.mem = new SlotMemory(buffer, maxLeases, options.minSlots);
+    this.grants = new Grants(this.mem, options.random, options.onGrantStep);
+    this.upkeep = new LeaseUpkeep(this.mem);
+    this.maxLeases = this.mem.maxLeases;
+    this.slotCount = this.mem.slotCount;
+    this.sizeMismatch = this.mem.sizeMismatch;
+  }
+
+  private refOf(key: string): KeyRef {
+    if (key === this.memoKey) return this.memoRef!;
+    const ref = this.mem.refOf(key);
+    this.memoKey = key;
+    this.memoRef = ref;
+    return ref;
+  }
+
+  /** First slot of `key`'s probe window (for explain output and tests that need colliding keys). */
+  windowStart(key: string): number {
+    return this.refOf(key).home;
+  }
+
+  /**
+   * Grants `key` exclusively, or says why not. An expired lease of the key counts a miss and reports
+   * `requeued`; enough misses hold the key instead.
+   */
+  grant(key: string, now: number, options: GrantOptions): GrantResult {
+    return this.grants.grant(this.refOf(key), now, options);
+  }
+
+  /** Records a lease another node had out on a row this node now holds (Grants.adopt says how). */
+  adopt(lease: HandoffLease, now: number): boolean {
+    return this.grants.adopt(lease, now);
   }
 
   /** Releases the grant that `token` names, once; clears a hold and the miss count. */
   release(key: string, token: string, now: number): boolean {
     const parts = parseToken(token);
-    if (!parts) return false;
-    this.hash(key);
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      const base = this.slotOf(parts);
-      if (base < 0) return false;
-      const word = this.read(base, true);
-      const state = word & STATE_MASK;
-      if (state === RELEASED) return false;
-      if (state === EMPTY || state === BUSY) continue;
-      if (!this.sameGrant(parts)) return false;
-      if (this.rewrite(base, word, RELEASED, now, this.reportRead, this.answerRead)) return true;
-    }
-    return false;
+    return parts !== null && release(this.mem, this.refOf(key), parts, now, this.view);
   }
 
   /**
-   * Starts reporting the lease `token` names. Only the
-   * key's latest grant, reported by its grantee or a super_user, may start; a lease starts once, and
-   * every later start of it answers `duplicate` with the first answer (or `pending` while it runs).
+   * Starts reporting the lease `token` names. Only the key's latest grant, reported by its grantee or a
+   * super_user, may start; a lease starts once, and every later start of it answers `duplicate` with the
+   * first answer (or `pending` while it runs).
    */
   beginReport(key: string, token: unknown, caller: ReportCaller): ReportStart {
     const parts = parseToken(token);
     if (!parts) return { kind: 'superseded' };
-    this.hash(key);
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      if (this.latestToken(true) !== parts.grantedAt) return { kind: 'superseded' };
-      const base = this.slotOf(parts);
-      if (base < 0) return { kind: 'superseded' };
-      const word = this.read(base, true);
-      const state = word & STATE_MASK;
-      if (state === EMPTY || state === BUSY) continue;
-      if (!this.sameGrant(parts)) return { kind: 'superseded' };
-      if (!caller.superUser && this.userRead !== 0 && this.userRead !== caller.user)
-        return { kind: 'superseded' };
-      const report = this.reportRead;
-      if (report === REPORT_ACCEPTED)
-        return { kind: 'duplicate', answer: { accepted: true, nextRenderTime: this.answerRead * MINUTE_MS } };
-      if (report === REPORT_UNKNOWN_JOB)
-        return { kind: 'duplicate', answer: { accepted: false, code: 'unknown_job' } };
-      if (report === REPORT_PENDING) return { kind: 'pending' };
-      // A released slot always carries its answer; anything else here is a lease still to report.
-      if (state === RELEASED) return { kind: 'superseded' };
-      if (this.rewrite(base, word, state, 0, REPORT_PENDING, 0)) return { kind: 'first' };
-    }
-    return { kind: 'pending' };
+    return beginReport(this.mem, this.refOf(key), parts, caller, this.view);
   }
 
   /**
@@ -144,126 +128,41 @@ export class LeaseTable extends LeaseGrants {
    * fast-retry lane, where the lease paces the retry), and keeps the answer for retries.
    */
   finishReport(key: string, token: string, answer: ReportAnswer, keepLease: boolean, now: number): void {
-    const code = answer.accepted ? REPORT_ACCEPTED : REPORT_UNKNOWN_JOB;
+    const parts = parseToken(token);
+    if (!parts) return;
+    const code = answer.accepted ? Report.ACCEPTED : Report.UNKNOWN_JOB;
     const minute = answer.accepted ? minuteOf(answer.nextRenderTime) : 0;
-    this.endReport(key, token, (state) => (keepLease ? state : RELEASED), code, minute, now);
+    const next = (state: number): number => (keepLease ? state : State.RELEASED);
+    endReport(this.mem, this.refOf(key), parts, next, code, minute, now, this.view);
   }
 
   /** Gives a started report up (its write failed): the next report of the lease starts afresh. */
   abortReport(key: string, token: string): void {
-    this.endReport(key, token, (state) => state, REPORT_NONE, 0, 0);
-  }
-
-  private endReport(
-    key: string,
-    token: string,
-    nextState: (state: number) => number,
-    report: number,
-    answer: number,
-    now: number,
-  ): void {
     const parts = parseToken(token);
-    if (!parts) return;
-    this.hash(key);
-    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
-      const base = this.slotOf(parts);
-      if (base < 0) return;
-      const word = this.read(base, true);
-      const state = word & STATE_MASK;
-      if (state === EMPTY || state === BUSY) continue;
-      if (!this.sameGrant(parts) || this.reportRead !== REPORT_PENDING) return;
-      if (this.rewrite(base, word, nextState(state), now, report, answer)) return;
-    }
-  }
-
-  /** The window slot holding the grant `parts` names (by its instant), or -1. Leaves it read. */
-  private slotOf(parts: { grantedAt: number }): number {
-    for (let k = 0, n = this.window(); k < n; k++) {
-      const base = this.base(k);
-      const state = this.read(base, true) & STATE_MASK;
-      if (state !== EMPTY && state !== BUSY && this.readIsKey() && this.tokenRead === parts.grantedAt)
-        return base;
-    }
-    return -1;
-  }
-
-  /** Does the last read slot carry exactly this token (instant and random bits)? */
-  private sameGrant(parts: { grantedAt: number; randHi: number; randLo: number }): boolean {
-    return (
-      this.readIsKey() &&
-      this.tokenRead === parts.grantedAt &&
-      this.randHiRead === parts.randHi &&
-      this.randLoRead === parts.randLo
-    );
+    if (parts) endReport(this.mem, this.refOf(key), parts, (state) => state, Report.NONE, 0, 0, this.view);
   }
 
   /**
    * The token of the key's latest grant when that grant went to exactly this grantee (the same user and
-   * the same worker id), else null. A result that carries no lease token finds its lease this way
-   * (docs/prerender-fleet.md); there is no super_user exception, since a token-less result names no
-   * lease of its own and only the grantee can say it rendered this one.
+   * the same worker id), else null (docs/prerender-fleet.md).
    */
   grantOf(key: string, grantee: Grantee): string | null {
-    this.hash(key);
-    let token = -1;
-    let randHi = 0;
-    let randLo = 0;
-    let user = 0;
-    let worker = 0;
-    for (let k = 0, n = this.window(); k < n; k++) {
-      const state = this.read(this.base(k), true) & STATE_MASK;
-      if (state === EMPTY || state === BUSY || !this.readIsKey() || this.tokenRead <= token) continue;
-      token = this.tokenRead;
-      randHi = this.randHiRead;
-      randLo = this.randLoRead;
-      user = this.userRead;
-      worker = this.workerRead;
-    }
-    if (token < 0 || user !== grantee.user || worker !== grantee.worker) return null;
-    return formatToken({ grantedAt: token, randHi, randLo });
+    return grantOf(this.mem, this.refOf(key), grantee, this.latest, this.view);
   }
 
   /** Is `token` the key's latest grant? A late result of an expired, not re-granted lease is current. */
   check(key: string, token: string): TokenCheck {
-    this.hash(key);
-    const latest = this.latestToken(true);
-    if (latest < 0) return 'none';
-    const parts = parseToken(token);
-    if (!parts || latest !== parts.grantedAt) return 'superseded';
-    const base = this.slotOf(parts);
-    return base >= 0 && this.sameGrant(parts) ? 'current' : 'superseded';
+    return check(this.mem, this.refOf(key), parseToken(token), this.view);
   }
 
   /** The keeper's skip predicate: a live lease, a release grace or an active hold. */
   isLeased(key: string, now: number): boolean {
-    this.hash(key);
-    return this.blocksCurrent(now) > 0;
+    return blockedUntil(this.mem, this.refOf(key), now, this.view) > 0;
   }
 
   /** isLeased for a key whose keyHash the caller already holds (the keeper stores one per row). */
   isLeasedHash(hi: number, lo: number, now: number): boolean {
-    this.useHash(hi, lo);
-    return this.blocksCurrent(now) > 0;
-  }
-
-  /**
-   * Whether the latest grant of the key with this hash had its result: released, or kept by the
-   * fast-retry lane with its report accepted. The beat's check of leases it hands over
-   * (util/cluster/handoff.ts), so their new holder counts no miss for a render that succeeded.
-   */
-  reportedHash(hi: number, lo: number): boolean {
-    this.useHash(hi, lo);
-    let latest = -1;
-    let reported = false;
-    for (let k = 0, n = this.window(); k < n; k++) {
-      const state = this.read(this.base(k), true) & STATE_MASK;
-      if (state === EMPTY || state === BUSY || !this.readIsKey() || this.tokenRead <= latest) continue;
-      latest = this.tokenRead;
-      reported =
-        state === RELEASED ||
-        (state === LEASED && (this.reportRead === REPORT_ACCEPTED || this.reportRead === REPORT_UNKNOWN_JOB));
-    }
-    return reported;
+    return blockedUntil(this.mem, this.mem.refOfHash(hi, lo), now, this.view) > 0;
   }
 
   /**
@@ -275,101 +174,74 @@ export class LeaseTable extends LeaseGrants {
    * change may already have reached the keeper, so it should not be parked until the lease's end.
    */
   leasedUntilHash(hi: number, lo: number, now: number): number {
-    this.useHash(hi, lo);
-    return this.blocksCurrent(now);
+    return blockedUntil(this.mem, this.mem.refOfHash(hi, lo), now, this.view);
   }
 
   /**
-   * Does a slot of the current key's window block it? Advisory (the grant decides for itself), so a
-   * slot is first looked at through its state and hash words alone: most of a window holds other keys,
-   * and their consistent read (a dozen words) was most of a publish's lease skip. A slot of this key
-   * whose state word moved meanwhile, or a BUSY one, gets the consistent read.
+   * Whether the latest grant of the key with this hash had its result: released, or kept by the
+   * fast-retry lane with its report answered. The beat's check of leases it hands over
+   * (util/cluster/handoff.ts), so their new holder counts no miss for a render that succeeded.
    */
-  private blocksCurrent(now: number): number {
-    const a = this.words;
-    for (let k = 0, n = this.window(); k < n; k++) {
-      const base = this.base(k);
-      const word = Atomics.load(a, base);
-      const state = word & STATE_MASK;
-      if (state === EMPTY) continue;
-      if (state !== BUSY) {
-        if (
-          Atomics.load(a, base + S_HASH_HI) !== this.hashHi ||
-          Atomics.load(a, base + S_HASH_LO) !== this.hashLo
-        )
-          continue;
-        const expiry = Atomics.load(a, base + S_EXPIRY);
-        const report = Atomics.load(a, base + S_REPORT);
-        if (Atomics.load(a, base) === word) {
-          if (blocks(state, expiry, now)) return blockEnd(expiry, report, now);
-          continue;
-        }
-      }
-      const again = this.read(base, false);
-      if (this.readIsKey() && blocks(again & STATE_MASK, this.expiryRead, now))
-        return blockEnd(this.expiryRead, this.reportRead, now);
-    }
-    return 0;
+  reportedHash(hi: number, lo: number): boolean {
+    return latestReported(this.mem, this.mem.refOfHash(hi, lo), this.latest, this.view);
   }
 
   /** The key's latest grant as explain shows it. */
   lookup(key: string, now: number): LeaseView {
-    this.hash(key);
-    let token = -1;
-    let state = EMPTY;
-    let expiry = 0;
-    let misses = 0;
-    let due = NO_DUE;
-    let randHi = 0;
-    let randLo = 0;
-    for (let k = 0, n = this.window(); k < n; k++) {
-      const slotState = this.read(this.base(k), true) & STATE_MASK;
-      if (slotState === EMPTY || slotState === BUSY || !this.readIsKey() || this.tokenRead <= token) continue;
-      token = this.tokenRead;
-      state = slotState;
-      expiry = this.expiryRead;
-      misses = this.missesRead;
-      due = this.dueRead;
-      randHi = this.randHiRead;
-      randLo = this.randLoRead;
-    }
-    if (token < 0) return { state: 'none', token: null, expiresAt: null, misses: 0, dueMs: null };
-    const end = fromSharedSeconds(expiry);
-    const live = end > now;
-    const [ifLive, ifOver] = VIEWS[state] ?? ['expired', 'expired'];
-    return {
-      state: live ? ifLive : ifOver,
-      token: formatToken({ grantedAt: token, randHi, randLo }),
-      expiresAt: end,
-      misses,
-      dueMs: due === NO_DUE ? null : due * MINUTE_MS,
-    };
+    return lookup(this.mem, this.refOf(key), now, this.latest, this.view);
   }
 
-  /** Highest token among this key's slots, or -1 when it has none. */
-  private latestToken(patient: boolean): number {
-    let latest = -1;
-    for (let k = 0, n = this.window(); k < n; k++) {
-      const state = this.read(this.base(k), patient) & STATE_MASK;
-      if (state !== EMPTY && state !== BUSY && this.readIsKey() && this.tokenRead > latest)
-        latest = this.tokenRead;
-    }
-    return latest;
+  /** Gauge of leases out: exact for grants and releases, high by leases that expired since reconcile. */
+  occupancy(): number {
+    return this.mem.occupancy();
   }
 
-  /**
-   * Live leases by the nameHash of their queue (S_QUEUE; 0 for a slot written without one), for the
-   * per-queue metrics. Read-only: one pass of consistent slot reads that changes no slot and no gauge.
-   */
+  /** The figures the last reconcile stored (by any worker), with when it ran; null before the first. */
+  lastReconcile(): StoredReconcile | null {
+    return this.upkeep.lastReconcile();
+  }
+
+  /** Live leases by the nameHash of their queue, for the per-queue metrics (LeaseUpkeep.leasesByQueue). */
   leasesByQueue(now: number): Map<number, number> {
-    const out = new Map<number, number>();
-    for (let slot = 0; slot < this.slotCount; slot++) {
-      const base = HEADER_WORDS + slot * SLOT_WORDS;
-      if ((Atomics.load(this.words, base) & STATE_MASK) !== LEASED) continue;
-      const word = this.read(base, false);
-      if ((word & STATE_MASK) !== LEASED || fromSharedSeconds(this.expiryRead) <= now) continue;
-      out.set(this.queueRead, (out.get(this.queueRead) ?? 0) + 1);
-    }
-    return out;
+    return this.upkeep.leasesByQueue(now);
+  }
+
+  /** Leases past their end with no result, each seen once (LeaseUpkeep.collectExpired says how). */
+  collectExpired(now: number, visit: (queue: number) => void): number {
+    return this.upkeep.collectExpired(now, visit);
+  }
+
+  /** Full slot scan: the live count, expired leases out of the gauge, long-dead slots emptied. */
+  reconcile(now: number): ReconcileResult {
+    return this.upkeep.reconcile(now);
+  }
+
+  /** reconcile in slices of `sliceSlots` with `pause()` between them (LeaseUpkeep.reconcileInSlices). */
+  reconcileInSlices(
+    now: number,
+    pause: () => Promise<void>,
+    sliceSlots = RECONCILE_SLICE_SLOTS,
+  ): Promise<ReconcileResult> {
+    return this.upkeep.reconcileInSlices(now, pause, sliceSlots);
+  }
+
+  /** The leases to hand over with rows this node no longer holds (LeaseUpkeep.handoffScan). */
+  handoffScan(
+    now: number,
+    holds: (hi: number, lo: number) => boolean,
+    releasedForMs: number,
+  ): HandoffLease[] {
+    return this.upkeep.handoffScan(now, holds, releasedForMs);
+  }
+
+  /** handoffScan in slices of `sliceSlots`, yielding to `pause` between them (a big table's pass). */
+  handoffScanInSlices(
+    now: number,
+    holds: (hi: number, lo: number) => boolean,
+    releasedForMs: number,
+    pause: () => Promise<void>,
+    sliceSlots = RECONCILE_SLICE_SLOTS,
+  ): Promise<HandoffLease[]> {
+    return this.upkeep.handoffScanInSlices(now, holds, releasedForMs, pause, sliceSlots);
   }
 }

@@ -1,34 +1,9 @@
 // Lease table upkeep: the passes over every slot that keep the table honest without a caller asking —
 // expired leases seen once (for `requeued`), the occupancy gauge set back to the live count, dead and
-// abandoned slots emptied. The grant rules (util/leases/grants.ts), then release and the reports
-// (util/leases/table.ts) build on this; `rewrite` lives here because an expiry and a release are both
-// one slot transition through BUSY.
-import {
-  BUSY,
-  EMPTY,
-  EXPIRED,
-  H_OCCUPANCY,
-  HEADER_WORDS,
-  HELD,
-  H_MISSED_EXPIRY,
-  H_NEXT_EXPIRY,
-  INT32_MAX,
-  MISSED_EXPIRY_WORDS,
-  LEASED,
-  LeaseSlots,
-  RELEASE_GRACE_MS,
-  RELEASED,
-  REPORT_EXPIRY_SEEN,
-  REPORT_NONE,
-  S_ANSWER,
-  S_EXPIRY,
-  S_HOLD_OFF,
-  S_MISSES,
-  S_REPORT,
-  SLOT_WORDS,
-  STATE_MASK,
-  nextWord,
-} from './slots.js';
+// abandoned slots emptied — and the read-only passes for the per-queue metrics and the leases to hand
+// over to another node. Each works through the table's memory (util/leases/memory.ts).
+import { H, Report, S, State, INT32_MAX, RELEASE_GRACE_MS, TOKEN_SPLIT, nextWord } from './slots.js';
+import { SlotView, type SlotMemory } from './memory.js';
 import { fromSharedSeconds, MINUTE_MS, sharedSecondsAtOrAfter } from '../time.js';
 import type { HandoffLease } from '../cluster/handoff.js';
 
@@ -62,6 +37,14 @@ const newPass = (now: number): ReconcilePass => ({
   stuck: new Map(),
 });
 
+/** What reconcile leaves in the header for every worker (the overview's lease figures). */
+export interface StoredReconcile {
+  occupancy: number;
+  at: number;
+  oldestExpiresAt: number | null;
+  oldestGrantedAt: number | null;
+}
+
 export interface ReconcileResult {
   occupancy: number;
   oldestExpiresAt: number | null;
@@ -69,14 +52,13 @@ export interface ReconcileResult {
   reclaimed: number;
 }
 
-export class LeaseUpkeep extends LeaseSlots {
+/** The passes over every slot of one table's memory, with what they carry from one pass to the next. */
+export class LeaseUpkeep {
+  /** BUSY slots the last reconcile saw, with their word and since when (a writer that died). */
   private stuckSeen = new Map<number, { word: number; since: number }>();
   private slicedPass: Promise<ReconcileResult> | null = null;
 
-  /** Gauge of leases out: exact for grants and releases, high by leases that expired since reconcile. */
-  occupancy(): number {
-    return Atomics.load(this.words, H_OCCUPANCY);
-  }
+  constructor(private readonly mem: SlotMemory) {}
 
   /**
    * Leases past their end with no result, each seen once (a `requeued` wake at expiry): marks them,
@@ -85,8 +67,8 @@ export class LeaseUpkeep extends LeaseSlots {
    * it empties the missed-expiry mailbox: a lease a claim took over right after its end, before any pass
    * saw it, is visited (once per queue) from there; the answer counts the slots the walk saw end.
    *
-   * The pass is skipped while H_NEXT_EXPIRY says no such lease can have ended yet (a drain's leases end
-   * minutes out, and the walk over a 1M-slot table took 16-29 ms a publish). Why the word never lets a
+   * The pass is skipped while H.NEXT_EXPIRY says no such lease can have ended yet (a drain's leases end
+   * minutes out, and a walk over a 1M-slot table takes 16-29 ms, bench/lease-scans.ts). Why the word never lets a
    * pass skip a lease that ended: the pass stores INT32_MAX into it first, then walks, then CAS-mins in
    * the soonest end it left for later. Every transition that leaves a slot LEASED or EXPIRED without a
    * report (a grant's publish, a give-back, an aborted report) CAS-mins its end into the word AFTER its
@@ -95,61 +77,62 @@ export class LeaseUpkeep extends LeaseSlots {
    * walk cannot settle (torn, BUSY-raced, a lost rewrite) folds in the next second.
    */
   collectExpired(now: number, visit: (queue: number) => void): number {
-    const a = this.words;
-    for (let w = H_MISSED_EXPIRY; w < H_MISSED_EXPIRY + MISSED_EXPIRY_WORDS; w++) {
+    const a = this.mem.words;
+    for (let w = H.MISSED_EXPIRY; w < H.MISSED_EXPIRY + H.MISSED_EXPIRY_WORDS; w++) {
       const queue = Atomics.load(a, w);
       if (queue !== 0 && Atomics.compareExchange(a, w, queue, 0) === queue) visit(queue);
     }
-    if (fromSharedSeconds(Atomics.load(a, H_NEXT_EXPIRY)) > now) return 0;
-    Atomics.store(a, H_NEXT_EXPIRY, INT32_MAX);
+    if (fromSharedSeconds(Atomics.load(a, H.NEXT_EXPIRY)) > now) return 0;
+    Atomics.store(a, H.NEXT_EXPIRY, INT32_MAX);
     const retry = sharedSecondsAtOrAfter(now);
+    const view = new SlotView();
     let next = INT32_MAX;
     let seen = 0;
-    for (let slot = 0; slot < this.slotCount; slot++) {
-      const base = HEADER_WORDS + slot * SLOT_WORDS;
+    for (let slot = 0; slot < this.mem.slotCount; slot++) {
+      const base = this.mem.base(slot);
       const word = Atomics.load(a, base);
-      const state = word & STATE_MASK;
-      if (state !== LEASED && state !== EXPIRED) continue;
-      if (Atomics.load(a, base + S_REPORT) !== REPORT_NONE) continue;
+      const state = word & State.MASK;
+      if (state !== State.LEASED && state !== State.EXPIRED) continue;
+      if (Atomics.load(a, base + S.REPORT) !== Report.NONE) continue;
       // Most live leases are not due to end: one word says so without the slot's consistent read (a
       // torn look only defers a lease to the next pass; the read below decides for the ones left).
-      const expiry = Atomics.load(a, base + S_EXPIRY);
+      const expiry = Atomics.load(a, base + S.EXPIRY);
       if (fromSharedSeconds(expiry) > now) {
         if (expiry < next) next = expiry;
         continue;
       }
-      const read = this.read(base, false);
-      if (read !== word || this.reportRead !== REPORT_NONE || fromSharedSeconds(this.expiryRead) > now) {
+      const read = this.mem.read(base, false, view);
+      if (read !== word || view.report !== Report.NONE || fromSharedSeconds(view.expiry) > now) {
         next = Math.min(next, retry);
         continue;
       }
-      const queue = this.queueRead;
-      if (!this.rewrite(base, word, EXPIRED, 0, REPORT_EXPIRY_SEEN, this.answerRead)) {
+      const queue = view.queue;
+      if (!this.mem.rewrite(base, word, State.EXPIRED, 0, Report.EXPIRY_SEEN, view.answer)) {
         next = Math.min(next, retry);
         continue;
       }
       seen++;
       visit(queue);
     }
-    this.noteExpiry(next);
+    this.mem.noteExpiry(next);
     return seen;
   }
 
   /**
-   * A grant took over a lease that ended unseen: its queue goes into the mailbox for the next
-   * collectExpired (H_MISSED_EXPIRY). A queue already waiting there is not added twice.
+   * Live leases by the nameHash of their queue (S.QUEUE; 0 for a slot written without one), for the
+   * per-queue metrics. Read-only: one pass of consistent slot reads that changes no slot and no gauge.
    */
-  protected noteMissedExpiry(queue: number): void {
-    if (queue === 0) return;
-    const a = this.words;
-    const start = (queue >>> 0) % MISSED_EXPIRY_WORDS;
-    for (let i = 0; i < MISSED_EXPIRY_WORDS; i++) {
-      const w = H_MISSED_EXPIRY + ((start + i) % MISSED_EXPIRY_WORDS);
-      const was = Atomics.load(a, w);
-      if (was === queue) return;
-      if (was === 0 && Atomics.compareExchange(a, w, 0, queue) === 0) return;
-      if (Atomics.load(a, w) === queue) return;
+  leasesByQueue(now: number): Map<number, number> {
+    const out = new Map<number, number>();
+    const view = new SlotView();
+    for (let slot = 0; slot < this.mem.slotCount; slot++) {
+      const base = this.mem.base(slot);
+      if ((Atomics.load(this.mem.words, base) & State.MASK) !== State.LEASED) continue;
+      const word = this.mem.read(base, false, view);
+      if ((word & State.MASK) !== State.LEASED || fromSharedSeconds(view.expiry) <= now) continue;
+      out.set(view.queue, (out.get(view.queue) ?? 0) + 1);
     }
+    return out;
   }
 
   /**
@@ -165,7 +148,7 @@ export class LeaseUpkeep extends LeaseSlots {
     releasedForMs: number,
   ): HandoffLease[] {
     const out: HandoffLease[] = [];
-    this.handoffSlots(now, holds, releasedForMs, 0, this.slotCount, out);
+    this.handoffSlots(now, holds, releasedForMs, 0, this.mem.slotCount, out);
     return out;
   }
 
@@ -178,9 +161,16 @@ export class LeaseUpkeep extends LeaseSlots {
     sliceSlots = RECONCILE_SLICE_SLOTS,
   ): Promise<HandoffLease[]> {
     const out: HandoffLease[] = [];
-    for (let from = 0; from < this.slotCount; from += sliceSlots) {
+    for (let from = 0; from < this.mem.slotCount; from += sliceSlots) {
       if (from > 0) await pause();
-      this.handoffSlots(now, holds, releasedForMs, from, Math.min(this.slotCount, from + sliceSlots), out);
+      this.handoffSlots(
+        now,
+        holds,
+        releasedForMs,
+        from,
+        Math.min(this.mem.slotCount, from + sliceSlots),
+        out,
+      );
     }
     return out;
   }
@@ -193,70 +183,30 @@ export class LeaseUpkeep extends LeaseSlots {
     to: number,
     out: HandoffLease[],
   ): void {
-    const a = this.words;
+    const a = this.mem.words;
+    const view = new SlotView();
     for (let slot = from; slot < to; slot++) {
-      const base = HEADER_WORDS + slot * SLOT_WORDS;
-      const state = Atomics.load(a, base) & STATE_MASK;
-      if (state !== LEASED && state !== RELEASED && state !== HELD && state !== BUSY) continue;
-      const word = this.read(base, true);
-      const read = word & STATE_MASK;
-      const end = fromSharedSeconds(this.expiryRead);
+      const base = this.mem.base(slot);
+      const state = Atomics.load(a, base) & State.MASK;
+      if (state !== State.LEASED && state !== State.RELEASED && state !== State.HELD && state !== State.BUSY)
+        continue;
+      const read = this.mem.read(base, true, view) & State.MASK;
+      const end = fromSharedSeconds(view.expiry);
       let until: number;
-      if ((read === LEASED || read === HELD) && end > now) until = this.expiryRead;
-      else if (read === RELEASED && end - RELEASE_GRACE_MS + releasedForMs > now)
+      if ((read === State.LEASED || read === State.HELD) && end > now) until = view.expiry;
+      else if (read === State.RELEASED && end - RELEASE_GRACE_MS + releasedForMs > now)
         until = sharedSecondsAtOrAfter(end - RELEASE_GRACE_MS + releasedForMs);
       else continue;
-      if (holds(this.hashHiRead, this.hashLoRead)) continue;
+      if (holds(view.hashHi, view.hashLo)) continue;
       out.push({
-        hi: this.hashHiRead,
-        lo: this.hashLoRead,
+        hi: view.hashHi,
+        lo: view.hashLo,
         until,
-        dueMinute: this.dueRead,
-        misses: this.missesRead,
-        ...(read === RELEASED ? { released: true } : read === HELD ? { held: true } : {}),
+        dueMinute: view.due,
+        misses: view.misses,
+        ...(read === State.RELEASED ? { released: true } : read === State.HELD ? { held: true } : {}),
       });
     }
-  }
-
-  /** Lowers H_NEXT_EXPIRY to `expirySec` (a lease end collectExpired must not skip past). */
-  protected noteExpiry(expirySec: number): void {
-    const a = this.words;
-    for (;;) {
-      const was = Atomics.load(a, H_NEXT_EXPIRY);
-      if (was <= expirySec || Atomics.compareExchange(a, H_NEXT_EXPIRY, was, expirySec) === was) return;
-    }
-  }
-
-  /**
-   * One transition of a slot through BUSY: the state word CAS (its generation makes a slot reused
-   * since the read fail it), then the report words, the expiry and misses of a release, then the new
-   * state. False when another writer got there first.
-   */
-  protected rewrite(
-    base: number,
-    word: number,
-    state: number,
-    now: number,
-    report: number,
-    answer: number,
-  ): boolean {
-    const a = this.words;
-    const busy = nextWord(word, BUSY);
-    if (Atomics.compareExchange(a, base, word, busy) !== word) return false;
-    const was = word & STATE_MASK;
-    if (was === LEASED && state !== LEASED) Atomics.sub(a, H_OCCUPANCY, 1);
-    if (state === RELEASED && was !== RELEASED) {
-      // A handed-over lease of another node may block the key for longer (S_HOLD_OFF).
-      a[base + S_EXPIRY] = Math.max(sharedSecondsAtOrAfter(now + RELEASE_GRACE_MS), a[base + S_HOLD_OFF]!);
-      a[base + S_MISSES] = 0;
-    }
-    a[base + S_REPORT] = report;
-    a[base + S_ANSWER] = answer;
-    const expiry = a[base + S_EXPIRY]!;
-    Atomics.store(a, base, nextWord(busy, state));
-    // An aborted report leaves a lease that collectExpired must see end again (see there).
-    if (report === REPORT_NONE && (state === LEASED || state === EXPIRED)) this.noteExpiry(expiry);
-    return true;
   }
 
   /**
@@ -265,7 +215,7 @@ export class LeaseUpkeep extends LeaseSlots {
    */
   reconcile(now: number): ReconcileResult {
     const pass = newPass(now);
-    this.reconcileSlots(pass, 0, this.slotCount);
+    this.reconcileSlots(pass, 0, this.mem.slotCount);
     return this.endPass(pass);
   }
 
@@ -282,9 +232,9 @@ export class LeaseUpkeep extends LeaseSlots {
     if (this.slicedPass) return this.slicedPass;
     const run = async (): Promise<ReconcileResult> => {
       const pass = newPass(now);
-      for (let from = 0; from < this.slotCount; from += sliceSlots) {
+      for (let from = 0; from < this.mem.slotCount; from += sliceSlots) {
         if (from > 0) await pause();
-        this.reconcileSlots(pass, from, Math.min(this.slotCount, from + sliceSlots));
+        this.reconcileSlots(pass, from, Math.min(this.mem.slotCount, from + sliceSlots));
       }
       return this.endPass(pass);
     };
@@ -296,55 +246,81 @@ export class LeaseUpkeep extends LeaseSlots {
   }
 
   private reconcileSlots(pass: ReconcilePass, from: number, to: number): void {
-    const a = this.words;
+    const a = this.mem.words;
     const now = pass.now;
+    const view = new SlotView();
     for (let slot = from; slot < to; slot++) {
-      const base = HEADER_WORDS + slot * SLOT_WORDS;
+      const base = this.mem.base(slot);
       let word = Atomics.load(a, base);
-      let state = word & STATE_MASK;
-      if (state === EMPTY) continue;
+      let state = word & State.MASK;
+      if (state === State.EMPTY) continue;
       // Dead and grace slots (most of a big table after a few drains) need only their end: one word,
       // which the CAS below checks against the state word it came with. Live and BUSY slots get the
       // consistent read (a dozen words) that the figures and the stuck-writer check need.
-      const consistent = state === LEASED || state === BUSY;
+      const consistent = state === State.LEASED || state === State.BUSY;
       if (consistent) {
-        word = this.read(base, false);
-        state = word & STATE_MASK;
-        if (state === EMPTY) continue;
+        word = this.mem.read(base, false, view);
+        state = word & State.MASK;
+        if (state === State.EMPTY) continue;
       }
-      if (state === BUSY) {
+      if (state === State.BUSY) {
         // The same BUSY word STUCK_WRITER_MS later is a writer that died mid-section (a terminated
         // worker); a live one finishes in microseconds. Freeing the slot loses at most that one lease.
         const seen = this.stuckSeen.get(slot);
         if (seen?.word !== word) pass.stuck.set(slot, { word, since: now });
         else if (now - seen.since < STUCK_WRITER_MS) pass.stuck.set(slot, seen);
-        else if (Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word) pass.reclaimed++;
+        else if (Atomics.compareExchange(a, base, word, nextWord(word, State.EMPTY)) === word)
+          pass.reclaimed++;
         continue;
       }
-      const expirySec = consistent ? this.expiryRead : Atomics.load(a, base + S_EXPIRY);
+      const expirySec = consistent ? view.expiry : Atomics.load(a, base + S.EXPIRY);
       const end = fromSharedSeconds(expirySec);
-      if (state === LEASED && end > now) {
+      if (state === State.LEASED && end > now) {
         pass.occupancy++;
         pass.oldestExpiry = Math.min(pass.oldestExpiry, expirySec);
-        pass.oldestToken = Math.min(pass.oldestToken, this.tokenRead);
+        pass.oldestToken = Math.min(pass.oldestToken, view.token);
         continue;
       }
-      if (state === LEASED) {
-        const expired = nextWord(word, EXPIRED);
+      if (state === State.LEASED) {
+        const expired = nextWord(word, State.EXPIRED);
         if (Atomics.compareExchange(a, base, word, expired) !== word) continue;
-        Atomics.sub(a, H_OCCUPANCY, 1);
+        Atomics.sub(a, H.OCCUPANCY, 1);
         word = expired;
-        state = EXPIRED;
+        state = State.EXPIRED;
       }
-      if (state === HELD && end > now) continue;
-      const deadSince = state === EXPIRED ? end + RELEASE_GRACE_MS : end;
+      if (state === State.HELD && end > now) continue;
+      const deadSince = state === State.EXPIRED ? end + RELEASE_GRACE_MS : end;
       if (
         now - deadSince >= DEAD_SLOT_RETENTION_MS &&
-        Atomics.compareExchange(a, base, word, nextWord(word, EMPTY)) === word
+        Atomics.compareExchange(a, base, word, nextWord(word, State.EMPTY)) === word
       ) {
         pass.reclaimed++;
       }
     }
+  }
+
+  /** The figures the last reconcile stored (by any worker), with when it ran; null before the first. */
+  lastReconcile(): StoredReconcile | null {
+    const a = this.mem.words;
+    if (Atomics.load(a, H.REC_DONE) === 0) return null;
+    const hi = a[H.REC_OLDEST_TOKEN_HI]!;
+    return {
+      occupancy: a[H.REC_OCCUPANCY]!,
+      at: fromSharedSeconds(a[H.REC_AT]!),
+      oldestExpiresAt: hi < 0 ? null : fromSharedSeconds(a[H.REC_OLDEST_EXPIRY]!),
+      oldestGrantedAt: hi < 0 ? null : hi * TOKEN_SPLIT + (a[H.REC_OLDEST_TOKEN_LO]! >>> 0),
+    };
+  }
+
+  private storeReconcile(now: number, occupancy: number, oldestExpirySec: number, oldestToken: number): void {
+    const a = this.mem.words;
+    // Plain stores: a reader racing two reconciles may mix their figures, which a gauge tolerates.
+    a[H.REC_OCCUPANCY] = occupancy;
+    a[H.REC_AT] = sharedSecondsAtOrAfter(now);
+    a[H.REC_OLDEST_EXPIRY] = oldestExpirySec;
+    a[H.REC_OLDEST_TOKEN_HI] = occupancy > 0 ? Math.floor(oldestToken / TOKEN_SPLIT) : -1;
+    a[H.REC_OLDEST_TOKEN_LO] = occupancy > 0 ? oldestToken % TOKEN_SPLIT : 0;
+    Atomics.store(a, H.REC_DONE, 1);
   }
 
   private endPass(pass: ReconcilePass): ReconcileResult {

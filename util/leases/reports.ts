@@ -1,0 +1,151 @@
+// What a result does to its lease: the token checks, the report that starts once and keeps its answer
+// for every retry, and the release that frees the key after its grace. Each finds the slot of the grant
+// a token names in the key's window (util/leases/lookups.ts) and changes it with one rewrite through
+// BUSY (SlotMemory.rewrite) from the state word that walk read it under, so a slot that changed since
+// fails the CAS; a CAS that loses to another writer reads the window again. Each reads into
+// the views its caller passes (`view`, and `latest` with `scratch` for a walk that keeps its latest grant).
+import { MINUTE_MS } from '../time.js';
+import { Report, State } from './slots.js';
+import { MAX_ATTEMPTS, type KeyRef, type SlotMemory, type SlotView } from './memory.js';
+import { grantSlot, latestGrant, latestToken } from './lookups.js';
+import { formatToken, type TokenParts } from './token.js';
+
+export type TokenCheck = 'current' | 'superseded' | 'none';
+/** The answer a result got, kept with the lease so a retry of the same result gets it again. */
+export type ReportAnswer =
+  { accepted: true; nextRenderTime: number } | { accepted: false; code: 'unknown_job' };
+/**
+ * Whether a result may be applied: `first` (go ahead, then finishReport or abortReport), `duplicate`
+ * (the same result was applied already: answer it again), `pending` (the same result is being applied
+ * right now), `superseded` (not the key's latest grant, not this caller's, or not a token at all).
+ */
+export type ReportStart =
+  | { kind: 'first' }
+  | { kind: 'duplicate'; answer: ReportAnswer }
+  | { kind: 'pending' }
+  | { kind: 'superseded' };
+/** Who a lease went to: the nameHash of the user and of the claim's `x-worker-id`. */
+export interface Grantee {
+  user: number;
+  worker: number;
+}
+export interface ReportCaller {
+  /** nameHash of the reporting user. */
+  user: number;
+  /** A super_user may report any lease. */
+  superUser: boolean;
+}
+
+/** Does `view` (a slot of `ref`) carry exactly this token (instant and random bits)? */
+function sameGrant(view: SlotView, ref: KeyRef, parts: TokenParts): boolean {
+  return (
+    view.holds(ref) &&
+    view.token === parts.grantedAt &&
+    view.randHi === parts.randHi &&
+    view.randLo === parts.randLo
+  );
+}
+
+/** Releases the grant `parts` names, once; clears a hold and the miss count. */
+export function release(
+  mem: SlotMemory,
+  ref: KeyRef,
+  parts: TokenParts,
+  now: number,
+  view: SlotView,
+): boolean {
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+    const base = grantSlot(mem, ref, parts.grantedAt, view);
+    if (base < 0) return false;
+    const word = view.word;
+    if ((word & State.MASK) === State.RELEASED) return false;
+    if (!sameGrant(view, ref, parts)) return false;
+    if (mem.rewrite(base, word, State.RELEASED, now, view.report, view.answer)) return true;
+  }
+  return false;
+}
+
+/**
+ * Starts reporting the lease `parts` names. Only the key's latest grant, reported by its grantee or a
+ * super_user, may start; a lease starts once, and every later start of it answers `duplicate` with the
+ * first answer (or `pending` while it runs).
+ */
+export function beginReport(
+  mem: SlotMemory,
+  ref: KeyRef,
+  parts: TokenParts,
+  caller: ReportCaller,
+  view: SlotView,
+): ReportStart {
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+    if (latestToken(mem, ref, view) !== parts.grantedAt) return { kind: 'superseded' };
+    const base = grantSlot(mem, ref, parts.grantedAt, view);
+    if (base < 0) return { kind: 'superseded' };
+    const word = view.word;
+    const state = word & State.MASK;
+    if (!sameGrant(view, ref, parts)) return { kind: 'superseded' };
+    if (!caller.superUser && view.user !== 0 && view.user !== caller.user) return { kind: 'superseded' };
+    const report = view.report;
+    if (report === Report.ACCEPTED)
+      return { kind: 'duplicate', answer: { accepted: true, nextRenderTime: view.answer * MINUTE_MS } };
+    if (report === Report.UNKNOWN_JOB)
+      return { kind: 'duplicate', answer: { accepted: false, code: 'unknown_job' } };
+    if (report === Report.PENDING) return { kind: 'pending' };
+    // A released slot always carries its answer; anything else here is a lease still to report.
+    if (state === State.RELEASED) return { kind: 'superseded' };
+    if (mem.rewrite(base, word, state, 0, Report.PENDING, 0)) return { kind: 'first' };
+  }
+  return { kind: 'pending' };
+}
+
+/**
+ * Ends a started report of the lease `parts` names: moves its slot to `nextState(state)` with the
+ * report words `report` and `answer` (a release at `now` when that state is RELEASED). Nothing when the
+ * lease is not the one reporting.
+ */
+export function endReport(
+  mem: SlotMemory,
+  ref: KeyRef,
+  parts: TokenParts,
+  nextState: (state: number) => number,
+  report: number,
+  answer: number,
+  now: number,
+  view: SlotView,
+): void {
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+    const base = grantSlot(mem, ref, parts.grantedAt, view);
+    if (base < 0) return;
+    const word = view.word;
+    const state = word & State.MASK;
+    if (!sameGrant(view, ref, parts) || view.report !== Report.PENDING) return;
+    if (mem.rewrite(base, word, nextState(state), now, report, answer)) return;
+  }
+}
+
+/** Is `parts` (null: not a token) the key's latest grant? A late result of an expired lease is current. */
+export function check(mem: SlotMemory, ref: KeyRef, parts: TokenParts | null, view: SlotView): TokenCheck {
+  const latest = latestToken(mem, ref, view);
+  if (latest < 0) return 'none';
+  if (!parts || latest !== parts.grantedAt) return 'superseded';
+  const base = grantSlot(mem, ref, parts.grantedAt, view);
+  return base >= 0 && sameGrant(view, ref, parts) ? 'current' : 'superseded';
+}
+
+/**
+ * The token of the key's latest grant when that grant went to exactly this grantee (the same user and
+ * the same worker id), else null. A result that carries no lease token finds its lease this way
+ * (docs/prerender-fleet.md); there is no super_user exception, since a token-less result names no
+ * lease of its own and only the grantee can say it rendered this one.
+ */
+export function grantOf(
+  mem: SlotMemory,
+  ref: KeyRef,
+  grantee: Grantee,
+  latest: SlotView,
+  scratch: SlotView,
+): string | null {
+  if (!latestGrant(mem, ref, latest, scratch)) return null;
+  if (latest.user !== grantee.user || latest.worker !== grantee.worker) return null;
+  return formatToken({ grantedAt: latest.token, randHi: latest.randHi, randLo: latest.randLo });
+}
