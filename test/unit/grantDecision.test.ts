@@ -2,7 +2,7 @@
 // no shared memory. The scan records below stand for windows a scan could have found.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { GrantScan, decideGrant, type GrantOptions } from '../../util/leases/grantScan.js';
+import { GrantPlan, GrantScan, decideGrant, type GrantOptions } from '../../util/leases/grantScan.js';
 import { Report, State } from '../../util/leases/slots.js';
 import type { HandoffLease } from '../../util/cluster/handoff.js';
 import { minuteOf } from '../../util/time.js';
@@ -10,6 +10,7 @@ import { minuteOf } from '../../util/time.js';
 const NOW = Date.UTC(2026, 0, 1, 10, 0, 0, 500);
 const DUE = Date.UTC(2026, 0, 1, 9, 55);
 const options: GrantOptions = { leaseMs: 600_000, dueMs: DUE, cadenceMs: 86_400_000, fastRetries: 2 };
+const adopted: HandoffLease = { hi: 1, lo: 2, until: 200, dueMinute: 0, misses: 3 };
 
 /** A scan of an 8-slot window that found nothing yet. */
 function scan(): GrantScan {
@@ -18,11 +19,11 @@ function scan(): GrantScan {
   return s;
 }
 
-/** A scan that found the key's own slot in `state` with `report`, its last grant at `token`. */
+/** A scan that found the key's own slot in `state`, its last grant at `token`. */
 function withOwn(
   state: number,
   over: { due?: number; misses?: number; report?: number; token?: number } = {},
-) {
+): GrantScan {
   const s = scan();
   Object.assign(s.own, {
     base: 100,
@@ -36,25 +37,30 @@ function withOwn(
   return s;
 }
 
+/** The plan decideGrant makes over `s`, as a plain record of the fields its kind uses. */
+function decide(s: GrantScan, lease?: HandoffLease): Record<string, unknown> {
+  const plan = new GrantPlan();
+  decideGrant(s, NOW, options, lease, plan);
+  const { kind, result, slot, token, misses, requeued, reach } = plan;
+  if (kind === 'refuse' || kind === 'lengthen') return { kind, result };
+  if (kind === 'hold') return { kind, slot, misses };
+  return { kind, slot, token, misses, requeued, reach };
+}
+
 test('a scan that found a refusing slot is refused, and an adopted lease lengthens that slot instead', () => {
   const s = scan();
   s.refusal = { ok: false, reason: 'leased', expiresAt: NOW + 1000 };
   Object.assign(s.blocking, { base: 48, word: (3 << 3) | State.LEASED, expiry: 99, report: Report.NONE });
-  assert.deepEqual(decideGrant(s, NOW, options, undefined), { kind: 'refuse', result: s.refusal });
-  const adopted: HandoffLease = { hi: 1, lo: 2, until: 200, dueMinute: 0, misses: 3 };
-  assert.deepEqual(decideGrant(s, NOW, options, adopted), {
-    kind: 'lengthen',
-    blocking: s.blocking,
-    refusal: s.refusal,
-  });
+  assert.deepEqual(decide(s), { kind: 'refuse', result: s.refusal });
+  assert.deepEqual(decide(s, adopted), { kind: 'lengthen', result: s.refusal });
   // A BUSY slot of the key leaves no readable slot to lengthen: the adopted lease is refused too.
   s.blocking.base = -1;
-  assert.equal(decideGrant(s, NOW, options, adopted).kind, 'refuse');
+  assert.deepEqual(decide(s, adopted), { kind: 'refuse', result: s.refusal });
 });
 
 test('an own lease that expired unreported is re-granted on its slot with one more miss and requeued', () => {
   const found = withOwn(State.EXPIRED, { misses: 1 });
-  assert.deepEqual(decideGrant(found, NOW, options, undefined), {
+  assert.deepEqual(decide(found), {
     kind: 'take',
     slot: found.own,
     token: Math.floor(NOW),
@@ -63,57 +69,48 @@ test('an own lease that expired unreported is re-granted on its slot with one mo
     reach: 0,
   });
   // Another due minute starts the count over.
-  const moved = decideGrant(
-    withOwn(State.LEASED, { misses: 1, due: minuteOf(DUE) + 5 }),
-    NOW,
-    options,
-    undefined,
-  );
-  assert.equal(moved.kind === 'take' && moved.misses, 1);
+  assert.equal(decide(withOwn(State.LEASED, { misses: 1, due: minuteOf(DUE) + 5 })).misses, 1);
 });
 
 test('a release counts a miss only when the row did not move; a result the fast-retry lane kept counts none', () => {
-  const same = decideGrant(withOwn(State.RELEASED, { misses: 1 }), NOW, options, undefined);
-  assert.equal(same.kind === 'take' && same.misses, 2);
-  assert.equal(same.kind === 'take' && same.requeued, false);
-  const moved = decideGrant(withOwn(State.RELEASED, { misses: 1, due: 1 }), NOW, options, undefined);
-  assert.equal(moved.kind === 'take' && moved.misses, 0);
+  const same = decide(withOwn(State.RELEASED, { misses: 1 }));
+  assert.deepEqual([same.kind, same.misses, same.requeued], ['take', 2, false]);
+  assert.equal(decide(withOwn(State.RELEASED, { misses: 1, due: 1 })).misses, 0);
   for (const report of [Report.ACCEPTED, Report.UNKNOWN_JOB]) {
-    const kept = decideGrant(withOwn(State.LEASED, { misses: 1, report }), NOW, options, undefined);
-    assert.deepEqual(kept.kind === 'take' && [kept.misses, kept.requeued], [0, false]);
+    const kept = decide(withOwn(State.LEASED, { misses: 1, report }));
+    assert.deepEqual([kept.kind, kept.misses, kept.requeued], ['take', 0, false]);
   }
 });
 
 test('fastRetries + 2 misses hold the key on its own slot; an ended hold is probed with its misses', () => {
-  const plan = decideGrant(withOwn(State.EXPIRED, { misses: 3 }), NOW, options, undefined);
-  assert.equal(plan.kind, 'hold');
-  assert.equal(plan.kind === 'hold' && plan.misses, 4);
-  const probe = decideGrant(withOwn(State.HELD, { misses: 4 }), NOW, options, undefined);
-  assert.deepEqual(probe.kind === 'take' && [probe.misses, probe.requeued], [4, false]);
+  const found = withOwn(State.EXPIRED, { misses: 3 });
+  assert.deepEqual(decide(found), { kind: 'hold', slot: found.own, misses: 4 });
+  const probe = decide(withOwn(State.HELD, { misses: 4 }));
+  assert.deepEqual([probe.kind, probe.misses, probe.requeued], ['take', 4, false]);
+  assert.equal(decide(withOwn(State.HELD, { misses: 4, due: 1 })).misses, 0, 'the row moved meanwhile');
 });
 
-test("a key's grants only grow in their token's instant", () => {
-  const plan = decideGrant(withOwn(State.RELEASED, { token: NOW + 5 }), NOW, options, undefined);
-  assert.equal(plan.kind === 'take' && plan.token, NOW + 6);
+test("a key's grants only grow in their token's instant; an adopted lease keeps the giver's misses", () => {
+  assert.equal(decide(withOwn(State.RELEASED, { token: NOW + 5 })).token, NOW + 6);
+  const own = decide(withOwn(State.EXPIRED, { misses: 1 }), adopted);
+  assert.deepEqual([own.kind, own.misses, own.requeued], ['take', 3, false]);
 });
 
 test('without an own slot: the first empty slot, else the best spare, else full; past the window the reach grows', () => {
   const s = scan();
-  assert.deepEqual(decideGrant(s, NOW, options, undefined), {
-    kind: 'refuse',
-    result: { ok: false, reason: 'full' },
-  });
+  assert.deepEqual(decide(s), { kind: 'refuse', result: { ok: false, reason: 'full' } });
   Object.assign(s.spare, { base: 300, word: 9, k: 3, rank: 0, end: NOW - 1 });
-  const spare = decideGrant(s, NOW, options, undefined);
-  assert.equal(spare.kind === 'take' && spare.slot, s.spare);
+  assert.equal(decide(s).slot, s.spare);
   Object.assign(s.empty, { base: 200, word: 16, k: 5 });
-  const empty = decideGrant(s, NOW, options, undefined);
-  assert.equal(empty.kind === 'take' && empty.slot, s.empty);
-  assert.equal(empty.kind === 'take' && empty.reach, 0, 'inside the window: no raise');
+  assert.deepEqual(decide(s), {
+    kind: 'take',
+    slot: s.empty,
+    token: Math.floor(NOW),
+    misses: 0,
+    requeued: false,
+    reach: 0,
+  });
   s.empty.k = 11;
-  const further = decideGrant(s, NOW, options, undefined);
-  assert.equal(further.kind === 'take' && further.reach, 12, 'raised to cover the slot before the claim');
-  const adopted: HandoffLease = { hi: 1, lo: 2, until: 200, dueMinute: 0, misses: 3 };
-  const taken = decideGrant(s, NOW, options, adopted);
-  assert.equal(taken.kind === 'take' && taken.misses, 3, "an adopted lease keeps the giver's misses");
+  assert.equal(decide(s).reach, 12, 'raised to cover the slot before the claim');
+  assert.equal(decide(s, adopted).misses, 3);
 });

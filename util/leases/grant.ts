@@ -39,6 +39,7 @@ import type { HandoffLease } from '../cluster/handoff.js';
 import { H, Report, S, State, NO_DUE, blocks, nextWord, toMinute } from './slots.js';
 import { MAX_ATTEMPTS, SlotView, type KeyRef, type SlotMemory } from './memory.js';
 import {
+  GrantPlan,
   GrantScan,
   decideGrant,
   refusalOf,
@@ -46,7 +47,6 @@ import {
   type BlockingSlot,
   type GrantOptions,
   type GrantResult,
-  type OwnSlot,
   type SlotPick,
 } from './grantScan.js';
 import { formatToken, randomWord } from './token.js';
@@ -71,6 +71,7 @@ export class Grants {
   /** What one grant's scan and rescan read slots into, and what its scan found; used within one grant. */
   private readonly view = new SlotView();
   private readonly scan = new GrantScan();
+  private readonly plan = new GrantPlan();
 
   constructor(
     private readonly mem: SlotMemory,
@@ -134,19 +135,20 @@ export class Grants {
     view: SlotView,
     adopted: HandoffLease | undefined,
   ): GrantResult | undefined {
-    scanWindow(this.mem, ref, now, view, this.scan);
-    const plan = decideGrant(this.scan, now, options, adopted);
+    const { scan, plan } = this;
+    scanWindow(this.mem, ref, now, view, scan);
+    decideGrant(scan, now, options, adopted, plan);
     switch (plan.kind) {
       case 'refuse':
-        return plan.result;
+        return plan.result!;
       case 'lengthen':
-        return this.lengthen(plan.blocking, adopted!, plan.refusal);
+        return this.lengthen(scan.blocking, adopted!, plan.result!);
       case 'hold':
-        return this.hold(plan.slot, now, options, plan.misses);
+        return this.hold(plan.slot!, now, options, plan.misses);
       case 'take':
         // Raised before the claim: a lookup that reads the reach after this grant publishes must walk here.
         if (plan.reach > 0) this.mem.reach(ref, plan.reach);
-        return this.take(ref, plan.slot, plan, now, options, view, adopted);
+        return this.take(ref, plan.slot!, plan, now, options, view, adopted);
     }
   }
 
@@ -275,7 +277,7 @@ export class Grants {
   }
 
   /** Holds the key on its own slot for 2 leases at the first hold, then 4, 8 … never longer than the cadence. */
-  private hold(own: OwnSlot, now: number, options: GrantOptions, misses: number): GrantResult | undefined {
+  private hold(own: SlotPick, now: number, options: GrantOptions, misses: number): GrantResult | undefined {
     const a = this.mem.words;
     const { base, word } = own;
     const busy = nextWord(word, State.BUSY);

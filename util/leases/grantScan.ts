@@ -1,6 +1,7 @@
-// The two pure halves of a grant, before any slot is written: the scan of a key's window that returns
-// what it found there (GrantScan), and the decision over that record (GrantPlan) that util/leases/grant.ts
-// carries out. The window rules and the exclusivity argument are at the top of util/leases/grant.ts.
+// The two halves of a grant that write no slot: the scan of a key's window, which reads it and records
+// what it found there (GrantScan), and the pure decision over that record (GrantPlan) that
+// util/leases/grant.ts carries out. The window rules and the exclusivity argument are at the top of
+// util/leases/grant.ts.
 import { fromSharedSeconds } from '../time.js';
 import type { HandoffLease } from '../cluster/handoff.js';
 import { Report, State, RELEASE_GRACE_MS, blocks, toMinute } from './slots.js';
@@ -172,42 +173,72 @@ function pick(into: SlotPick, base: number, word: number, k: number): void {
   into.k = k;
 }
 
-/** What a grant does with what its scan found. */
-export type GrantPlan =
-  /** Refuse the key (the scan's refusal, or `full`). */
-  | { kind: 'refuse'; result: GrantResult }
-  /** An adopted lease lengthens the block of the key's own slot to its end. */
-  | { kind: 'lengthen'; blocking: BlockingSlot; refusal: GrantResult }
-  /** Hold the key on its own slot: too many misses. */
-  | { kind: 'hold'; slot: OwnSlot; misses: number }
-  /** Grant on `slot`; `reach` > 0 is the span the home's window must first grow to. */
-  | { kind: 'take'; slot: SlotPick; token: number; misses: number; requeued: boolean; reach: number };
+/**
+ * What a grant does with what its scan found, filled by decideGrant. Like the scan, it belongs to the
+ * grant that carries it out and is filled afresh by each decision, so a grant allocates no plan.
+ *   refuse    answer `result` (the scan's refusal, or `full`)
+ *   lengthen  an adopted lease lengthens the key's blocking slot (GrantScan.blocking) to its own end;
+ *             `result` is the refusal to answer when that changes nothing
+ *   hold      hold the key on its own slot `slot` with `misses`: too many misses
+ *   take      grant on `slot` with `token` and `misses` (`requeued`: the key's last lease was lost),
+ *             first growing the home's window to `reach` slots when `reach` > 0
+ */
+export class GrantPlan {
+  kind: 'refuse' | 'lengthen' | 'hold' | 'take' = 'refuse';
+  result: GrantResult | null = null;
+  slot: SlotPick | null = null;
+  token = 0;
+  misses = 0;
+  requeued = false;
+  reach = 0;
+
+  refuse(result: GrantResult): void {
+    this.kind = 'refuse';
+    this.result = result;
+  }
+
+  hold(slot: SlotPick, misses: number): void {
+    this.kind = 'hold';
+    this.slot = slot;
+    this.misses = misses;
+  }
+
+  take(slot: SlotPick, token: number, misses: number, requeued: boolean, reach: number): void {
+    this.kind = 'take';
+    this.slot = slot;
+    this.token = token;
+    this.misses = misses;
+    this.requeued = requeued;
+    this.reach = reach;
+  }
+}
 
 /**
- * The grant's decision at `now` over its scan: refuse, lengthen (an adopted lease meeting a shorter local
- * block), hold, or take a slot with the token and miss count the lease gets. Pure.
+ * The grant's decision at `now` over its scan, into `plan`: refuse, lengthen (an adopted lease meeting a
+ * shorter local block), hold, or take a slot with the token and miss count the lease gets. Reads only
+ * its arguments and writes only `plan`.
  */
 export function decideGrant(
   scan: GrantScan,
   now: number,
   options: GrantOptions,
   adopted: HandoffLease | undefined,
-): GrantPlan {
+  plan: GrantPlan,
+): void {
   if (scan.refusal !== null) {
-    if (adopted && scan.blocking.base >= 0)
-      return { kind: 'lengthen', blocking: scan.blocking, refusal: scan.refusal };
-    return { kind: 'refuse', result: scan.refusal };
+    plan.refuse(scan.refusal);
+    if (adopted && scan.blocking.base >= 0) plan.kind = 'lengthen';
+    return;
   }
   const own = scan.own;
   if (own.base >= 0) {
     // A key's grants only grow in their token's instant. The own slot is inside the reach already.
     const token = Math.max(Math.floor(now), own.token + 1);
-    if (adopted) return { kind: 'take', slot: own, token, misses: adopted.misses, requeued: false, reach: 0 };
+    if (adopted) return plan.take(own, token, adopted.misses, false, 0);
     const sameDue = own.due === toMinute(options.dueMs);
     const ownState = own.word & State.MASK;
     // The hold ran out: this grant is the probe, and its own expiry will count the next miss.
-    if (ownState === State.HELD)
-      return { kind: 'take', slot: own, token, misses: sameDue ? own.misses : 0, requeued: false, reach: 0 };
+    if (ownState === State.HELD) return plan.take(own, token, sameDue ? own.misses : 0, false, 0);
     // A lease whose result came (released, or kept by the fast-retry lane) was not lost: no requeue.
     // A release whose row did not move (same due minute) counts a miss: the render did not stick. A
     // failure the fast-retry lane kept its lease for counts none: that lane keeps the row due on
@@ -218,11 +249,10 @@ export function decideGrant(
     let misses = 0;
     if (requeued) misses = (sameDue ? own.misses : 0) + 1;
     else if (released && sameDue) misses = own.misses + 1;
-    if (misses >= options.fastRetries + 2) return { kind: 'hold', slot: own, misses };
-    return { kind: 'take', slot: own, token, misses, requeued, reach: 0 };
+    if (misses >= options.fastRetries + 2) return plan.hold(own, misses);
+    return plan.take(own, token, misses, requeued, 0);
   }
   const slot = scan.empty.base >= 0 ? scan.empty : scan.spare.base >= 0 ? scan.spare : null;
-  if (slot === null) return { kind: 'refuse', result: { ok: false, reason: 'full' } };
-  const reach = slot.k >= scan.window ? slot.k + 1 : 0;
-  return { kind: 'take', slot, token: Math.floor(now), misses: adopted?.misses ?? 0, requeued: false, reach };
+  if (slot === null) return plan.refuse({ ok: false, reason: 'full' });
+  plan.take(slot, Math.floor(now), adopted?.misses ?? 0, false, slot.k >= scan.window ? slot.k + 1 : 0);
 }

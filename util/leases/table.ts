@@ -3,7 +3,7 @@
 // stores. This class is the one way in; it works out each call's KeyRef once and hands it to the parts:
 //   util/leases/slots.ts      the layout: header and slot words, states, pure helpers
 //   util/leases/memory.ts     the memory: header set-up, a key's window and reach, consistent slot reads
-//   util/leases/grantScan.ts  a grant's scan of the window and its decision, both pure
+//   util/leases/grantScan.ts  a grant's scan of the window (read-only) and its decision (pure)
 //   util/leases/grant.ts      grant, give-back, hold and adopt, with the lock-free exclusivity argument
 //   util/leases/reports.ts    release, result reports and token checks
 //   util/leases/lookups.ts    the read-only walks of one key's window
@@ -62,7 +62,8 @@ export class LeaseTable {
    */
   private readonly view = new SlotView();
   private readonly latest = new SlotView();
-  // A one-entry memo of refOf, a pure function of the key: a claim asks isLeased then grant of one key.
+  // A one-entry memo of refOf, a pure function of the key: a claim asks isLeased then grant of one key,
+  // a result beginReport then finishReport.
   private memoKey: string | undefined;
   private memoRef: KeyRef | undefined;
 
