@@ -276,7 +276,7 @@ export class Grants {
     return BLOCK_LENGTHENED;
   }
 
-  /** Holds the key on its own slot for 2 leases at the first hold, then 4, 8 … never longer than the cadence. */
+  /** Holds the key on its own slot: 2 leases at the first hold, then 4, 8 …, never past the cadence. */
   private hold(own: SlotPick, now: number, options: GrantOptions, misses: number): GrantResult | undefined {
     const a = this.mem.words;
     const { base, word } = own;

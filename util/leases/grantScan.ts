@@ -93,7 +93,7 @@ export class GrantScan {
   }
 }
 
-/** The refusal a slot of the key (read into `view`, in `state`) gives at `now`, or null when it no longer blocks. */
+/** The refusal a slot of the key (read into `view`, in `state`) gives at `now`; null if it blocks no more. */
 export function refusalOf(state: number, view: SlotView, now: number): GrantResult | null {
   if (!blocks(state, view.expiry, now)) return null;
   const end = fromSharedSeconds(view.expiry);

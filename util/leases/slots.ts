@@ -3,12 +3,12 @@
 // (util/leases/grant.ts), report (util/leases/reports.ts) and upkeep (util/leases/upkeep.ts) rules work
 // through it.
 //
-// Layout: a 48-word Int32 header (H), then slots of 17 Int32 words (S). Each slot's first word is its state word,
-// `(generation << 3) | state`. Every change to a slot first CASes the state word to BUSY (one writer
-// wins), writes the fields, then stores the new state with the generation bumped. Readers load the state
-// word, the fields, and the state word again (a seqlock): equal words mean a consistent view, and the
-// generation makes a slot that went away and came back in the same state look different. Fields are read
-// with Atomics loads so none can drift past the closing load of the state word.
+// Layout: a 48-word Int32 header (H), then slots of 17 Int32 words (S). Each slot's first word is its
+// state word, `(generation << 3) | state`. Every change to a slot first CASes the state word to BUSY (one
+// writer wins), writes the fields, then stores the new state with the generation bumped. Readers load the
+// state word, the fields, and the state word again (a seqlock): equal words mean a consistent view, and
+// the generation makes a slot that went away and came back in the same state look different. Fields are
+// read with Atomics loads so none can drift past the closing load of the state word.
 import { fromSharedSeconds, minuteOf } from '../time.js';
 
 /**

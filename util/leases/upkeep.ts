@@ -68,13 +68,13 @@ export class LeaseUpkeep {
    * saw it, is visited (once per queue) from there; the answer counts the slots the walk saw end.
    *
    * The pass is skipped while H.NEXT_EXPIRY says no such lease can have ended yet (a drain's leases end
-   * minutes out, and a walk over a 1M-slot table takes 16-29 ms, bench/lease-scans.ts). Why the word never lets a
-   * pass skip a lease that ended: the pass stores INT32_MAX into it first, then walks, then CAS-mins in
-   * the soonest end it left for later. Every transition that leaves a slot LEASED or EXPIRED without a
-   * report (a grant's publish, a give-back, an aborted report) CAS-mins its end into the word AFTER its
-   * state store. If that CAS-min came before this pass's store, so did the state store, and the walk
-   * (after the pass's store) sees the slot and folds it in; if it came after, the word has it. A slot the
-   * walk cannot settle (torn, BUSY-raced, a lost rewrite) folds in the next second.
+   * minutes out, and a walk over a 1M-slot table takes 16-29 ms, bench/lease-scans.ts). Why the word
+   * never lets a pass skip a lease that ended: the pass stores INT32_MAX into it first, then walks, then
+   * CAS-mins in the soonest end it left for later. Every transition that leaves a slot LEASED or EXPIRED
+   * without a report (a grant's publish, a give-back, an aborted report) CAS-mins its end into the word
+   * AFTER its state store. If that CAS-min came before this pass's store, so did the state store, and the
+   * walk (after the pass's store) sees the slot and folds it in; if it came after, the word has it. A
+   * slot the walk cannot settle (torn, BUSY-raced, a lost rewrite) folds in the next second.
    */
   collectExpired(now: number, visit: (queue: number) => void): number {
     const a = this.mem.words;
@@ -138,9 +138,9 @@ export class LeaseUpkeep {
   /**
    * The leases to hand over with rows this node no longer holds (util/cluster/handoff.ts): every live
    * lease and active hold whose key `holds` says no to, and every lease released within the last
-   * `releasedForMs`, held off until that long after its release (its row write may reach the new holder late). One pass over
-   * the slots; worker 0's beats run it in slices (handoffScanInSlices) a few times after each membership
-   * change.
+   * `releasedForMs`, held off until that long after its release (its row write may reach the new holder
+   * late). One pass over the slots; worker 0's beats run it in slices (handoffScanInSlices) a few times
+   * after each membership change.
    */
   handoffScan(
     now: number,
