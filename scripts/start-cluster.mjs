@@ -49,6 +49,9 @@ const nodes = names.map((name, i) => {
 const harperMain = require.resolve('harperdb');
 let bin = dirname(harperMain);
 while (!existsSync(join(bin, 'bin', 'harperdb.js'))) bin = dirname(bin);
+console.log(
+  `npm run start:cluster accepts Harper's licence terms for you (TC_AGREEMENT=yes): read them in ${join(bin, 'LICENSE')} and at https://harperdb.io/legal/end-user-license-agreement`,
+);
 bin = join(bin, 'bin', 'harperdb.js');
 
 /** Where a node takes replication connections: its HTTP port. */
