@@ -29,7 +29,7 @@ export interface Granted {
 // The side by side's node (claims-vs-bullmq.ts, drain-rounds.ts). maxLeases big enough that 100,000
 // unreported leases fit (the default 4,096 would refuse grants past ~4k) with room to spare: at 131,072
 // (100k live = 76 % of maxLeases) a few keys per 100k find their probe window full and stay refused
-// until a slot frees, which stalls a drain's tail (measured; see README).
+// until a slot frees, which stalls a drain's tail (measured with this bench at 131,072).
 export const SIDE_BY_SIDE_MAX_LEASES = 262_144;
 // Claim-only leases of one round must be dead before the next round's 100,000 arrive.
 const SIDE_BY_SIDE_LEASE_MS = 120_000;

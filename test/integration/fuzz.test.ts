@@ -1,7 +1,7 @@
-// Generated malformed requests against every endpoint of a real Harper (issue 13): wrong credentials and
+// Generated malformed requests against every endpoint of a real Harper: wrong credentials and
 // roles, odd methods and paths, cross-site markers, wrong content types, oversized, non-JSON, invalid
 // UTF-8, deeply nested, duplicate-key, `__proto__` and wrong-typed bodies, hostile strings. Every answer
-// must be below 500, `{error, code}` when 4xx, with the status API.md gives; afterwards the schedule,
+// must be below 500, `{error, code}` when 4xx, with the status docs/http-api.md gives; afterwards the schedule,
 // the config, fleets, hooks and pauses are exactly what they were.
 //
 // Seed: QK_FUZZ_SEED (default 13); count: QK_FUZZ_RUNS (default 1200). A failure prints the seed and the
@@ -648,7 +648,7 @@ function send(r: Req): Promise<{ status: number; text: string; json: any }> {
   });
 }
 
-test(`at least 1,000 generated malformed requests: every answer < 500, {error, code}, the status API.md gives, nothing changed`, async () => {
+test(`at least 1,000 generated malformed requests: every answer < 500, {error, code}, the status docs/http-api.md gives, nothing changed`, async () => {
   const beforeState = await snapshot();
   const reqs = fc.sample(requestArb, { seed: SEED, numRuns: RUNS });
   const failures: string[] = [];

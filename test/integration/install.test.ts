@@ -1,5 +1,5 @@
 // queue-keeper installed the way users install it: `npm pack` of the checkout, the tarball installed
-// into a host Harper app next to its harperdb, and that app booted (issue 18). A second, bare app shows
+// into a host Harper app next to its harperdb, and that app booted (docs/installing.md). A second, bare app shows
 // the two other paths: a copy without its build says so in hdb.log, and deploy_component installs the
 // tarball into a running Harper. Packing and installing happen once per run.
 import { after, before, test } from 'node:test';
