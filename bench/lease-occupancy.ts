@@ -1,4 +1,4 @@
-// Lease grants at high table occupancy (issue 15 lever 6), single-threaded over an ArrayBuffer, no Harper.
+// Lease grants at high table occupancy, single-threaded over an ArrayBuffer, no Harper.
 // Run: npx tsc -p tsconfig.json && node dist/bench/lease-occupancy.js   (MAX_LEASES=262144 by default)
 //
 // For each live occupancy (10 %, 50 %, 90 %, 99 % of maxLeases, plus 130 % and 150 % because

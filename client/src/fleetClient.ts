@@ -1,4 +1,4 @@
-// The claim loop of a render fleet (API.md "Fleets: claim and report"): claim with
+// The claim loop of a render fleet (docs/fleets.md): claim with
 // `/render_queue/next`, render under each job's lease, carry the results in the next round trip, back
 // off while the queue has nothing, wake early on a webhook or MQTT, and stop cleanly. The renders in
 // flight are ./renders.ts, the results waiting for an answer (and the raw-bytes pages) ./resultOutbox.ts,

@@ -1,6 +1,6 @@
 // The results a fleet has finished and not yet had answered: they wait a short flush delay to share a
 // round trip, go at most 100 (fewer after a 413) and `maxBatchBytes` to a call, and are dropped once
-// their lease ended. Pages go as raw bytes (API.md job_result, `x-metadata-size`), each its own request,
+// their lease ended. Pages go as raw bytes (docs/fleets.md, `x-metadata-size`), each its own request,
 // until the server refuses the framing with a 415; the rest ride the next claim as JSON.
 import type { Clock } from './clock.js';
 import type { FleetCounters } from './fleetOptions.js';

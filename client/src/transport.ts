@@ -1,5 +1,5 @@
 // The client's only way to the server: POSTs with basic auth over one undici pool, as JSON or as one
-// result in the raw-bytes framing (API.md job_result). It answers status, headers and parsed JSON; a
+// result in the raw-bytes framing (docs/fleets.md, "Pages as raw bytes"). It answers status, headers and parsed JSON; a
 // network error or timeout throws (the caller decides what that means for the breaker).
 import { Agent, type Dispatcher } from 'undici';
 

@@ -1,4 +1,4 @@
-// The wire shapes of API.md ("Fleets: claim and report") as the client sees them, and the renderer's
+// The wire shapes of docs/fleets.md as the client sees them, and the renderer's
 // contract.
 
 /** One job under an exclusive lease, as `/render_queue/next` hands it out. */

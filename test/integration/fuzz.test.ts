@@ -1,7 +1,7 @@
-// Generated malformed requests against every endpoint of a real Harper (issue 13): wrong credentials and
+// Generated malformed requests against every endpoint of a real Harper: wrong credentials and
 // roles, odd methods and paths, cross-site markers, wrong content types, oversized, non-JSON, invalid
 // UTF-8, deeply nested, duplicate-key, `__proto__` and wrong-typed bodies, hostile strings. Every answer
-// must be below 500, `{error, code}` when 4xx, with the status API.md gives; afterwards the schedule,
+// must be below 500, `{error, code}` when 4xx, with the status docs/http-api.md gives; afterwards the schedule,
 // the config, fleets, hooks and pauses are exactly what they were.
 //
 // A second run aims at the prerender fleet protocol's framing (a job_result of raw bytes without a lease
@@ -657,7 +657,7 @@ function send(
   });
 }
 
-test(`at least 1,000 generated malformed requests: every answer < 500, {error, code}, the status API.md gives, nothing changed`, async () => {
+test(`at least 1,000 generated malformed requests: every answer < 500, {error, code}, the status docs/http-api.md gives, nothing changed`, async () => {
   const beforeState = await snapshot();
   const reqs = fc.sample(requestArb, { seed: SEED, numRuns: RUNS });
   const failures: string[] = [];

@@ -1,5 +1,5 @@
 // queue-keeper installed the way users install it: `npm pack` of the checkout, the tarball installed
-// into a host Harper app next to its harperdb, and that app booted (issue 18). A second, bare app shows
+// into a host Harper app next to its harperdb, and that app booted (docs/installing.md). A second, bare app shows
 // the two other paths: a copy without its build says so in hdb.log, and deploy_component installs the
 // tarball into a running Harper. Packing and installing happen once per run.
 import { after, before, test } from 'node:test';
@@ -243,7 +243,15 @@ test('the packed tarball carries the runtime build and its static files, and no 
   const pkg = join(hostApp, 'node_modules', 'queue-keeper');
   // node_modules/ inside it is Harper's link to its own harperdb, made when it loaded the component.
   const shipped = files(pkg, (rel) => rel === 'node_modules');
-  const statics = ['README.md', 'config.yaml', 'index.js', 'package.json', 'roles.yaml', 'schema.graphql'];
+  const statics = [
+    'LICENSE',
+    'README.md',
+    'config.yaml',
+    'index.js',
+    'package.json',
+    'roles.yaml',
+    'schema.graphql',
+  ];
   const web = files(join(repoRoot, 'web')).map((f) => `web/${f}`);
   const expected = [...statics, 'scripts/prepare.mjs', ...web, ...runtimeModules(pkg)].sort();
   assert.deepEqual(shipped, expected);

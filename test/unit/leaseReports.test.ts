@@ -1,4 +1,4 @@
-// Lease tokens that cannot be guessed, results reported once, and expiries seen once (issue 12).
+// Lease tokens that cannot be guessed, results reported once, and expiries seen once.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';

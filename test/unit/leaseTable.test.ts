@@ -353,7 +353,8 @@ test('a released slot emptied or reused in place does not break the probe chain 
 
 test('a key whose 8-slot window is all live leases is granted further on and found there by every lookup', () => {
   // Fails without the growing window: the ninth key was refused `full` although the table had room
-  // (issue 15: at 90 % live occupancy ~1 grant in 2,700 was refused, and a refused key stalled a drain).
+  // (with fixed windows, at 90 % live occupancy ~1 grant in 2,700 was refused, and a refused key
+  // stalled a drain).
   const { buffer, table } = setup();
   const keys = collidingKeys(table, 10);
   const grants = keys.map((key) => granted(table.grant(key, T0, opts())));

@@ -1,4 +1,4 @@
-// One house (issue 14): no module-level mutable state outside the composition root (resources.ts), apart
+// One house: no module-level mutable state outside the composition root (resources.ts), apart
 // from process-wide things named here, and no raw timers outside the duty scheduler. A scan of the source
 // lines under util/ and services/, comments removed:
 //   state  a top-level `let`/`var`, or a top-level `const` whose value is `new …`, an array literal or an
