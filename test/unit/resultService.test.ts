@@ -10,11 +10,13 @@ import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
 import type { Caller } from '../../services/leases/claims.js';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
+import { HttpError } from '../../util/http/errors.js';
 import { decodePage } from '../../util/prerender/page.js';
 import { checkFleetResult, splitFrame } from '../../util/prerender/result.js';
 import {
   PENDING_WAIT_MS,
   ResultService,
+  retryableOnFault,
   checkFramedResult,
   checkResult,
   type CheckedResult,
@@ -515,4 +517,57 @@ test('a malformed frame is a 400: x-metadata-size missing, not a number, past th
     status: 400,
     code: 'invalid_json',
   });
+});
+
+test("a token-less render that began before the key's latest grant (an earlier lease of the same worker) is superseded; one of this grant applies", async () => {
+  const w = world();
+  w.grant(KEY, NOW, { leaseMs: 1000, worker: W1.worker });
+  w.grant(KEY, NOW + 5000, { worker: W1.worker });
+  w.clock.now = NOW + 8000;
+  // Rendered for 9 s: it began at NOW - 1000, before the second grant existed.
+  const stale = fleetResult({ id: KEY, outcome: 'error', renderTime: 9000 });
+  assert.equal(await w.results.applyFleet(stale, W1), 'superseded');
+  assert.equal(w.writes.length, 0, 'the stale failure counts no strike against the new lease');
+  const fresh = fleetResult({
+    id: KEY,
+    outcome: 'redirected',
+    redirectedTo: 'https://a.test/',
+    renderTime: 2000,
+  });
+  assert.equal(await w.results.applyFleet(fresh, W1), 'applied');
+});
+
+test('a fault of ours while applying a fleet result is a 503 the fleet retries, never a 500; the retry applies', async () => {
+  const w = world();
+  w.grant(KEY, NOW, { worker: W1.worker });
+  w.fake.failNext = true;
+  const logged: unknown[] = [];
+  const run = () =>
+    retryableOnFault(KEY, () => w.results.applyFleet(gzipped('<p>x</p>'), W1), {
+      error: (...a) => logged.push(a),
+    });
+  await assert.rejects(run(), { status: 503, code: 'busy' });
+  assert.equal(logged.length, 1);
+  assert.equal(await run(), 'applied', 'the report was given up, so the retry applies');
+  await assert.rejects(
+    retryableOnFault(KEY, () => Promise.reject(new HttpError(403, 'fleet_revoked', 'revoked')), {
+      error: () => undefined,
+    }),
+    { status: 403 },
+    'a refusal stands',
+  );
+});
+
+test('a stored header longer than 8 KiB, or one no HTTP field can carry (CR, LF, NUL, above U+00FF), is dropped; the rest are kept', () => {
+  const r = fleetResult({
+    id: KEY,
+    headers: {
+      link: '<https://a.test/>; rel="canonical"',
+      etag: 'x'.repeat(8193),
+      vary: 'accept\r\nset-cookie: session=attacker',
+      'x-robots-tag': 'noindex \u0100',
+      'cache-control': 'max-age=60',
+    },
+  });
+  assert.deepEqual(r.headers, { link: '<https://a.test/>; rel="canonical"', 'cache-control': 'max-age=60' });
 });
