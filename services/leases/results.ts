@@ -3,7 +3,6 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { HttpError, echo } from '../../util/http/errors.js';
 import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
-import { parseToken } from '../../util/leases/token.js';
 import type { Outcome, RenderError } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import { describeType, requireObject } from '../../util/http/input.js';
@@ -235,12 +234,6 @@ export interface ResultDeps {
   log: { warn: (...args: unknown[]) => void };
 }
 
-/**
- * A grant's token instant can run a few ms ahead of the clock (a key's grants only grow in it): a render
- * counts as started before its grant only when it started more than this before the instant.
- */
-const GRANT_INSTANT_SLACK_MS = 1000;
-
 /** The lastError name a page that could not be stored leaves on its row. */
 const PAGE_ERROR_NAMES = { too_large: 'PageTooLarge', undecodable: 'PageUndecodable' } as const;
 
@@ -306,7 +299,7 @@ export class ResultService {
 
   private async fleetStatus(r: FleetResult, caller: Caller): Promise<FleetResultStatus> {
     const token = this.deps.leases().grantOf(r.id, caller);
-    if (token === null || this.renderedBefore(r, token)) return 'superseded';
+    if (token === null) return 'superseded';
     let outcome: Outcome = r.outcome === 'error' ? 'failed' : r.outcome;
     let body: string | null = null;
     let refused: 'too_large' | 'undecodable' | null = null;
@@ -342,19 +335,6 @@ export class ResultService {
     if (a!.duplicate) return 'duplicate';
     if (!a!.accepted) return a!.code === 'unknown_job' ? 'unknown_job' : 'superseded';
     return refused ?? 'applied';
-  }
-
-  /**
-   * Did this render start before the grant it would apply to? Then it belongs to an earlier grant of the
-   * same grantee (a lease that expired and came back to the same worker), and applying it would report
-   * the new lease with the old render. Arrival minus renderTime is never earlier than the render's
-   * real start (encoding and the network only add), so a render of this grant is never refused here;
-   * only a stale one can be.
-   */
-  private renderedBefore(r: FleetResult, token: string): boolean {
-    if (r.renderTime === null) return false;
-    const grantedAt = parseToken(token)?.grantedAt;
-    return grantedAt !== undefined && this.deps.now() - r.renderTime < grantedAt - GRANT_INSTANT_SLACK_MS;
   }
 
   private warnPage(id: string, detail: string): void {
