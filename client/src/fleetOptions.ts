@@ -92,6 +92,11 @@ export interface FleetCounters {
   rawPagesSent: number;
   /** Results given up because their lease ended before the server answered them. */
   unreported: number;
+  /**
+   * Jobs whose `callbackOrigin` was not used (not an http(s) origin, or plain http under an https
+   * URL): their results went to the configured URL.
+   */
+  originsIgnored: number;
   /** Claims answered `empty` or `paused` (each one starts a backoff wait). */
   idleWaits: number;
   /** Claims answered `unready`. */
@@ -139,6 +144,7 @@ export function zeroCounters(): FleetCounters {
     dropped: 0,
     rawPagesSent: 0,
     unreported: 0,
+    originsIgnored: 0,
     idleWaits: 0,
     unreadyWaits: 0,
     requests: 0,
