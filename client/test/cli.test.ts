@@ -52,8 +52,8 @@ test('--channel runs the fleet over the persistent channel: it credits its slots
   assert.match(out.join('\n'), /, over the channel/);
   process.emit('SIGTERM');
   assert.equal(await run, 0);
-  // A stopping fleet withdraws its credits on the socket.
-  assert.ok(server.messages.some((m) => m.withdraw === true));
+  // A stopping fleet withdraws its credits on the socket (sent as it closes, so it may land after exit).
+  await until('the withdraw', () => server.messages.some((m) => m.withdraw === true));
 });
 
 test('without --channel the same fleet claims over HTTP', async (t) => {
