@@ -37,10 +37,13 @@ const WEIGHTS = {
   'results.test.js': 28,
   'harness.test.js': 25,
   'fleetBrowser.test.js': 25,
+  'clientCluster.test.js': 45,
+  'clientInstall.test.js': 40,
+  'prerenderFleet.test.js': 35,
 };
 const DEFAULT_WEIGHT = 20;
 const APART = [
-  ['cluster.test.js', 'cluster3.test.js'],
+  ['cluster.test.js', 'cluster3.test.js', 'clientCluster.test.js'],
   ['console.test.js', 'fleetBrowser.test.js', 'prerenderFleetBrowser.test.js'],
 ];
 
