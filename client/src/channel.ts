@@ -1,9 +1,4 @@
-<<<<<<< HEAD
-// The persistent channel to queue-keeper (`/render_queue/channel`, docs/fleets.md, "The persistent
-// channel"): one WebSocket a fleet opens once. It sends credits (jobs it can take) and results; the
-=======
 // The persistent channel to queue-keeper (`/render_queue/channel`): one WebSocket a fleet opens once. It sends credits (jobs it can take) and results; the
->>>>>>> client-package
 // server pushes jobs while credits last and holds them while nothing is due. Every message is answered
 // in order, by an `ack` or an `{error, code}` frame carrying the message's `ref`.
 import { WebSocket, type Dispatcher } from 'undici';

@@ -1,17 +1,9 @@
-<<<<<<< HEAD
-// The claim loop of a render fleet (docs/fleets.md): claim with
-// `/render_queue/next`, render under each job's lease, carry the results in the next round trip, back
-// off while the queue has nothing, wake early on a webhook or MQTT, and stop cleanly. The renders in
-// flight are ./renders.ts, the results waiting for an answer (and the raw-bytes pages) ./resultOutbox.ts,
-// the webhook, MQTT and signal edges ./wakeEdges.ts.
-=======
 // The claim loop of a render fleet: claim with `/render_queue/next`, render under each job's lease,
 // report each result to the node that granted its lease (in the next round trip when that is the
 // configured URL), back off while the queue has nothing, wake early on a webhook or MQTT, and stop
 // cleanly. The renders in flight are ./renders.ts, the results waiting for an answer (and the raw-bytes
 // pages) ./resultOutbox.ts, where each result goes ./resultRoutes.ts, the webhook, MQTT and signal
 // edges ./wakeEdges.ts.
->>>>>>> client-package
 import { backoffDelay, type BackoffPolicy } from './backoff.js';
 import { CircuitBreaker } from './breaker.js';
 import { systemClock, Waker, type Clock, type Timer } from './clock.js';

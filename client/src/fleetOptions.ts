@@ -44,11 +44,7 @@ export interface FleetClientOptions {
   /** Results per round trip are also capped by their size on the wire; default 32 MiB. */
   maxBatchBytes?: number;
   /**
-<<<<<<< HEAD
-   * Send each result that carries a page as raw bytes (docs/fleets.md, `x-metadata-size`): the page
-=======
    * Send each result that carries a page as raw bytes (job_result with `x-metadata-size`): the page
->>>>>>> client-package
    * is neither JSON-escaped here nor JSON-parsed by the server. Results without a page still ride the
    * next claim as JSON. Default true; a server that answers 415 to the framing gets JSON from then on.
    */

@@ -1,8 +1,4 @@
-<<<<<<< HEAD
-// @queue-keeper/fleet-client: a reference render fleet for queue-keeper (docs/fleet-client.md).
-=======
 // @queue-keeper/fleet-client: a reference render fleet for queue-keeper (see README.md beside this package).
->>>>>>> client-package
 export { FleetClient, serverSkew } from './fleetClient.js';
 export { FleetRefusedError } from './fleetOptions.js';
 export {

@@ -1,9 +1,3 @@
-<<<<<<< HEAD
-// The results a fleet has finished and not yet had answered: they wait a short flush delay to share a
-// round trip, go at most 100 (fewer after a 413) and `maxBatchBytes` to a call, and are dropped once
-// their lease ended. Pages go as raw bytes (docs/fleets.md, `x-metadata-size`), each its own request,
-// until the server refuses the framing with a 415; the rest ride the next claim as JSON.
-=======
 // The results a fleet has finished and not yet had answered. Each goes to the node that granted its
 // lease (./resultRoutes.ts): the configured URL, a node's own origin, or the channel socket its job came
 // on. They wait a short flush delay to share a round trip, go at most 100 (fewer after a 413) and
@@ -14,7 +8,6 @@
 // `/render_queue/job_results` at each other destination, one batch per origin. A failure at the configured
 // URL belongs to the round trip (the caller's breaker and backoff); a failure at a node's origin holds
 // only that origin's results, with a growing wait, while claims and the other results go on.
->>>>>>> client-package
 import type { Clock } from './clock.js';
 import type { FleetCounters } from './fleetOptions.js';
 import type { ResultRoute } from './resultRoutes.js';

@@ -1,13 +1,8 @@
 // The client's only way to the server: POSTs with basic auth over one undici pool, as JSON or as one
-<<<<<<< HEAD
-// result in the raw-bytes framing (docs/fleets.md, "Pages as raw bytes"). It answers status, headers and parsed JSON; a
-// network error or timeout throws (the caller decides what that means for the breaker).
-=======
 // result in the raw-bytes framing (job_result with `x-metadata-size`), to the configured URL or to the
 // origin of the node that granted a result's lease (./resultRoutes.ts decides which origins qualify). It
 // answers status, headers and parsed JSON; a network error or timeout throws (the caller decides what
 // that means for the breaker).
->>>>>>> client-package
 import { Agent, type Dispatcher } from 'undici';
 
 export interface Answer {

@@ -1,8 +1,4 @@
-<<<<<<< HEAD
-// The wire shapes of docs/fleets.md as the client sees them, and the renderer's
-=======
 // The wire shapes of the fleet API (claim and report) as the client sees them, and the renderer's
->>>>>>> client-package
 // contract.
 
 /** One job under an exclusive lease, as `/render_queue/next` hands it out. */

@@ -25,11 +25,7 @@ export interface WebhookReceiverOptions {
   toleranceSec?: number;
 }
 
-<<<<<<< HEAD
-/** What a verified delivery told us (docs/wakes.md, "What a delivery looks like"). */
-=======
 /** What a verified delivery told us (the fields of a queue-keeper webhook body). */
->>>>>>> client-package
 export interface WebhookDelivery {
   id: string;
   type?: string;
