@@ -1,4 +1,4 @@
-// The persistent channel (issue 15 lever 4) against the two HTTP paths, in the same run: the same number
+// The persistent channel against the two HTTP paths, in the same run: the same number
 // of due jobs drained in full (granted and reported) three ways, interleaved per round:
 //   channel  one WebSocket per fleet process at /render_queue/channel, CREDITS credits each; every push is
 //            reported at once in one message that also gives its credits back

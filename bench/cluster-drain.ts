@@ -1,4 +1,4 @@
-// A three-node drain on 127.0.0.1 (issue 17): ROWS due rows filed on node-a, drained by CLIENTS fleet
+// A three-node drain on 127.0.0.1: ROWS due rows filed on node-a, drained by CLIENTS fleet
 // clients per node through /render_queue/next (limit 25, results batched into the next call); reports
 // jobs/s and duplicate grants. Then FAIL_ROWS more due rows, node-c stopped by pid (SIGTERM), and the
 // time until each of node-c's rows is granted on node-a or node-b.

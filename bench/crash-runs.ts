@@ -1,4 +1,4 @@
-// Crash runs (SPEC §1: losing the keeper or the leases costs latency, never work). One root, ROWS rows
+// Crash runs (losing the keeper or the leases must cost latency, never work). One root, ROWS rows
 // (default 1,000,000, 30 % due), then:
 //   a) restart, SIGKILL Harper while the keeper is loading, restart again: time from spawn to the first
 //      grant, and rows lost (table count vs filed; trust.keeper.rows vs filed)

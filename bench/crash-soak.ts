@@ -1,4 +1,4 @@
-// Crash soak (issue 12 point 8): one root, one real Harper (2 worker threads), a mixed load, and SIGKILL
+// Crash soak: one root, one real Harper (2 worker threads), a mixed load, and SIGKILL
 // at random moments, KILLS times, each followed by a restart on the same root and a check of every
 // invariant against a ledger of what the server acknowledged.
 //

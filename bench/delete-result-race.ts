@@ -2,7 +2,7 @@
 // claimed by 24 fleet clients; then, for every claimed batch of 25, its job_results and a DELETE of
 // the same urls are sent at the same instant on two different connections (so usually on two worker
 // threads). Nothing files the urls again, so every url whose delete was answered 200 must have no row
-// afterwards (API.md: a result never brings a deleted row back). Prints the rows that came back.
+// afterwards (docs/feeding.md: a result never brings a deleted row back). Prints the rows that came back.
 // Run: npx tsc -p tsconfig.json && node dist/bench/delete-result-race.js [rounds] [rows]
 //      (COMPONENT_DIR=<checkout> races another build)
 import { startHarper, type Credentials } from '../test/harness.js';

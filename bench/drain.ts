@@ -1,5 +1,5 @@
-// Filing and full drain of two builds of the component, interleaved in one session (issue 12 point 1:
-// the cost of atomic schedule writes). Each round boots every given component directory in turn on a
+// Filing and full drain of two builds of the component, interleaved in one session (made to
+// price the atomic schedule writes). Each round boots every given component directory in turn on a
 // fresh root (2 worker threads) and measures, in that boot:
 //   filing  100,000 targets (~100-char URLs, no dueAt) through POST /render_queue/targets in batches
 //           of 10,000 — the measure of bench/file-targets.ts;

@@ -1,4 +1,4 @@
-// The due instant alone (issue 15 lever 7, SPEC §10 "first ≤ 50 ms after due"): 100,000 rows held and
+// The due instant alone (target: the first grant ≤ 50 ms after the due instant): 100,000 rows held and
 // not due, then per round 20,000 rows filed due at the next whole minute, 24 fleet clients polling
 // (claim 25, 10 ms back-off when empty, each grant reported), and the first grant's wall time after the
 // due instant. The side by side's C measures the same within a longer run; this isolates it.

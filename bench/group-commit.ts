@@ -1,4 +1,4 @@
-// Group commit of result writes on vs off (issue 15 lever 2), both builds in one session, interleaved
+// Group commit of result writes on vs off, both builds in one session, interleaved
 // off, on, off, on, … Each build is a temp copy of this checkout's dist/ (scratch-component.ts) with
 // GROUP_COMMIT_WAIT_MS patched (0 = every job_results request commits on its own). Per boot:
 //   results  ROWS due rows claimed first (limit 25, no results), then every lease reported by CLIENTS

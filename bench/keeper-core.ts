@@ -1,4 +1,4 @@
-// Micro-benchmark of the keeper core (SPEC §10: top 5,000 of 1M held rows ≤ 0.3 ms p50).
+// Micro-benchmark of the keeper core (target: top 5,000 of 1M held rows ≤ 0.3 ms p50).
 // Run: node dist/bench/keeper-core.js [rows=1000000]   — prints one JSON object.
 import { KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
 import { MINUTE_MS } from '../util/time.js';

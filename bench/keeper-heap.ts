@@ -1,4 +1,4 @@
-// Heap per held row (SPEC §10: ≤ 170 B with ~100-char URLs, the key string included).
+// Heap per held row (target: ≤ 170 B with ~100-char URLs, the key string included).
 // Run: node --expose-gc dist/bench/keeper-heap.js [rows...]   — prints one JSON object.
 // Each size is measured in its own child process, so one run's leftovers never blur the next.
 import { execFileSync } from 'node:child_process';

@@ -1,8 +1,8 @@
-// The keeper's load (issue 15 lever 8) in-process, over a real Harper 4.7.29 store: KeeperService.load
+// The keeper's load in-process, over a real Harper 4.7.29 store: KeeperService.load
 // itself (the raw walk, KeeperCore.apply, the publishes while loading into a real ReadySet), without
 // Harper's HTTP workers, so a CPU profile names only the load. `seed` files the rows of keeper-scale.ts
 // (three prefix routes plus unrouted, ~30 % due, 10 % with their own cadence) through the API of a real
-// Harper and keeps its root; `measure` opens that root in this process (HARPER.md §7) and times
+// Harper and keeps its root; `measure` opens that root in this process (Harper's in-process mode) and times
 // `rounds` fresh loads: wall and this thread's CPU, with the load average before and after each.
 // Run: npx tsc -p tsconfig.json
 //      node dist/bench/keeper-load.js seed 1000000 /tmp/qk-load-root

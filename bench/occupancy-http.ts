@@ -1,5 +1,5 @@
-// Grants/s through HTTP with the lease table 10 % and 90 % full (issue 15 lever 6: grants/s at 90 % lease
-// occupancy must be >= 0.8 x grants/s at 10 %). lease-occupancy.ts measures the table alone; this runs the
+// Grants/s through HTTP with the lease table 10 % and 90 % full (target: grants/s at 90 % lease
+// occupancy >= 0.8 x grants/s at 10 %). lease-occupancy.ts measures the table alone; this runs the
 // whole claim path on a real Harper, where a leased row stays due in the keeper until its result comes, so
 // every publish has the leased rows to pass as well.
 // Per round and level, a fresh side by side node (claim-drain.ts bootSideBySide: maxLeases 262,144, 1 s

@@ -1,4 +1,4 @@
-// Page storage on disk (issue 20): N pages × R rounds of renders through the real HTTP API (claim +
+// Page storage on disk (docs/page-storage.md): N pages × R rounds of renders through the real HTTP API (claim +
 // job_results, 4 fleet clients) with 50 KiB and 500 KiB bodies, in a real Harper with 2 worker threads.
 // Reports the database folder (every .mdb, render_queue.mdb alone) and the blob store against the live
 // page bytes: before the first render, after every round, and again once Harper's own audit cleanup

@@ -1,4 +1,4 @@
-// The keeper's publish, taken apart without Harper (SPEC §10: publish incl. top-K and write, 300k due,
+// The keeper's publish, taken apart without Harper (target: publish incl. top-K and write, 300k due,
 // ≤ 5 ms p99). Builds a KeeperCore like keeper-core.ts (30 % due, ~100-char URLs), a lease table with
 // LEASED live leases on the best rows, and a ready set of capacity 5,000, then times each step the
 // keeper's publishOnce takes: dueSummary, topK with and without the lease-skip predicate, the lease

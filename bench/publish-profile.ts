@@ -1,4 +1,4 @@
-// Where a slow publish's time goes, inside a real Harper (2 worker threads), issue 15 lever 9: ROWS rows
+// Where a slow publish's time goes, inside a real Harper (2 worker threads): ROWS rows
 // (~100-character URLs), DUE of them due (past due times spread over 10 hours, so they carry the urgent
 // mark), the rest due over the next days. Once the keeper counts them due, one light client claims 5 and
 // reports every 150 ms for SECS seconds while the keeper publishes on its tick (1 s) and on early

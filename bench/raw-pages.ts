@@ -1,4 +1,4 @@
-// Reporting a 1 MB page as JSON vs as raw bytes (issue 16, 2b): the same rendered results sent to
+// Reporting a 1 MB page as JSON vs as raw bytes: the same rendered results sent to
 // POST /render_queue/job_result either as one JSON object with the page in `body` or in the raw-bytes
 // framing (`application/octet-stream`, `x-metadata-size`, the page unescaped after the metadata), into
 // a real Harper with 2 worker threads. Per form: results/s with C concurrent fleet connections, the

@@ -1,8 +1,8 @@
-// Raw record reads (issue 15 levers 3, 8) against a real Harper 4.7.29 store: the keeper's walk
+// Raw record reads against a real Harper 4.7.29 store: the keeper's walk
 // (walkSchedule vs walkScheduleRaw, alone and with KeeperCore.apply per row, i.e. the load without its
 // publishes and yields) and the claim's point read (readRow vs readClaimRow), old and new interleaved
 // round by round in one process. The rows are filed through the API of a real Harper, which is then
-// stopped; a child process opens the same root in-process (HARPER.md §7) and times the reads there.
+// stopped; a child process opens the same root in-process (Harper's in-process mode) and times the reads there.
 // Run: npx tsc -p tsconfig.json && node dist/bench/raw-reads.js [rows] [rounds]
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';

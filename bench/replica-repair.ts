@@ -1,4 +1,4 @@
-// What a replica repair round costs (README "Replica repair: what a join skipped comes back by itself"):
+// What a replica repair round costs (docs/clusters.md, "Replica repair"):
 // two linked nodes (2 threads each, repairInterval 10 s), ROWS rows filed on node-a (due in a day) once
 // rows stream, then every round each node reports in queue-state `trust.keeper.lastRepair` is recorded:
 //  - clean: 3 rounds on both nodes whose digest holds every row (buckets 0 expected);

@@ -1,4 +1,4 @@
-// Scoped claim grants/s (issue 16 §1): a fleet bound to one queue that holds a given share of the due
+// Scoped claim grants/s: a fleet bound to one queue that holds a given share of the due
 // rows claims (limit 25, no results) from a real Harper with 2 worker threads. The other rows belong to
 // a second queue nobody claims. Both queues' rows are due 0–60 minutes ago (seeded), so their scores
 // interleave and the scoped queue holds about its share of the global top. Each (share, build) pair gets

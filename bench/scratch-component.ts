@@ -100,8 +100,8 @@ import { threadId as qkPpThread } from 'node:worker_threads';
   }).observe({ entryTypes: ['gc'] });
   const flush = () =>
     qkPpAppend(dir + '/publishes-' + qkPpThread + '.jsonl', JSON.stringify({ rows: rows.splice(0), gcs: gcs.splice(0) }) + '\\n');
-  // The publish's window: selection through the ready-set write. Since issue 15 lever 9 the keeper's
-  // selection runs inside publishWith; before, it was publishSelection, then publish.
+  // The publish's window: selection through the ready-set write. A build with ReadySet.publishWith runs
+  // the keeper's selection inside it; an older build runs publishSelection, then publish.
   const streaming = typeof QkPpReady.prototype.publishWith === 'function';
   const select = QkPpCore.prototype.publishSelection;
   if (!streaming)

@@ -12,7 +12,7 @@ export class prerendered extends Resource {
     const url = target.get('url');
     const page = url ? await databases.render_queue.RenderedPage.get(url) : undefined;
     if (!page?.body) return undefined;
-    // A Blob, streamed from its file; a page stored before bodies became Blobs is still a string.
+    // A Blob, streamed from its file; a body stored as a plain string is answered as it is.
     const body = typeof page.body === 'string' ? page.body : page.body.stream();
     return new Response(body, {
       status: page.statusCode ?? 200,

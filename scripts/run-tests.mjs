@@ -4,7 +4,7 @@
 // names after `integration` narrow it to those files (`integration restart stall`).
 //
 // Most of an integration file's time is waiting (lease expiries, backoff steps, Harper boots), so the
-// files run QK_TEST_JOBS at a time (default 2; 1 runs them one by one as before), longest first. Files
+// files run QK_TEST_JOBS at a time (default 2; 1 runs them one by one), longest first. Files
 // in one `apart` group never run at the same time: the cluster files each boot several Harpers, and the
 // Chromium files would each unpack the shared Chromium binary into the temp folder on a first run.
 // Each running file gets its own QK_TEST_SLOT, and test/harness.ts gives every slot its own port range,
@@ -37,10 +37,13 @@ const WEIGHTS = {
   'results.test.js': 28,
   'harness.test.js': 25,
   'fleetBrowser.test.js': 25,
+  'clientCluster.test.js': 45,
+  'clientInstall.test.js': 40,
+  'prerenderFleet.test.js': 35,
 };
 const DEFAULT_WEIGHT = 20;
 const APART = [
-  ['cluster.test.js', 'cluster3.test.js'],
+  ['cluster.test.js', 'cluster3.test.js', 'clientCluster.test.js'],
   ['console.test.js', 'fleetBrowser.test.js', 'prerenderFleetBrowser.test.js'],
 ];
 

@@ -1,5 +1,5 @@
 // `npm run start:cluster`: boots three Harper nodes with queue-keeper loaded, replicating with each
-// other over insecure WebSocket on 127.0.0.1 (HARPER.md §8) on each node's HTTP port, with no listener on
+// other over insecure WebSocket on 127.0.0.1 (docs/clusters.md) on each node's HTTP port, with no listener on
 // a wildcard address (see boot), each on its own data folder inside the repo
 // (.harper-data/cluster/<node>/, ignored by git). Prints each node's URL and the shared admin
 // credentials; Ctrl-C stops all three (each by its pid). Data is kept between runs. Each node's Harper
@@ -49,6 +49,9 @@ const nodes = names.map((name, i) => {
 const harperMain = require.resolve('harperdb');
 let bin = dirname(harperMain);
 while (!existsSync(join(bin, 'bin', 'harperdb.js'))) bin = dirname(bin);
+console.log(
+  `npm run start:cluster accepts Harper's licence terms for you (TC_AGREEMENT=yes): read them in ${join(bin, 'LICENSE')} and at https://harperdb.io/legal/end-user-license-agreement`,
+);
 bin = join(bin, 'bin', 'harperdb.js');
 
 /** Where a node takes replication connections: its HTTP port. */
@@ -185,7 +188,7 @@ async function rowCount(n, where = '') {
 /**
  * Waits until a row filed on each node reaches the other two by replication's stream, then deletes the
  * probes. Right after `add_node`, Harper 4.7.29 copies each database whole to the new peer and can skip a
- * write committed while that copy runs (README "Running a cluster", joining a node); a probe that
+ * write committed while that copy runs (docs/clusters.md, "Joining a node"); a probe that
  * arrives says the copy is over, so rows filed after "cluster is up" replicate like any later write.
  */
 async function untilRowsStream() {

@@ -49,6 +49,9 @@ const setConfig = {
 const harperMain = require.resolve('harperdb');
 let dir = dirname(harperMain);
 while (!existsSync(join(dir, 'bin', 'harperdb.js'))) dir = dirname(dir);
+console.log(
+  `npm start accepts Harper's licence terms for you (TC_AGREEMENT=yes): read them in ${join(dir, 'LICENSE')} and at https://harperdb.io/legal/end-user-license-agreement`,
+);
 
 const env = {
   ...process.env,

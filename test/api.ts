@@ -46,7 +46,7 @@ export async function fileTargets(
   return answer;
 }
 
-/** A job as `claim`, `/next` and the channel grant it (API.md). */
+/** A job as `claim`, `/next` and the channel grant it (docs/fleets.md). */
 export interface ClaimedJob {
   id: string;
   url: string;

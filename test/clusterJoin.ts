@@ -5,7 +5,7 @@
 // copy walks the live table and then resumes the audit log after the newest record it copied, so a
 // transaction committed while the copy runs can be skipped on the new node for good: a cluster.test run
 // filed 400 rows right after the link and 100 of them (one transaction) never reached node-b; the
-// cluster bench once had 681 of 30,000 missing on node-c (README "Running a cluster", joining a node). A
+// cluster bench once had 681 of 30,000 missing on node-c (docs/clusters.md, "Joining a node"). A
 // probe row that arrives proves the copy is over; rows filed after it stream like any later write.
 import assert from 'node:assert/strict';
 import type { HarperInstance } from './harness.js';

@@ -83,6 +83,12 @@ export interface FetchInit {
   fresh?: boolean;
   /** Give up (reject) when the connection sits this many ms without an answer (default 120 s). */
   timeoutMs?: number;
+  /**
+   * Why this answer is not checked against docs/openapi.yaml. Every other answer to a path of ours is
+   * (test/contract.ts); this is for answers that may come from something other than the component, such
+   * as readiness polls while Harper is still loading it.
+   */
+  unchecked?: string;
 }
 
 export interface FetchResult {
@@ -177,19 +183,39 @@ export function basicAuth(c: Credentials): string {
   return 'Basic ' + Buffer.from(`${c.username}:${c.password}`).toString('base64');
 }
 
+let contractChecks = true;
+
+/**
+ * Whether request() checks answers against docs/openapi.yaml (on by default). Benchmarks turn it off:
+ * they measure the server, and a check costs client time on the same cores.
+ */
+export function setContractChecks(on: boolean): void {
+  contractChecks = on;
+}
+
 /**
  * One HTTP request. A keep-alive socket the server closed while it sat idle fails with ECONNRESET before
  * any answer; as Node's docs advise, such a request (and only such: `reusedSocket`) is sent once more
- * on a new connection.
+ * on a new connection. An answer to a path of ours that departs from docs/openapi.yaml fails with an
+ * AssertionError (test/contract.ts), unless `init.unchecked` says why it is not checked.
  */
 export async function request(baseUrl: string, path: string, init: FetchInit = {}): Promise<FetchResult> {
+  let r: FetchResult;
   try {
-    return await requestOnce(baseUrl, path, init);
+    r = await requestOnce(baseUrl, path, init);
   } catch (e) {
-    if ((e as { staleSocket?: boolean }).staleSocket)
-      return requestOnce(baseUrl, path, { ...init, fresh: true });
-    throw e;
+    if (!(e as { staleSocket?: boolean }).staleSocket) throw e;
+    r = await requestOnce(baseUrl, path, { ...init, fresh: true });
   }
+  if (contractChecks && init.unchecked === undefined) {
+    const { assertContract } = await import('./contract.js');
+    assertContract({ method: methodOf(init), path, status: r.status, headers: r.headers, text: r.text });
+  }
+  return r;
+}
+
+function methodOf(init: FetchInit): string {
+  return init.method ?? (init.rawBody !== undefined || init.body !== undefined ? 'POST' : 'GET');
 }
 
 function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<FetchResult> {
@@ -211,7 +237,7 @@ function requestOnce(baseUrl: string, path: string, init: FetchInit): Promise<Fe
         host: u.hostname,
         port: u.port,
         path: u.pathname + u.search,
-        method: init.method ?? (payload !== undefined ? 'POST' : 'GET'),
+        method: methodOf(init),
         headers,
         agent: init.fresh ? false : keepAliveAgent,
       },
@@ -297,7 +323,11 @@ export async function waitReady(url: string, readyPath: string, w: ReadyWatch): 
     }
     try {
       const timeoutMs = Math.max(250, Math.min(READY_REQUEST_TIMEOUT_MS, w.deadline - Date.now()));
-      const r = await request(url, readyPath, { fresh: true, timeoutMs });
+      const r = await request(url, readyPath, {
+        fresh: true,
+        timeoutMs,
+        unchecked: 'Harper answers the ready path itself until the component is loaded',
+      });
       lastStatus = r.status;
       w.answered?.(r.status);
       if (r.status < 500 && r.status !== 404) {

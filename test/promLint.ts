@@ -1,7 +1,7 @@
 // A strict reader of the Prometheus text format (0.0.4) and a linter with the rules `promtool check
-// metrics` applies (client_golang's promlint), plus the project's own (SPEC §5): the `queue_keeper_`
-// prefix, `_seconds` for durations and `_ratio` for ratios. promtool is not on CI machines, so the tests
-// run these instead; README "Metrics" says how to run promtool itself against a live node.
+// metrics` applies (client_golang's promlint), plus the project's own (docs/monitoring.md): the
+// `queue_keeper_` prefix, `_seconds` for durations and `_ratio` for ratios. promtool is not on CI machines,
+// so the tests run these instead; docs/monitoring.md says how to run promtool itself against a live node.
 
 export interface Sample {
   name: string;
@@ -208,7 +208,7 @@ const UNIT_PREFIXES = [
 const TIME_UNITS = new Set(['minutes', 'hours', 'days', 'weeks']);
 const TYPE_WORDS = ['counter', 'gauge', 'histogram', 'summary'];
 
-/** What promtool would say about one family's name and labels, and what SPEC §5 adds. */
+/** What promtool would say about one family's name and labels, and what this project's naming adds. */
 function lintFamily(f: Family, prefix: string): string[] {
   const problems: string[] = [];
   const say = (p: string) => problems.push(`${f.name}: ${p}`);
@@ -240,7 +240,7 @@ function lintFamily(f: Family, prefix: string): string[] {
       if (f.type === 'histogram' && k === 'le' && !s.name.endsWith('_bucket')) say('reserved label "le"');
       if (f.type !== 'histogram' && k === 'le') say('non-histogram metrics should not use the "le" label');
     }
-  // SPEC §5: durations are histograms in seconds; ratios end _ratio.
+  // This project's naming: durations are histograms in seconds; ratios end _ratio.
   if (/(duration|latency)/.test(n) && !(f.type === 'histogram' && n.endsWith('_seconds')))
     say('durations are histograms in seconds (_seconds)');
   if (f.help && /\(ratio\)$/.test(f.help) !== n.endsWith('_ratio'))

@@ -1,5 +1,5 @@
 // Time arithmetic every room shares: the minute a due time falls in, and the one encoding of an instant
-// as Int32 seconds in shared memory. Two meanings that used to share one name get two names here.
+// as Int32 seconds in shared memory. The two are different units, so each has a name of its own.
 
 export const MINUTE_MS = 60_000;
 

@@ -13,6 +13,8 @@ const REFRESH_MS = 3000;
 // Longer than a refresh so one slow answer does not pile requests up, short enough that a hung server
 // blanks the page within seconds instead of leaving old numbers up.
 const REQUEST_TIMEOUT_MS = 8000;
+/** Failing rows the console shows: the top of GET /prerender_admin/failing. */
+const FAILING_SHOWN = 10;
 const BLANK = '—';
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const CLASS_ROWS_SHOWN = 50;
@@ -627,20 +629,53 @@ function renderNotify(fleets, hooks, stall) {
   );
 }
 
+/** The top of the failing list: the rows whose last result failed, most strikes first. */
+function renderFailing(failing) {
+  const rows = failing.ok && failing.body && Array.isArray(failing.body.rows) ? failing.body.rows : null;
+  markUnavailable('failing', !rows);
+  byId('failing-note').textContent = rows
+    ? failing.body.next
+      ? `The ${FAILING_SHOWN} worst; GET /prerender_admin/failing pages through the rest.`
+      : 'Rows whose last render failed; empty is healthy.'
+    : `unavailable: ${failing.error}`;
+  fillTable(
+    'failing-table',
+    rows
+      ? rows.map((r) => {
+          const tr = document.createElement('tr');
+          tr.setAttribute('data-testid', 'failing-row');
+          cell(tr, r.url, 'mono');
+          cell(tr, r.queue);
+          cell(tr, fmtCount(r.strikes), r.strikes > 1 ? 'num warn' : 'num');
+          cell(tr, r.lastStatusCode, 'num');
+          const err = r.lastError ? [r.lastError.name, r.lastError.message].filter(Boolean).join(': ') : '';
+          cell(tr, err);
+          cell(tr, fmtAgo(r.failingSince));
+          cell(tr, fmtAgo(r.nextRenderTime));
+          return tr;
+        })
+      : null,
+    7,
+    'no failing rows',
+  );
+}
+
 // ---------- refresh loop ----------
 
 async function refresh() {
-  const [state, overview, fleets, hooks, stall] = await Promise.all([
+  const [state, overview, fleets, hooks, stall, failing] = await Promise.all([
     call('/prerender_admin/queue-state'),
     call('/prerender_admin/overview'),
     call('/prerender_admin/fleets'),
     call('/prerender_admin/hooks'),
     call('/prerender_admin/stall-ledger'),
+    call(`/prerender_admin/failing?limit=${FAILING_SHOWN}`),
   ]);
   renderStatus(overview, state);
   renderState(state);
   renderOverview(overview);
   renderNotify(fleets, hooks, stall);
+  renderFailing(failing);
   byId('fetch-error').textContent = overview.ok ? '' : `overview: ${overview.error}`;
   const updated = byId('updated-at');
   updated.textContent = new Date().toLocaleTimeString();

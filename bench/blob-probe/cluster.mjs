@@ -1,4 +1,4 @@
-// Harper 4.7.29 Blob probe, two replicating nodes (HARPER.md §8 recipe): does a blob reach the other
+// Harper 4.7.29 Blob probe, two replicating nodes (docs/clusters.md recipe): does a blob reach the other
 // node, byte for byte, and does a delete come back? Build first, then: node bench/blob-probe/cluster.mjs
 import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,4 +1,4 @@
-// Harper 4.7.29 Blob probe, one node (bench/README.md, issue 20). Build first (`npm run build`), then:
+// Harper 4.7.29 Blob probe, one node (bench/README.md, "Page storage"). Build first (`npm run build`), then:
 //   node bench/blob-probe/probe.mjs [auditRetention]     e.g. 30 (seconds) to watch the audit cleanup
 // The component is copied to a temp folder (Harper links node_modules/harperdb into it).
 import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,5 +1,4 @@
-// The persistent channel to queue-keeper (`/render_queue/channel`, the server README's "Persistent
-// channel"): one WebSocket a fleet opens once. It sends credits (jobs it can take) and results; the
+// The persistent channel to queue-keeper (`/render_queue/channel`): one WebSocket a fleet opens once. It sends credits (jobs it can take) and results; the
 // server pushes jobs while credits last and holds them while nothing is due. Every message is answered
 // in order, by an `ack` or an `{error, code}` frame carrying the message's `ref`.
 import { WebSocket, type Dispatcher } from 'undici';

@@ -2,7 +2,9 @@
 // (./channel.ts) instead of `/render_queue/next`. A round trip sends the pending results and the free
 // slots as credits; jobs arrive as the server pushes them, so the loop never polls an empty queue. The
 // socket opens on the first round trip and again after it closed (its credits die with it; the loop's
-// breaker and error backoff pace the reconnects).
+// breaker and error backoff pace the reconnects). Each socket has a number: a job's result rides the
+// socket that pushed the job while that socket is open, and goes over HTTP to the granting node once it
+// closed, since a new socket may reach another node.
 import { ChannelMessageError, FleetChannel, type ChannelOptions } from './channel.js';
 import { FleetRefusedError } from './fleetOptions.js';
 import type { Job, QueueStatus, ResultAnswer, WireResult } from './types.js';
@@ -15,8 +17,8 @@ export type LinkOutcome =
 
 export interface ChannelLinkDeps {
   options: ChannelOptions;
-  /** Jobs pushed, with the server's clock minus ours. */
-  onJobs: (jobs: Job[], skewMs: number) => void;
+  /** Jobs pushed, with the server's clock minus ours and the number of the socket they came on. */
+  onJobs: (jobs: Job[], skewMs: number, socket: number) => void;
   onStatus: (status: QueueStatus) => void;
   /** The socket closed: its credits are gone, so the loop has free slots to credit again. */
   onClose: () => void;
@@ -25,12 +27,19 @@ export interface ChannelLinkDeps {
 export class ChannelLink {
   private channel: FleetChannel | null = null;
   private opening: Promise<FleetChannel> | null = null;
+  /** The number of the socket opened last. */
+  private socket = 0;
 
   constructor(private readonly deps: ChannelLinkDeps) {}
 
   /** Credits the server still owes: slots already promised to jobs on their way. */
   get owed(): number {
     return this.channel?.isOpen ? this.channel.owed : 0;
+  }
+
+  /** Whether a result of a job pushed on socket `socket` can ride the channel now. */
+  carries(socket: number | undefined): boolean {
+    return socket !== undefined && socket === this.socket && this.channel?.isOpen === true;
   }
 
   /** One round trip: `results` applied and answered, then `credits` more jobs wanted. */
@@ -64,8 +73,10 @@ export class ChannelLink {
 
   private open(): Promise<FleetChannel> {
     if (this.channel?.isOpen) return Promise.resolve(this.channel);
-    this.opening ??= FleetChannel.open(this.deps.options, {
-      onJobs: (jobs, skew) => this.deps.onJobs(jobs, skew),
+    if (this.opening) return this.opening;
+    const socket = ++this.socket;
+    this.opening = FleetChannel.open(this.deps.options, {
+      onJobs: (jobs, skew) => this.deps.onJobs(jobs, skew, socket),
       onStatus: (s) => this.deps.onStatus(s),
       onClose: () => this.deps.onClose(),
     })

@@ -26,6 +26,9 @@ const HELP = `queue-keeper-fleet: claim render jobs from queue-keeper, render th
                          needs playwright-core and @sparticuz/chromium installed)
   --recycle-every N      chromium: replace the browser every N pages (default 50)
   --json-pages           send pages inside JSON results instead of as raw bytes
+  --channel              hold one WebSocket open to the server (/render_queue/channel): it pushes jobs
+                         as they come due, so an idle fleet sends nothing; results go over it too (pages
+                         as raw bytes still go over HTTP)
   --mqtt URL             wake on queue_status/# from this broker, e.g. mqtt://127.0.0.1:1883
   --no-mqtt              do not use MQTT even when a default broker is known
   --webhook-port N       run a Standard Webhooks receiver on this port (wakes the loop)
@@ -56,6 +59,7 @@ export async function main(
         renderer: { type: 'string' },
         'recycle-every': { type: 'string' },
         'json-pages': { type: 'boolean' },
+        channel: { type: 'boolean' },
         mqtt: { type: 'string' },
         'no-mqtt': { type: 'boolean' },
         'webhook-port': { type: 'string' },
@@ -126,6 +130,7 @@ export async function main(
     concurrency,
     handleSignals: true,
     rawPages: !values['json-pages'],
+    channel: values.channel === true,
   };
   if (queues && queues.length > 0) opts.queues = queues;
   const mqttUrl = values['no-mqtt'] ? undefined : (values.mqtt ?? defaults.mqttUrl);
@@ -152,6 +157,7 @@ export async function main(
       `, queues ${queues?.length ? queues.join(',') : 'all'}, concurrency ${concurrency}, renderer ${rendererName}` +
       (rendererName === 'chromium' ? ` (new browser every ${recycleEvery ?? 50} pages)` : '') +
       `, pages as ${opts.rawPages ? 'raw bytes' : 'JSON'}` +
+      (opts.channel ? ', over the channel' : '') +
       (mqttUrl ? `, mqtt ${mqttUrl}` : '') +
       (opts.webhook ? `, webhook receiver on ${opts.webhook.host ?? '127.0.0.1'}:${opts.webhook.port}` : ''),
   );

@@ -1,8 +1,9 @@
-// The claim loop of a render fleet (API.md "Fleets: claim and report"): claim with
-// `/render_queue/next`, render under each job's lease, carry the results in the next round trip, back
-// off while the queue has nothing, wake early on a webhook or MQTT, and stop cleanly. The renders in
-// flight are ./renders.ts, the results waiting for an answer (and the raw-bytes pages) ./resultOutbox.ts,
-// the webhook, MQTT and signal edges ./wakeEdges.ts.
+// The claim loop of a render fleet: claim with `/render_queue/next`, render under each job's lease,
+// report each result to the node that granted its lease (in the next round trip when that is the
+// configured URL), back off while the queue has nothing, wake early on a webhook or MQTT, and stop
+// cleanly. The renders in flight are ./renders.ts, the results waiting for an answer (and the raw-bytes
+// pages) ./resultOutbox.ts, where each result goes ./resultRoutes.ts, the webhook, MQTT and signal
+// edges ./wakeEdges.ts.
 import { backoffDelay, type BackoffPolicy } from './backoff.js';
 import { CircuitBreaker } from './breaker.js';
 import { systemClock, Waker, type Clock, type Timer } from './clock.js';
@@ -15,6 +16,7 @@ import {
 } from './fleetOptions.js';
 import { Renders } from './renders.js';
 import { ResultOutbox, type Pending } from './resultOutbox.js';
+import { resultOrigin, type ResultRoute } from './resultRoutes.js';
 import { ChannelLink } from './channelLink.js';
 import { describeError, Transport, type Answer } from './transport.js';
 import {
@@ -31,6 +33,8 @@ import type { AddressInfo } from 'node:net';
 /** A Date header has 1 s resolution: below this, an apparent skew is rounding, not a wrong clock. */
 const SKEW_NOISE_MS = 2_000;
 const STATUSES: readonly string[] = ['empty', 'queued', 'paused', 'unready'];
+/** Distinct unusable callbackOrigin values logged at most (one line each). */
+const MAX_ORIGIN_WARNINGS = 20;
 
 export class FleetClient {
   private readonly opts: FleetClientOptions;
@@ -66,6 +70,10 @@ export class FleetClient {
   private readonly edges: WakeEdges;
   private drainTimer: Timer | null = null;
   private edgesClosed = false;
+  /** The configured URL, against which each job's callbackOrigin is checked. */
+  private readonly base: URL;
+  /** callbackOrigin values already logged as unusable. */
+  private readonly originWarned = new Set<string>();
 
   constructor(opts: FleetClientOptions) {
     if (typeof opts.render !== 'function') throw new TypeError('render must be a function');
@@ -96,6 +104,7 @@ export class FleetClient {
       maxOpenMs: 60_000,
       ...opts.breaker,
     });
+    this.base = this.transport.baseUrl;
     this.waker = new Waker(this.clock);
     this.outbox = new ResultOutbox({
       clock: this.clock,
@@ -105,6 +114,7 @@ export class FleetClient {
       flushDelayMs,
       maxBatchBytes,
       rawPages: opts.rawPages ?? true,
+      holdMs: (failures) => backoffDelay(this.errors, failures - 1, this.random),
     });
     this.edges = new WakeEdges({
       opts,
@@ -117,8 +127,9 @@ export class FleetClient {
     this.link = opts.channel
       ? new ChannelLink({
           options: { ...opts, openTimeoutMs: opts.requestTimeoutMs ?? 30_000 },
-          onJobs: (jobs, skew) => {
-            for (const job of jobs) this.renders.start(job, skew, this.clock.now());
+          onJobs: (jobs, skew, socket) => {
+            for (const job of jobs)
+              this.renders.start(job, skew, this.clock.now(), { ...this.routeOf(job), socket });
             this.setState('running');
             this.waker.wake();
           },
@@ -134,8 +145,8 @@ export class FleetClient {
       render: opts.render,
       leaseMarginMs,
       count: this.count,
-      onResult: (wire, localExpiry, now) => {
-        this.outbox.add(wire, localExpiry, now);
+      onResult: (wire, localExpiry, now, route) => {
+        this.outbox.add(wire, localExpiry, now, route);
         this.waker.wake();
       },
     });
@@ -240,29 +251,54 @@ export class FleetClient {
       const busy = this.renders.size + (this.link?.owed ?? 0);
       const free = this.stopping ? 0 : Math.min(this.claimLimit, this.concurrency - busy);
       const claimDue = free > 0 && now >= this.claimAt;
+      // Results held for a node that failed do not hold the claim back.
+      const ready = this.outbox.ready(now).length;
       // A pending result waits its short flush delay so finishing renders share one round trip; a claim
       // that is due waits with it rather than going out alone just before them.
-      if (this.outbox.flushDue(now) || (claimDue && this.outbox.size === 0)) {
+      if (this.outbox.flushDue(now) || (claimDue && ready === 0)) {
         await this.exchange(free > 0 ? free : 0);
         continue;
       }
-      // With results pending, a due claim waits for their flush (above); otherwise for its own time.
-      const until = this.outbox.size > 0 ? this.outbox.wakeAt() : free > 0 ? this.claimAt : Infinity;
+      // With results ready, a due claim waits for their flush (above); otherwise for its own time.
+      const until = Math.min(this.outbox.wakeAt(), ready === 0 && free > 0 ? this.claimAt : Infinity);
       await this.waker.wait(Math.max(0, until - now));
     }
     this.settleFirst();
   }
 
+  /** Where a job's result goes: its callbackOrigin when that is usable, else the configured URL. */
+  private routeOf(job: Job): ResultRoute {
+    const check = resultOrigin(job.callbackOrigin, this.base);
+    if ('problem' in check) {
+      this.count.originsIgnored++;
+      const value = String(job.callbackOrigin).slice(0, 200);
+      if (this.originWarned.size < MAX_ORIGIN_WARNINGS && !this.originWarned.has(value)) {
+        this.originWarned.add(value);
+        this.log.warn(`a job's callbackOrigin ${check.problem}: its result goes to the configured URL`, {
+          callbackOrigin: value,
+          where: this.where,
+        });
+      }
+    }
+    return { origin: check.origin };
+  }
+
   /**
    * One round trip: results (if any) and a claim for `limit` jobs (0 = results only). Pages in the
-   * raw-bytes framing go first, each its own request and all at once; the rest (and the claim) follow
-   * only when every one of them was answered.
+   * raw-bytes framing, and results for any other node than the configured URL's, go first, all at
+   * once; the rest (and the claim) follow only when the configured URL answered every one of those sent
+   * to it (a node's own origin that fails holds only its results).
    */
   private async exchange(limit: number): Promise<void> {
-    const { framed, batch } = this.outbox.take();
-    if (framed.length > 0 && !(await this.sendFramed(framed))) return;
+    const link = this.link;
+    const { framed, aside, riding } = this.outbox.take(
+      this.clock.now(),
+      link ? (p) => link.carries(p.route.socket) : (p) => p.route.origin === null,
+    );
+    if ((framed.length > 0 || aside.length > 0) && !(await this.sendAside(framed, aside))) return;
     const claiming = limit > 0;
-    // Every result went framed and nothing is to be claimed: there is no JSON call to make.
+    const batch = riding;
+    // Every result went aside and nothing is to be claimed: there is no call to make.
     if (!claiming && batch.length === 0) return;
     const wire = batch.map((p) => p.wire);
     if (this.link) return this.linkExchange(batch, wire, limit);
@@ -301,7 +337,7 @@ export class FleetClient {
     }
     const jobs = Array.isArray(json.jobs) ? json.jobs : [];
     const skew = serverSkew(answer.headers.date, sentAt, now);
-    for (const job of jobs) this.renders.start(job, skew, now);
+    for (const job of jobs) this.renders.start(job, skew, now, this.routeOf(job));
     const header = answer.headers['x-queue-status'];
     const status = (
       typeof header === 'string' && STATUSES.includes(header) ? header : 'empty'
@@ -340,19 +376,20 @@ export class FleetClient {
   }
 
   /**
-   * Sends each page as raw bytes to `job_result` and settles what was answered. Answers false when
-   * the round trip must end here: a network error, 5xx or 429 (those results stay pending, the
-   * breaker and the error backoff apply as for any call), a refusal of the fleet, or a 415.
+   * Sends each page as raw bytes to `job_result` and the results for other destinations to their
+   * `job_results`, and settles what was answered. Answers false when the round trip must end here: a
+   * network error, 5xx or 429 at the configured URL (those results stay pending, the breaker and the
+   * error backoff apply as for any call), a refusal of the fleet, or a 415.
    */
-  private async sendFramed(framed: Pending[]): Promise<boolean> {
-    const round = await this.outbox.sendFramed(framed);
+  private async sendAside(framed: Pending[], aside: Pending[]): Promise<boolean> {
+    const round = await this.outbox.sendAside(framed, aside);
     if (round.failures > 0) {
       // One step of the breaker and the backoff for the round trip, however many of its requests failed.
       this.count.requestErrors += round.failures - 1;
       this.failed(round.now, round.failure);
       return false;
     }
-    if (this.breaker.success()) this.log.info('circuit closed', { where: this.where });
+    if (round.baseAnswered && this.breaker.success()) this.log.info('circuit closed', { where: this.where });
     if (round.refusal) {
       this.refused(round.now, round.refusal, []);
       return false;

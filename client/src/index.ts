@@ -1,4 +1,4 @@
-// @queue-keeper/fleet-client: a reference render fleet for queue-keeper (see the README, "Run a fleet").
+// @queue-keeper/fleet-client: a reference render fleet for queue-keeper (see README.md beside this package).
 export { FleetClient, serverSkew } from './fleetClient.js';
 export { FleetRefusedError } from './fleetOptions.js';
 export {

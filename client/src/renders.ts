@@ -3,6 +3,7 @@
 // the signal. A finished render leaves as a wire result through `onResult`.
 import type { Clock, Timer } from './clock.js';
 import type { FleetCounters } from './fleetOptions.js';
+import type { ResultRoute } from './resultRoutes.js';
 import type { Job, Outcome, RenderFn, RenderResult, WireResult } from './types.js';
 import { errorOf, toWire } from './wireResults.js';
 
@@ -14,6 +15,8 @@ interface Running {
   localExpiry: number;
   timer: Timer;
   settled: boolean;
+  /** Where its result goes. */
+  route: ResultRoute;
 }
 
 export interface RendersDeps {
@@ -22,8 +25,11 @@ export interface RendersDeps {
   /** Aborted this long before the lease ends (at most a quarter of the lease). */
   leaseMarginMs: number;
   count: FleetCounters;
-  /** A render finished (or was aborted): its result, its lease end on our clock, and the clock now. */
-  onResult: (wire: WireResult, localExpiry: number, now: number) => void;
+  /**
+   * A render finished (or was aborted): its result, its lease end on our clock, the clock now, and the
+   * route its job was started with.
+   */
+  onResult: (wire: WireResult, localExpiry: number, now: number, route: ResultRoute) => void;
 }
 
 export class Renders {
@@ -35,8 +41,11 @@ export class Renders {
     return this.running.size;
   }
 
-  /** Starts rendering a granted job; its lease end is read on the server's clock, `skewMs` ahead of ours. */
-  start(job: Job, skewMs: number, now: number): void {
+  /**
+   * Starts rendering a granted job; its lease end is read on the server's clock, `skewMs` ahead of ours.
+   * `route` says where its result goes.
+   */
+  start(job: Job, skewMs: number, now: number, route: ResultRoute = { origin: null }): void {
     const { clock, count } = this.deps;
     if (typeof job?.leaseToken !== 'string' || typeof job.id !== 'string') return;
     count.claimed++;
@@ -50,6 +59,7 @@ export class Renders {
       localExpiry,
       timer: { cancel: () => {} },
       settled: false,
+      route,
     };
     this.running.set(job.leaseToken, run);
     run.timer = clock.setTimer(
@@ -89,7 +99,7 @@ export class Renders {
     const now = this.deps.clock.now();
     const wire = toWire(run.job, r, now - run.startedAt);
     this.countOutcome(wire.outcome);
-    this.deps.onResult(wire, run.localExpiry, now);
+    this.deps.onResult(wire, run.localExpiry, now, run.route);
   }
 
   private countOutcome(o: Outcome): void {

@@ -1,6 +1,8 @@
 // The client's only way to the server: POSTs with basic auth over one undici pool, as JSON or as one
-// result in the raw-bytes framing (API.md job_result). It answers status, headers and parsed JSON; a
-// network error or timeout throws (the caller decides what that means for the breaker).
+// result in the raw-bytes framing (job_result with `x-metadata-size`), to the configured URL or to the
+// origin of the node that granted a result's lease (./resultRoutes.ts decides which origins qualify). It
+// answers status, headers and parsed JSON; a network error or timeout throws (the caller decides what
+// that means for the breaker).
 import { Agent, type Dispatcher } from 'undici';
 
 export interface Answer {
@@ -41,25 +43,38 @@ export class Transport {
     return this.base.href.replace(/\/$/, '');
   }
 
-  post(path: string, body: unknown): Promise<Answer> {
+  /** The configured URL (with a trailing slash). */
+  get baseUrl(): URL {
+    return new URL(this.base.href);
+  }
+
+  /** JSON to `path` under the configured URL, or under `origin` (a node's origin, no path) when given. */
+  post(path: string, body: unknown, origin: string | null = null): Promise<Answer> {
     const payload = Buffer.from(JSON.stringify(body), 'utf8');
-    return this.send(path, payload, { 'content-type': 'application/json' });
+    return this.send(path, payload, { 'content-type': 'application/json' }, origin);
   }
 
   /**
    * One result as raw bytes: its JSON metadata (without `body`), then the page as UTF-8, with
    * `x-metadata-size` giving the metadata's byte length. The page is never JSON-escaped.
    */
-  postFramed(path: string, metadata: unknown, page: string): Promise<Answer> {
+  postFramed(path: string, metadata: unknown, page: string, origin: string | null = null): Promise<Answer> {
     const meta = Buffer.from(JSON.stringify(metadata), 'utf8');
-    return this.send(path, Buffer.concat([meta, Buffer.from(page, 'utf8')]), {
-      'content-type': 'application/octet-stream',
-      'x-metadata-size': String(meta.length),
-    });
+    return this.send(
+      path,
+      Buffer.concat([meta, Buffer.from(page, 'utf8')]),
+      { 'content-type': 'application/octet-stream', 'x-metadata-size': String(meta.length) },
+      origin,
+    );
   }
 
-  private async send(path: string, payload: Buffer, headers: Record<string, string>): Promise<Answer> {
-    const target = new URL(path.replace(/^\//, ''), this.base);
+  private async send(
+    path: string,
+    payload: Buffer,
+    headers: Record<string, string>,
+    origin: string | null,
+  ): Promise<Answer> {
+    const target = new URL(path.replace(/^\//, ''), origin === null ? this.base : `${origin}/`);
     const r = await this.dispatcher.request({
       origin: target.origin,
       path: target.pathname + target.search,

@@ -1,4 +1,4 @@
-// The wire shapes of API.md ("Fleets: claim and report") as the client sees them, and the renderer's
+// The wire shapes of the fleet API (claim and report) as the client sees them, and the renderer's
 // contract.
 
 /** One job under an exclusive lease, as `/render_queue/next` hands it out. */
@@ -13,6 +13,13 @@ export interface Job {
   expiresAt: number;
   /** Opaque: sent back with the result, never interpreted. */
   leaseToken: string;
+  /**
+   * The origin (`scheme://host[:port]`) of the node that granted the lease: the result goes there. A
+   * server that does not send it gets the result at the configured URL.
+   */
+  callbackOrigin?: string;
+  /** The device profile to render with (e.g. `desktop`); a renderer may ignore it. */
+  deviceType?: string;
 }
 
 export type Outcome = 'rendered' | 'failed' | 'redirected' | 'non-indexable';

@@ -25,7 +25,7 @@ export interface WebhookReceiverOptions {
   toleranceSec?: number;
 }
 
-/** What a verified delivery told us (API.md "Webhook deliveries"). */
+/** What a verified delivery told us (the fields of a queue-keeper webhook body). */
 export interface WebhookDelivery {
   id: string;
   type?: string;

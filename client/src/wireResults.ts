@@ -1,4 +1,4 @@
-// A renderer's answer in the wire form a result takes (API.md job_result), and the answer to a result
+// A renderer's answer in the wire form a result takes (docs/fleets.md, "Reporting a result"), and the answer to a result
 // sent on its own (the raw-bytes framing) in the shape of one entry of a batch's `results`.
 import type { Answer } from './transport.js';
 import type { Job, RenderResult, ResultAnswer, WireResult } from './types.js';

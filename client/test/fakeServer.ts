@@ -1,4 +1,4 @@
-// A fake queue-keeper on 127.0.0.1 that speaks just enough of API.md for the client: it records every
+// A fake queue-keeper on 127.0.0.1 that speaks just enough of the fleet API for the client: it records every
 // request (with the fake clock's time) and answers from a handler the test sets. JSON calls and
 // raw-bytes results (job_result with `x-metadata-size`) are recorded and answered apart.
 import http from 'node:http';
@@ -27,6 +27,7 @@ export type Handler = (req: Seen, index: number) => Reply | Promise<Reply>;
 export interface SeenFramed {
   path: string;
   at: number;
+  auth: string | undefined;
   contentType: string | undefined;
   /** The `x-metadata-size` header as sent. */
   metadataSize: string | undefined;
@@ -72,6 +73,7 @@ export class FakeFleetServer {
           const seen: SeenFramed = {
             path: req.url ?? '/',
             at: this.clock.now(),
+            auth: req.headers.authorization,
             contentType: req.headers['content-type'],
             metadataSize,
             raw,

@@ -1,4 +1,4 @@
-// Pages as raw bytes (API.md job_result, `x-metadata-size`): the client's default for every result
+// Pages as raw bytes (job_result with `x-metadata-size`): the client's default for every result
 // that carries a page. Against the fake server: the exact bytes on the wire, a lost answer resent
 // unchanged, a superseded page dropped, and a server without the framing answered with JSON.
 import { test } from 'node:test';

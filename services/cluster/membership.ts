@@ -1,9 +1,9 @@
-// Cluster membership over Harper (SPEC §9), and the only module that names QueueNode. Configured peers
-// are the nodes Harper replicates with (`system.hdb_nodes`, written by add_node / remove_node); a peer is
-// present while its heartbeat in the replicated QueueNode table is fresh. Worker 0 of each node beats
+// Cluster membership over Harper (docs/clusters.md), and the only module that names QueueNode. Configured
+// peers are the nodes Harper replicates with (`system.hdb_nodes`, written by add_node / remove_node); a peer
+// is present while its heartbeat in the replicated QueueNode table is fresh. Worker 0 of each node beats
 // every max(1 s, publishInterval) with the node list its keeper holds rows by, and the keeper holds a row
-// only as util/cluster/holding.ts decides. The logic is util/cluster/membership.ts; the instances are
-// built once per worker in resources.ts (the composition root).
+// only as util/cluster/holding.ts decides. The logic is util/cluster/membership.ts; the instances are built
+// once per worker in resources.ts (the composition root).
 import type { DutyScheduler } from '../../util/duties/scheduler.js';
 import type { NodeBeat } from '../../util/cluster/holding.js';
 import { decodeHandoff, encodeHandoff, type HandoffLease } from '../../util/cluster/handoff.js';

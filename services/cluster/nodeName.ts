@@ -3,7 +3,7 @@
 // pause. The origin (docs/prerender-fleet.md) is what jobs carry as callbackOrigin, and its host is the
 // `hostname` of the node's queue_status message.
 import { hostname as osHostname } from 'node:os';
-import { derivedOrigin, httpPortOf, normaliseOrigin, originHost } from '../../util/prerender/origin.js';
+import { derivedOrigin, normaliseOrigin, originHost } from '../../util/prerender/origin.js';
 import { config } from '../runtime/config.js';
 import { server } from '../runtime/harper.js';
 
@@ -34,7 +34,7 @@ export function callbackOrigin(): string {
   return (
     config().render.callbackOrigin ??
     environmentOrigin() ??
-    derivedOrigin(nodeName(), httpPortOf((server.config as { http?: unknown } | undefined)?.http))
+    derivedOrigin(nodeName(), (server.config as { http?: unknown } | undefined)?.http)
   );
 }
 

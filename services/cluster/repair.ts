@@ -1,4 +1,4 @@
-// Replica repair over Harper (README "Running a cluster", joining a node), and the only module that names
+// Replica repair over Harper (docs/clusters.md, "Replica repair"), and the only module that names
 // QueueRepair. Worker 0's keeper runs one round every `queue.keeper.repairInterval` while the node has
 // peers; the decisions are util/cluster/repair.ts's. A round, in steps a beat apart:
 //  1. the cutoff (a grid point at least min(60 s, interval) back, the same on every node) changes: walk the
@@ -10,10 +10,11 @@
 //     another node lacks them or holds an older one, each with its version;
 //  4. every peer's rows have arrived: take the ones this node lacks or holds older, each written under its
 //     own version (not the clock's), so all nodes end with the same versions and nothing newer is touched.
-// Why carry the rows instead of writing them again under their version on the holder: a first version did
-// that, and in the join test (test/integration/joinRepair.test.ts) those writes never reached the peer,
-// round after round, though a one-row probe had seen one arrive. Why is not settled; carrying does not
-// depend on it.
+// Why carry the rows instead of writing them again under their version on the holder: Harper streams the
+// change log to a peer in time order from where the connection stands, so a write stamped with an old
+// version can land behind that point and never be sent; in the join test
+// (test/integration/joinRepair.test.ts) such writes did not reach the peer. Carrying the row in this
+// node's QueueRepair row, which replicates like any new write, does not depend on the log's order.
 // A peer that never answers leaves the round unfinished (logged, `unfinished` in lastRepair); the next
 // cutoff starts a new one.
 import {
@@ -36,7 +37,7 @@ import { nodeName } from './nodeName.js';
 
 const repairTable = () => table('render_queue', 'QueueRepair');
 
-/** The longest key a row can have (API.md: a URL of at most 1,900 bytes). */
+/** The longest key a row can have: a URL of at most 1,900 bytes (docs/feeding.md). */
 const MAX_KEY_BYTES = 1900;
 
 /** Keys per walk chunk: the walk yields the event loop between chunks (worker 0 also publishes). */
@@ -320,7 +321,7 @@ export class ReplicaRepair {
       this.deps.log?.warn(
         `replica repair, round ${new Date(r.round).toISOString()}: ${r.buckets} of the digest's buckets ` +
           `differed from a peer; sent ${r.sent} rows to peers, took ${r.received}, deleted ${r.deleted}, left ${r.tooOld} ` +
-          `older than the repair window and ${r.conflicting} in conflict (README "Running a cluster", joining a node)`,
+          `older than the repair window and ${r.conflicting} in conflict (docs/clusters.md, "Replica repair")`,
       );
   }
 

@@ -139,6 +139,11 @@ function decodeParams(rest: string): string[] | null {
   }
 }
 
+/** An operator read: an observer role may call it (every GET under /prerender_admin/, and explain). */
+function readOnly(r: Route): boolean {
+  return r.path.startsWith('/prerender_admin/') && (r.method === 'GET' || r.observerRead);
+}
+
 function findRoute(
   routes: readonly Route[],
   method: string,
@@ -170,7 +175,8 @@ export function originForm(url: string): string {
   return rest.startsWith('/') ? rest : `/${rest}`;
 }
 
-function hasOurPrefix(url: string): boolean {
+/** Whether a request target (origin form) is ours to answer: under `/render_queue/` or `/prerender_admin/`. */
+export function hasOurPrefix(url: string): boolean {
   return (
     url.startsWith('/render_queue/') ||
     url.startsWith('/prerender_admin/') ||
@@ -209,12 +215,7 @@ async function dispatch(
         throw new HttpError(405, 'method_not_allowed', `${method.slice(0, 20)} is not allowed on ${shown}`);
       throw new HttpError(404, 'not_found', `no endpoint at ${shown}`);
     }
-    authorize(
-      request.user as HarperUser | undefined,
-      r.caller,
-      deps.config().queue,
-      r.path.startsWith('/prerender_admin/') && (method === 'GET' || r.observerRead),
-    );
+    authorize(request.user as HarperUser | undefined, r.caller, deps.config().queue, readOnly(r));
     let body: unknown = undefined;
     let rawBody: Buffer | undefined;
     let rawBodyBytes = 0;
@@ -291,6 +292,19 @@ export class Router {
       octetStream: opts.octetStream ?? false,
       observerRead: opts.observerRead ?? false,
     });
+  }
+
+  /**
+   * The route table as registered: method, path (a prefix route's path ends in `/*`), caller, and whether
+   * an observer role may call it. The route test compares it with docs/openapi.yaml.
+   */
+  table(): Array<{ method: string; path: string; caller: Caller; readOnly: boolean }> {
+    return this.routes.map((r) => ({
+      method: r.method,
+      path: r.prefix ? `${r.path}*` : r.path,
+      caller: r.caller,
+      readOnly: r.caller === 'admin' && readOnly(r),
+    }));
   }
 
   /** Registers the middleware on this worker (once). */

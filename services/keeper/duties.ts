@@ -1,5 +1,4 @@
-// The keeper's timers, every one a duty on the scheduler (util/duties/scheduler.ts), with the timings
-// of SPEC §2 and §7:
+// The keeper's timers, every one a duty on the scheduler (util/duties/scheduler.ts):
 // - load: subscribe, then walk; a failed load retries after 30 s, doubling to 10 min;
 // - publish tick every `queue.keeper.publishInterval` (leadership check, publish, requeued pass, status);
 // - the minute publish just after each minute boundary (rows come due on minute boundaries), written
@@ -43,8 +42,8 @@ const MINUTE_MS = 60_000;
 /** The minute publish runs this long after the boundary, so `now` is surely past it on every clock read. */
 const MINUTE_SLACK_MS = 5;
 /**
- * How long before a minute boundary the minute publish is written (staged). The walk and write it takes
- * off the due instant ran 40–100 ms of wall time on a loaded worker 0 (bench/README.md, session 9); the
+ * How long before a minute boundary the minute publish is written (staged). The walk and write it takes off
+ * the due instant ran 40–100 ms of wall time on a loaded worker 0 (an instrumented bench/due-burst.ts); the
  * lead leaves room for that. Periodic publishes in the lead wait for the flip; early ones drop the stage.
  */
 export const STAGE_LEAD_MS = 400;

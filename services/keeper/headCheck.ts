@@ -1,4 +1,4 @@
-// The head check (SPEC §2): after each publish the keeper point-reads the head of the published set
+// The head check: after each publish the keeper point-reads the head of the published set
 // (each key at most once a minute) and repairs what it holds wrongly; it also reports, once per batch,
 // rows refused as unclaimable.
 import type { RowCheckDeps } from './types.js';

@@ -184,7 +184,7 @@ export class KeeperLeadership {
     process.on('exit', release);
     this.undo.push(() => process.off('exit', release));
 
-    // Row ownership over the cluster's members, re-read every maintenance tick (SPEC §9). A worker 0
+    // Row ownership over the cluster's members, re-read every beat (docs/clusters.md). A worker 0
     // that restarts in a live process finds the lease table as the last one left it: its first beats
     // scan it too, in case the view changed meanwhile.
     const first = await this.deps.currentOwnership();
@@ -215,7 +215,8 @@ export class KeeperLeadership {
       onConfigChange: this.deps.onConfigChange,
       holdLeadership: (now) => signal.claimLeadership(ownerId, now, config().queue.keeper.publishInterval),
       afterPublish: async (now) => {
-        // requeued at expiry (SPEC §6): one pass over the lease slots finds leases that ran out unreported.
+        // requeued at expiry (docs/wakes.md): one pass over the lease slots finds leases that ran out
+        // unreported.
         const requeued = this.requeuedPass(now);
         await syncStatus();
         return { requeued };
@@ -247,8 +248,8 @@ export class KeeperLeadership {
     svc.addDuty(
       { name: 'keeper membership', runOnce: () => this.refreshMembership(svc) },
       // Every beat, not only every tick: a peer that joins or returns is held by once its beats arrive
-      // (with the 30 s default tick a fresh link left every node holding every row for up to a tick, and
-      // rows a peer let go unheld for another).
+      // (read once a 30 s tick, a fresh link would leave every node holding every row for up to a tick,
+      // and rows a peer let go unheld for another).
       every(() =>
         Math.min(config().maintenance.tickInterval, beatEveryMs(config().queue.keeper.publishInterval)),
       ),
@@ -383,7 +384,7 @@ export class KeeperLeadership {
     const same = this.ownership !== undefined && next.sameMembership(this.ownership);
     const tick = this.deps.config().maintenance.tickInterval;
     // Recorded before a change is applied (the rows must not be granted here before those leases end),
-    // and besides once a tick, as before the membership was read every beat: a list can run to 50,000.
+    // and besides once a tick rather than every beat: a list can run to 50,000.
     if (!same || Date.now() - this.lastAdoptAt >= tick) {
       this.lastAdoptAt = Date.now();
       this.adoptHandedOver(next, this.lastAdoptAt);

@@ -1,4 +1,4 @@
-// Worker 0's maintenance tick (SPEC §7, `maintenance.tickInterval`): every tick runs each duty's
+// Worker 0's maintenance tick (`maintenance.tickInterval`): every tick runs each duty's
 // runOnce(now) in turn on the duty scheduler (util/duties/scheduler.ts). A failing duty is logged and the
 // others still run; the next tick is armed only after the current one has finished, so two ticks never
 // overlap (a slow sweep must not meet a second sweep of itself, which would plan from the same ledger

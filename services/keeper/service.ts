@@ -1,4 +1,4 @@
-// The queue keeper's lifecycle on worker 0 (SPEC §2): withdraw, subscribe-then-walk, serve while
+// The queue keeper's lifecycle on worker 0 (docs/architecture.md): withdraw, subscribe-then-walk, serve while
 // loading, live, publish, head check, verify, state. Its table access comes through a ScheduleSource so
 // service tests can drive it with a fake table and a fake clock; services/keeper/leadership.ts wires the
 // real one. Its timers are duties on the scheduler it is given (services/keeper/duties.ts); stop() ends them.
@@ -45,7 +45,7 @@ const STAGE_USE_MS = 1000;
  * The minute publish, written ahead of its boundary into the ready set's inactive slot
  * (stageMinutePublish) and flipped active at the boundary. In a 20,000-row burst the due instant's
  * publish cost 20–40 ms of worker 0's CPU to walk rows never published before, and 10–18 ms more to
- * write them (bench/README.md, session 9), all between the due instant and the first grant. Dropped
+ * write them (an instrumented bench/due-burst.ts), all between the due instant and the first grant. Dropped
  * (the slot let go) by an early publish before the boundary, a change to a row due by then, a head row
  * leased meanwhile, a flip more than STAGE_USE_MS late, a reclassify, a membership change, withdraw(),
  * stop() and a lost leadership.
@@ -225,8 +225,8 @@ export class KeeperService {
     const changed = this.applyHeld(key, held, now);
     this.eventsApplied++;
     // A live write made a row due now (filed due-now, revalidated, changed, a result rescheduling into
-    // this minute): publish early so it is claimable within ~50 ms instead of at the next interval
-    // (SPEC §10). Due by the core's own rule (its minute has begun), or a row due later this minute
+    // this minute): publish early so it is claimable within ~50 ms instead of at the next interval.
+    // Due by the core's own rule (its minute has begun), or a row due later this minute
     // would be held due and still wait a tick.
     if (changed && held && this.serving && dueByMinute(held.nextRenderTime, now)) this.publishSoon();
   }
@@ -379,7 +379,7 @@ export class KeeperService {
       if (read === 0) return;
       this.serving = true;
       // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
-      // ~45 % of a 1M-row load's CPU (bench/README.md), for sets claims mostly never saw.
+      // ~45 % of a 1M-row load's CPU (bench/keeper-load-profile.ts), for sets claims mostly never saw.
       const t = now();
       if (walk.publish && t - this.lastPublishAt >= this.deps.config().queue.keeper.publishInterval)
         this.publishOnce(t, false);
@@ -569,8 +569,8 @@ export class KeeperService {
   }
 
   /**
-   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once and publish
-   * without them, then walk the table for the rows it gained. `owns` must already answer with the new
+   * The cluster membership changed (docs/clusters.md): drop the rows this node no longer owns at once and
+   * publish without them, then walk the table for the rows it gained. `owns` must already answer with the new
    * membership.
    */
   membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {

@@ -1,6 +1,6 @@
-// The queue-state document (API.md `GET /queue-state`) as the keeper computes it: the held rows'
-// counts, the lease figures and the node's pause and status, and the trust block that says how far the
-// keeper vouches for them.
+// The queue-state document (`GET /prerender_admin/queue-state`, docs/monitoring.md) as the keeper computes
+// it: the held rows' counts, the lease figures and the node's pause and status, and the trust block that says
+// how far the keeper vouches for them.
 import { stateMaxAgeMs, type KeeperPhase } from '../../util/handoff/keeperSignal.js';
 import type { KeeperCore } from '../../util/keeper/core.js';
 import type { KeeperStats } from './types.js';
@@ -39,8 +39,8 @@ export function keeperStateDocument(k: KeeperStateView, input: StateInputs) {
     },
     coming: counts.coming,
     lateness: counts.lateness,
-    // The ledger keys its minutes by index; the document says when each began, in epoch ms (API.md:
-    // times are epoch milliseconds).
+    // The ledger keys its minutes by index; the document says when each began, in epoch ms, as every
+    // time in the API is.
     flow: counts.flow.map((f) => ({ ...f, minute: f.minute * MINUTE_MS })),
     trust: {
       source: 'keeper',

@@ -1,6 +1,6 @@
-// The keeper's verification walk (SPEC §2): walks the table to add missing rows, fix mismatched ones
-// and drop rows no longer owned, then point-checks what it holds for rows deleted without an event. A
-// cluster membership change drops the rows lost at once and walks for the rows gained.
+// The keeper's verification walk (every queue.keeper.verifyInterval): walks the table to add missing rows,
+// fix mismatched ones and drop rows no longer owned, then point-checks what it holds for rows deleted without
+// an event. A cluster membership change drops the rows lost at once and walks for the rows gained.
 import type { KeeperStats, RowCheckDeps } from './types.js';
 import { WALK_CHUNK } from './types.js';
 
@@ -123,7 +123,7 @@ export class KeeperVerifier {
   }
 
   /**
-   * The cluster membership changed (SPEC §9): drop the rows this node no longer owns at once (then
+   * The cluster membership changed (docs/clusters.md): drop the rows this node no longer owns at once (then
    * `afterDrop`, before anything else runs), then walk the table for the rows it gained. `owns` must
    * already answer with the new membership.
    */

@@ -240,6 +240,24 @@ const PAGE_ERROR_NAMES = { too_large: 'PageTooLarge', undecodable: 'PageUndecoda
 /** A page a fleet sent that could not be stored is logged at most this often per worker. */
 export const PAGE_WARN_EVERY_MS = 10_000;
 
+/**
+ * Runs the application of a prerender fleet's result so that a fault of ours answers 503 (which the fleet
+ * retries), never a 500 (which makes it drop the render for good); a refusal (HttpError) stands.
+ */
+export async function retryableOnFault<T>(
+  id: string,
+  work: () => Promise<T>,
+  log: { error: (...args: unknown[]) => void },
+): Promise<T> {
+  try {
+    return await work();
+  } catch (e) {
+    if (e instanceof HttpError) throw e;
+    log.error(`a prerender fleet's result for ${echo(id)} failed; answered 503`, e);
+    throw new HttpError(503, 'busy', 'the result could not be applied now; retry shortly');
+  }
+}
+
 export class ResultService {
   private lastPageWarnAt = -Infinity;
 

@@ -1,5 +1,5 @@
-// The notify dispatcher (SPEC §6): fans a wake out to the hooks that may receive it, queues deliveries in
-// a bounded in-memory queue, runs a few at a time, and for every attempt re-reads the fleet and hook,
+// The notify dispatcher (docs/wakes.md): fans a wake out to the hooks that may receive it, queues deliveries
+// in a bounded in-memory queue, runs a few at a time, and for every attempt re-reads the fleet and hook,
 // signs a fresh Standard Webhooks message and sends it. Everything it touches comes in through
 // DispatcherDeps, so the unit tests drive it with a fake clock, a fake store and a fake transport.
 import { checkHookUrlShape } from '../../util/notify/addressPolicy.js';
@@ -73,7 +73,7 @@ interface Delivery {
 export const QUEUE_CAPACITY = 1000;
 /** Deliveries in flight at once; a slow receiver cannot hold up more than this many others. */
 export const CONCURRENCY = 4;
-/** The body limit of SPEC §6; a body over it is never sent (the name bounds of util/notify/wakeBody.ts keep it). */
+/** A wake body's limit; a body over it is never sent (the name bounds of util/notify/wakeBody.ts keep it). */
 export const MAX_BODY_BYTES = MAX_WAKE_BODY_BYTES;
 
 export type DeliveryEnd = 'delivered' | 'failed' | 'abandoned';

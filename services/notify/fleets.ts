@@ -1,6 +1,6 @@
-// The only module that names the Fleet and NotifyHook tables (SPEC §6): registrations of render fleets,
-// their notify hooks with sealed secrets and delivery health. Validation of request bodies lives in the
-// API module; this file keeps the rows consistent (ceiling, cascade, rotation grace, auto-disable).
+// The only module that names the Fleet and NotifyHook tables (docs/wakes.md): registrations of render fleets,
+// their notify hooks with sealed secrets and delivery health. Validation of request bodies lives in the API
+// module; this file keeps the rows consistent (ceiling, cascade, rotation grace, auto-disable).
 import { randomUUID } from 'node:crypto';
 import { mintSecret, type SigningSecrets } from '../../util/notify/webhookSignature.js';
 import { openSecret, sealSecret } from '../../util/notify/secretSeal.js';

@@ -1,4 +1,5 @@
-// The sealing key of hook secrets (QUEUE_KEEPER_SECRET_KEY, SPEC §6), read and judged once per worker.
+// The sealing key of hook secrets (QUEUE_KEEPER_SECRET_KEY, docs/installing.md), read and judged once per
+// worker.
 // Without a usable key hooks answer 503 and nothing is dispatched (fail closed).
 import { parseSealKey } from '../../util/notify/secretSeal.js';
 

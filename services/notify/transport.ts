@@ -1,6 +1,7 @@
-// The socket side of notify delivery (SPEC §6, SSRF). An undici Agent whose every new connection first
-// asks the address policy about the host and then dials only the addresses it vouched for, so a DNS
-// answer that changes between the check and the dial (rebinding) cannot move the request.
+// The socket side of notify delivery (SSRF; docs/wakes.md, "Where a hook may point"). An undici Agent whose
+// every new connection first asks the address policy about the host and then dials only the addresses it
+// vouched for, so a DNS answer that changes between the check and the dial (rebinding) cannot move the
+// request.
 import dns from 'node:dns';
 import { isIP, type LookupFunction } from 'node:net';
 import { networkInterfaces } from 'node:os';

@@ -1,11 +1,11 @@
-// Notify on this node (SPEC §6): the dispatcher runs on worker 0 only, so rate limits, edge pacing and
-// health writes have one owner. Alone, `created` edges come from the keeper's per-queue due summary on
-// worker 0 and `requeued` signals from leases the keeper finds expired on its publish tick (the edge logic
-// is util/notify/edges.ts). Clustered (more than one node present), both are cluster-wide events (SPEC
-// §9): the due summary and an expiry no longer fire here by themselves; an expiry leaves a mark that the
-// stall sweep publishes with this node's due view, and the sweep hands the merged views to `judgeCluster`,
-// which fires the edges of the queues this node judges (util/cluster/clusterEdges.ts). `stalled` wakes
-// come from the stall ledger's sweep on worker 0 in both cases.
+// Notify on this node (docs/wakes.md): the dispatcher runs on worker 0 only, so rate limits, edge pacing and
+// health writes have one owner. Alone, `created` edges come from the keeper's per-queue due summary on worker
+// 0 and `requeued` signals from leases the keeper finds expired on its publish tick (the edge logic is
+// util/notify/edges.ts). Clustered (more than one node present), both are cluster-wide events
+// (docs/clusters.md): the due summary and an expiry do not fire here by themselves; an expiry leaves a
+// mark that the stall sweep publishes with this node's due view, and the sweep hands the merged views to
+// `judgeCluster`, which fires the edges of the queues this node judges (util/cluster/clusterEdges.ts).
+// `stalled` wakes come from the stall ledger's sweep on worker 0 in both cases.
 import {
   ClusterEdges,
   queueJudgeKey,

@@ -1,6 +1,6 @@
-// Process-wide shared buffers (HARPER.md §5): every worker gets the same memory for a key from the
-// node-local NodeLocal table's store. The first caller fixes a buffer's size, so a later caller asking
-// for a different size gets the original; callers compare and log loudly.
+// Process-wide shared buffers (Harper's getUserSharedBuffer): every worker gets the same memory for a key
+// from the node-local NodeLocal table's store. The first caller fixes a buffer's size, so a later caller
+// asking for a different size gets the original; callers compare and log loudly.
 import { log, table, workerIndex, type RawStore } from './harper.js';
 
 let store: RawStore | undefined;

@@ -1,8 +1,9 @@
-// A process-wide lock on an lmdb store key (HARPER.md §3): attemptLock, then a fresh read snapshot, then
-// the caller's transaction, committed before unlock. Harper has no compare-and-set and its transactions
-// re-apply a conflicting write instead of re-running the callback, so read-decide-write sequences that
-// must not interleave (a stall charge, a hook's health write against a rotate) run under this. It spans
-// the worker threads of one process — and so a briefly overlapping second worker 0 — not other nodes.
+// A process-wide lock on an lmdb store key (lmdb-js, under Harper's table store): attemptLock, then a fresh
+// read snapshot, then the caller's transaction, committed before unlock. Harper has no compare-and-set and
+// its transactions re-apply a conflicting write instead of re-running the callback, so read-decide-write
+// sequences that must not interleave (a stall charge, a hook's health write against a rotate) run under this.
+// It spans the worker threads of one process — and so a briefly overlapping second worker 0 — not other
+// nodes.
 import type { RawStore } from './harper.js';
 
 type LockingStore = RawStore & Required<Pick<RawStore, 'attemptLock' | 'unlock' | 'resetReadTxn'>>;
@@ -68,7 +69,7 @@ export async function withStoreLock<T>(
 }
 
 /**
- * Runs `fn` holding the locks of every key in `keys` (per-key atomic read-modify-write, issue 12):
+ * Runs `fn` holding the locks of every key in `keys` (per-key atomic read-modify-write):
  * distinct keys are locked in one global order, so two callers never hold one key each while waiting
  * for the other's; then this thread's read snapshot is refreshed and `fn` runs (committing before it
  * returns). A key still locked after `waitMs` (its holder died mid-section, or a very long write) gives

@@ -1,7 +1,8 @@
 // Following a replicated table on this worker: read it, subscribe, apply each event, and when the
 // subscription fails or ends, wait `retryMs`, read again and subscribe again (an on-demand duty on the
 // worker's DutyScheduler). RuntimeConfig (QueueConfigOverride) and NodeControl (QueueControl) follow their
-// tables this way; the keeper's RenderSchedule subscription has its own rules (SPEC §2) and does not.
+// tables this way; the keeper's RenderSchedule subscription has its own rules (subscribe before the walk,
+// events win over walked values: services/keeper/service.ts) and does not.
 import { onWake, type DutyHandle, type DutyScheduler } from '../../util/duties/scheduler.js';
 
 /** What Harper's `table.subscribe()` answers, as far as a follower uses it. */

@@ -36,6 +36,27 @@ const LOCK_WAIT_MS = 10_000;
 // Looked up per use (two property reads), so the module holds no state of its own.
 const schedule = (): HarperTable => table('render_schedule', 'RenderSchedule');
 const failing = (): HarperTable => table('render_schedule', 'RenderFailing');
+
+/** A local point read: does the failing list hold an entry for this key? */
+function hasFailingEntry(key: string): boolean {
+  const v = failing().primaryStore.get(key);
+  return v !== null && v !== undefined;
+}
+
+/**
+ * Keeps the failing list in step with a row written in `txn`: an entry while the row has strikes, none
+ * once it has not (or is gone). `hadEntry` says whether one may be there to remove.
+ */
+async function followFailing(
+  key: string,
+  row: ScheduleRow | null,
+  hadEntry: boolean,
+  txn: unknown,
+): Promise<void> {
+  if (row !== null && row.strikes > 0)
+    await failing().put(key, { id: key, strikes: row.strikes, failingSince: row.failingSince ?? 0 }, txn);
+  else if (hadEntry) await failing().delete(key, txn);
+}
 /** The primary store for rawRecords.ts's raw reads (this file stays the table's one owner). */
 export const schedulePrimaryStore = () => schedule().primaryStore;
 
@@ -157,15 +178,7 @@ export class ScheduleOwner {
         for (const w of left) {
           if (w.row) await schedule().put(w.key, toRecord(w.row), txn);
           else await schedule().delete(w.key, txn);
-          // The failing list follows the row in the same transaction: an entry while it has strikes.
-          const failingNow = w.row !== null && w.row.strikes > 0;
-          if (failingNow)
-            await failing().put(
-              w.key,
-              { id: w.key, strikes: w.row!.strikes, failingSince: w.row!.failingSince ?? 0 },
-              txn,
-            );
-          else if (w.wasFailing) await failing().delete(w.key, txn);
+          await followFailing(w.key, w.row, w.wasFailing ?? hasFailingEntry(w.key), txn);
         }
       });
       left = await this.notYetRead(left);
@@ -229,7 +242,10 @@ export async function takeScheduleRow(
   const r = await withKeyLocks(store, 'schedule', [key], LOCK_WAIT_MS, async () => {
     const e = store.getEntry?.(key);
     if (e !== undefined && (typeof e.version !== 'number' || e.version >= version)) return false;
-    await transactionAt(version, (txn) => schedule().put(key, toRecord(row), txn));
+    await transactionAt(version, async (txn) => {
+      await schedule().put(key, toRecord(row), txn);
+      await followFailing(key, row, hasFailingEntry(key), txn);
+    });
     return true;
   });
   return r.locked && r.value;
@@ -244,7 +260,10 @@ export async function deleteScheduleRowAt(key: string, version: number): Promise
   const r = await withKeyLocks(store, 'schedule', [key], LOCK_WAIT_MS, async () => {
     const e = store.getEntry?.(key);
     if (e === undefined || typeof e.version !== 'number' || e.version >= version || !e.value) return false;
-    await transactionAt(version, (txn) => schedule().delete(key, txn));
+    await transactionAt(version, async (txn) => {
+      await schedule().delete(key, txn);
+      await followFailing(key, null, hasFailingEntry(key), txn);
+    });
     return true;
   });
   return r.locked && r.value;

@@ -1,10 +1,10 @@
-// The only module that names QueueStallNudge (the stall ledger, SPEC §7); the claim marks it is judged
+// The only module that names QueueStallNudge (the stall ledger, docs/wakes.md); the claim marks it is judged
 // against live in services/leases/claimMarks.ts. It keeps no state of its own. The rules live in
-// util/stall/rules.ts; this file reads rows, and makes each ledger write conditional: under a process-wide lmdb lock for the pair, with a
-// fresh read snapshot, the row is read again and the write happens only if the rule still says yes.
-// Harper has no compare-and-set and its transactions re-apply a conflicting write instead of re-running
-// the callback (HARPER.md §0.6), so without the lock two overlapping worker 0s would both charge — and
-// both wake — one pair.
+// util/stall/rules.ts; this file reads rows, and makes each ledger write conditional: under a process-wide
+// lmdb lock for the pair, with a fresh read snapshot, the row is read again and the write happens only if the
+// rule still says yes. Harper has no compare-and-set and its transactions re-apply a conflicting write
+// instead of re-running the callback (Harper 4.7.29), so without the lock two overlapping worker 0s would
+// both charge — and both wake — one pair.
 import {
   recheckCharge,
   sameLedgerState,
@@ -72,7 +72,7 @@ async function underPairLock<T>(pair: PairKey, fn: () => Promise<T>): Promise<T 
 }
 
 /**
- * Charge and decide in one step (SPEC §7 step 5): writes `charge.next` only if the row is still what the
+ * Charge and decide in one step: writes `charge.next` only if the row is still what the
  * plan saw and the pair is still due. True means the charge committed and the caller may fire the wake;
  * false means another sweep got there first (or the pair stopped being due) and nothing may fire.
  */
@@ -95,9 +95,9 @@ export async function chargePair(
 }
 
 /**
- * Deletes drained rows (SPEC §7 step 1), each only if it is still the row the sweep saw: a second worker
- * 0 that charged the pair meanwhile saw due work, and deleting its fresh row would reset the budget and
- * let the next sweep wake the pair again inside the cooldown.
+ * Deletes drained rows (their queue has no due verified row), each only if it is still the row the sweep saw:
+ * a second worker 0 that charged the pair meanwhile saw due work, and deleting its fresh row would reset the
+ * budget and let the next sweep wake the pair again inside the cooldown.
  */
 export async function drainLedger(rows: LedgerRow[]): Promise<number> {
   let deleted = 0;

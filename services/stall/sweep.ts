@@ -1,11 +1,11 @@
-// The stall sweep (SPEC §7), one duty of worker 0's maintenance tick: gather the inputs, let
-// util/stall/rules plan, drain, then charge each planned pair under its lock and wake it only once the
-// charge has committed. The keeper's in-memory view is the only source of "due", and it can be short of
-// rows: before this worker's keeper serves, while it loads (it serves claims from the first chunk on),
-// and after a load that ended partial or a subscription that closed. A drain over such a view deletes
-// ledger rows of queues that still have due work — resetting their budgets, so the next sweep wakes
-// them again inside the cooldown (the double wake after a restart). So: no sweep at all until the load
-// has completed, and no drain unless the keeper can vouch its view is whole.
+// The stall sweep (docs/wakes.md, "The stall sweep"), one duty of worker 0's maintenance tick: gather the
+// inputs, let util/stall/rules plan, drain, then charge each planned pair under its lock and wake it only
+// once the charge has committed. The keeper's in-memory view is the only source of "due", and it can be short
+// of rows: before this worker's keeper serves, while it loads (it serves claims from the first chunk on), and
+// after a load that ended partial or a subscription that closed. A drain over such a view deletes ledger rows
+// of queues that still have due work — resetting their budgets, so the next sweep wakes them again inside the
+// cooldown (the double wake after a restart). So: no sweep at all until the load has completed, and no drain
+// unless the keeper can vouch its view is whole.
 import type { ClusterLook, NodeQueueView } from '../../util/cluster/clusterEdges.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type { LeaseTable } from '../../util/leases/table.js';
@@ -115,7 +115,7 @@ export class StallSweep {
   constructor(private readonly deps: StallSweepDeps) {}
 
   /**
-   * One QueueDueView per queue holding due verified rows (SPEC §7.1: unverified rows never qualify a
+   * One QueueDueView per queue holding due verified rows (the wake gate: unverified rows never qualify a
    * queue and never name a wake). A queue left out counts as drained. `oldestGateDue` skips leased rows:
    * a queue whose due work is all in flight is busy, not stalled, and keeps its ledger row.
    */
@@ -141,7 +141,7 @@ export class StallSweep {
    * rows it owns: publish ours (with this node's requeue marks), merge the other nodes' fresh views, and
    * let only a pair's rendezvous owner charge it (one wake per cooldown across nodes). A node with no
    * fresh views makes the whole incomplete: then nothing is drained, because its queues may still hold
-   * due work. The same merged views go to the `created`/`requeued` judges (SPEC §9), so a clustered
+   * due work. The same merged views go to the `created`/`requeued` judges (docs/clusters.md), so a clustered
    * edge comes on the maintenance tick after this node's keeper saw it.
    */
   private async sweepView(

@@ -1,5 +1,5 @@
-// Named attacks of issue 13, one test each, against a real Harper. Each failed on the code before the
-// fix (see the commit that added it); the generated requests of fuzz.test.ts keep the rest closed.
+// Named attacks, one test each, against a real Harper (docs/http-api.md, "What is refused, and why"); git
+// history has the fix each one guards. The generated requests of fuzz.test.ts keep the rest closed.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';

@@ -1,4 +1,4 @@
-// The persistent channel (issue 15 lever 4) against a real Harper (2 worker threads): refused without
+// The persistent channel (docs/fleets.md) against a real Harper (2 worker threads): refused without
 // valid credentials, credits bound what is pushed, results reschedule rows as job_results does, a bad
 // message is answered with an error frame and changes nothing, and two sockets drain a set of rows
 // filed after they gave credits with no job granted twice and none left. Sockets holding credits while

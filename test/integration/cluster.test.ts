@@ -1,6 +1,6 @@
-// Two replicating nodes (HARPER.md §8 recipe, insecure ws on 127.0.0.1): each keeper holds only the rows
+// Two replicating nodes (docs/clusters.md recipe, insecure ws on 127.0.0.1): each keeper holds only the rows
 // it owns by rendezvous hashing over the node names, the two together hold every row once, and a claim
-// on a node grants only that node's rows. Cluster-wide events happen once (SPEC §9): a queue's created
+// on a node grants only that node's rows. Cluster-wide events happen once (docs/clusters.md): a queue's created
 // and requeued wakes, a pair's stall wake; a pause of `all` reaches both nodes, a hostname only its node;
 // a claim on either node counts as progress for the pair's owner.
 import { after, before, test, type TestContext } from 'node:test';

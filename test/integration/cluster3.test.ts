@@ -1,4 +1,4 @@
-// Three replicating nodes on 127.0.0.1 (HARPER.md §8 recipe; 1 worker thread each — three Harpers with
+// Three replicating nodes on 127.0.0.1 (docs/clusters.md recipe; 1 worker thread each — three Harpers with
 // two threads each are too slow on the shared 2-core box). Every row has exactly one holder; clients
 // spread over the nodes drain everything once; a stopped node's rows are picked up by the other two and
 // move back when it returns, never held twice on the way.
@@ -428,7 +428,7 @@ test('a node whose peers are down waits for them (503 waiting-for-peers), then l
   await a.inst.stop();
   const capMs = 8000;
   const restartedAt = Date.now();
-  // The cap is shortened through the environment (120 s otherwise; SPEC §8 has no key for it).
+  // The cap is shortened through the environment (120 s otherwise; no configuration key sets it).
   nodes.set('node-a', await bootNode('node-a', a.inst.root, { QUEUE_KEEPER_PEER_WAIT_MS: String(capMs) }));
   const waiting = await until(
     'node-a to report waiting-for-peers',

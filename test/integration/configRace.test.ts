@@ -1,5 +1,4 @@
-// POST /prerender_admin/config is a read-modify-write of one override row (issue 12 point 1, fourth
-// bullet). Harper gives no compare-and-set, so two updates on different keys that overlap must be
+// POST /prerender_admin/config is a read-modify-write of one override row. Harper gives no compare-and-set, so two updates on different keys that overlap must be
 // serialised, or the later write carries the earlier snapshot and drops the other's key. The overlap is
 // forced, not hoped for: QUEUE_KEEPER_TEST_CONFIG_HOLD_MS holds every update open between its read
 // and its write, so without the lock both always read the same row (this test fails on the code

@@ -297,3 +297,36 @@ test('the console serves only its allow-listed assets, with their content types,
   assert.match(String(anonymous.headers['www-authenticate']), /^Basic/);
   assert.equal((await h.fetch(`${CONSOLE}/console.js`, { auth: null })).status, 401);
 });
+
+test('the console lists the failing rows, worst first, with their last error', async () => {
+  const url = 'https://console.example.com/failing/1';
+  const filed = await h.fetch('/render_queue/targets', {
+    body: { targets: [{ url, dueAt: Date.now() - MIN }] },
+  });
+  assert.equal(filed.status, 200, filed.text);
+  const job = await until('the failing row claimed', async () => {
+    const c = await h.fetch('/render_queue/claim', { body: { limit: 25, queues: ['unrouted'] } });
+    return (c.json as Array<{ id: string; leaseToken: string }>).find((j) => j.id === url);
+  });
+  const r = await h.fetch('/render_queue/job_result', {
+    body: {
+      id: url,
+      leaseToken: job.leaseToken,
+      outcome: 'failed',
+      statusCode: 502,
+      error: { name: 'NavError', message: 'origin said 502' },
+    },
+  });
+  assert.equal(r.status, 200, r.text);
+  const { page, problems } = await openConsole();
+  try {
+    const row = byTestId(page, 'failing-row', `:has-text("${url}")`);
+    await row.waitFor({ timeout: 10_000 });
+    const text = (await row.textContent()) ?? '';
+    assert.match(text, /NavError: origin said 502/);
+    assert.match(text, /502/);
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});

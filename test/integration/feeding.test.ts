@@ -301,7 +301,7 @@ test('config: a bad value is a 400 naming the key; a good one is applied on ever
   }
   assert.equal(seen, 10);
   // The same unknown key again, on fresh connections until both workers have taken it: the node logs it
-  // once (SPEC §8), not once per worker. Each worker then takes a marker key of its own; a worker's log
+  // once, not once per worker. Each worker then takes a marker key of its own; a worker's log
   // lines keep their order, so once both markers are in the output a second "nonsense" line would be too.
   const servedBy = new Set<string>();
   for (let i = 0; i < 40 && servedBy.size < 2; i++) {

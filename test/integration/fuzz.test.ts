@@ -1,7 +1,8 @@
-// Generated malformed requests against every endpoint of a real Harper (issue 13): wrong credentials and
+// Generated malformed requests against every endpoint of a real Harper: wrong credentials and
 // roles, odd methods and paths, cross-site markers, wrong content types, oversized, non-JSON, invalid
 // UTF-8, deeply nested, duplicate-key, `__proto__` and wrong-typed bodies, hostile strings. Every answer
-// must be below 500, `{error, code}` when 4xx, with the status API.md gives; afterwards the schedule,
+// must be below 500, `{error, code}` when 4xx, with the status docs/http-api.md gives, and documented by
+// docs/openapi.yaml (an answer to a path no operation serves by its `x-unrouted` 401/404/405); afterwards the schedule,
 // the config, fleets, hooks and pauses are exactly what they were.
 //
 // A second run aims at the prerender fleet protocol's framing (a job_result of raw bytes without a lease
@@ -25,6 +26,7 @@ import {
   type Credentials,
   type HarperInstance,
 } from '../harness.js';
+import { contract } from '../contract.js';
 
 const SEED = Number(process.env.QK_FUZZ_SEED ?? 13);
 const RUNS = Number(process.env.QK_FUZZ_RUNS ?? 1200);
@@ -657,7 +659,7 @@ function send(
   });
 }
 
-test(`at least 1,000 generated malformed requests: every answer < 500, {error, code}, the status API.md gives, nothing changed`, async () => {
+test(`at least 1,000 generated malformed requests: every answer < 500, {error, code}, the status docs/http-api.md gives, nothing changed`, async () => {
   const beforeState = await snapshot();
   const reqs = fc.sample(requestArb, { seed: SEED, numRuns: RUNS });
   const failures: string[] = [];
@@ -684,6 +686,15 @@ test(`at least 1,000 generated malformed requests: every answer < 500, {error, c
         else if (r.code && res.json.code !== r.code)
           problems.push(`code ${res.json.code}, expected ${r.code}`);
       }
+      problems.push(
+        ...contract().problems({
+          method: r.method,
+          path: r.path,
+          status: res.status,
+          headers: res.headers,
+          text: res.text,
+        }),
+      );
       if (problems.length) failures.push(`${r.label}: ${problems.join('; ')}: ${res.text.slice(0, 200)}`);
     }
   };
@@ -1064,6 +1075,15 @@ test('generated prerender-protocol results: malformed framing or metadata is a 4
           `expected 204 with x-result-status ${c.statuses.join('|')}, got ${res.status} ${String(rs)}`,
         );
       if (c.expect === 'either' && !as400 && !as204) problems.push(`expected 400 or 204, got ${res.status}`);
+      problems.push(
+        ...contract().problems({
+          method: 'POST',
+          path: '/render_queue/job_result',
+          status: res.status,
+          headers: res.headers,
+          text: res.text,
+        }),
+      );
       if (problems.length) failures.push(`${c.label}: ${problems.join('; ')}: ${res.text.slice(0, 200)}`);
     }
   };

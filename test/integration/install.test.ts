@@ -1,5 +1,5 @@
 // queue-keeper installed the way users install it: `npm pack` of the checkout, the tarball installed
-// into a host Harper app next to its harperdb, and that app booted (issue 18). A second, bare app shows
+// into a host Harper app next to its harperdb, and that app booted (docs/installing.md). A second, bare app shows
 // the two other paths: a copy without its build says so in hdb.log, and deploy_component installs the
 // tarball into a running Harper. Packing and installing happen once per run.
 import { after, before, test } from 'node:test';
@@ -243,7 +243,15 @@ test('the packed tarball carries the runtime build and its static files, and no 
   const pkg = join(hostApp, 'node_modules', 'queue-keeper');
   // node_modules/ inside it is Harper's link to its own harperdb, made when it loaded the component.
   const shipped = files(pkg, (rel) => rel === 'node_modules');
-  const statics = ['README.md', 'config.yaml', 'index.js', 'package.json', 'roles.yaml', 'schema.graphql'];
+  const statics = [
+    'LICENSE',
+    'README.md',
+    'config.yaml',
+    'index.js',
+    'package.json',
+    'roles.yaml',
+    'schema.graphql',
+  ];
   const web = files(join(repoRoot, 'web')).map((f) => `web/${f}`);
   const expected = [...statics, 'scripts/prepare.mjs', ...web, ...runtimeModules(pkg)].sort();
   assert.deepEqual(shipped, expected);
@@ -309,7 +317,9 @@ test('a copy loaded without its build says so in one error line of hdb.log', asy
   assert.equal(lines.length, 1, lines.join('\n'));
   assert.match(lines[0]!, /\[error\]/);
   assert.match(lines[0]!, /queue-keeper-unbuilt\/dist\/resources\.js is missing/);
-  const r = await bare.fetch('/prerender_admin/queue-state');
+  const r = await bare.fetch('/prerender_admin/queue-state', {
+    unchecked: "no component serves the path: the answer is Harper's own",
+  });
   assert.equal(r.status, 404, 'the unbuilt copy serves nothing');
 });
 
@@ -330,7 +340,12 @@ test('deploy_component with the tarball path installs the component into a runni
   await until(
     'both workers serving the deployed component',
     async () => {
-      const r = await bare.fetch('/prerender_admin/health', { fresh: true }).catch(() => undefined);
+      const r = await bare
+        .fetch('/prerender_admin/health', {
+          fresh: true,
+          unchecked: 'Harper answers the path itself until the deployed component loads',
+        })
+        .catch(() => undefined);
       return r?.status === 200 && r.json.workersReady >= 2;
     },
     60_000,

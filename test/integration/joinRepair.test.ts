@@ -1,7 +1,7 @@
 // A node joined while its source is being written to ends up with every row (replica repair). In Harper
 // 4.7.29 `add_node` copies each database whole to the new node, walking the live table, and then resumes
 // the audit log after the newest record it copied, so a transaction committed on the source while the
-// copy runs can be skipped on the new node for good (README "Running a cluster", joining a node;
+// copy runs can be skipped on the new node for good (docs/clusters.md, "Joining a node";
 // test/clusterJoin.ts). Here node-a holds 20,000 rows, so the copy takes a while, and rows are filed on
 // node-a in small batches right after the link; some land inside the copy. The keepers' repair rounds
 // (queue.keeper.repairInterval, 10 s here) must bring node-b every row node-a has within a few rounds.

@@ -640,7 +640,7 @@ test('an MQTT subscriber of queue_status/# sees empty → queued, and pause and 
     assert.deepEqual(p.json, { scope: 'all', paused: true });
     const paused = await next('paused', mark, 3000);
     assert.ok(paused.at - t < 3000, `paused arrived after ${paused.at - t} ms`);
-    // Only changes are written (SPEC §3): the route's write and worker 0's reaction to the same pause
+    // Only changes are written: the route's write and worker 0's reaction to the same pause
     // must not both reach the subscriber.
     await sleep(500);
     assert.deepEqual(

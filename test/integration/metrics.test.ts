@@ -1,4 +1,4 @@
-// The Prometheus scrape and the Harper analytics of a real Harper (2 worker threads), SPEC §5: the
+// The Prometheus scrape and the Harper analytics of a real Harper (2 worker threads), docs/monitoring.md: the
 // scrape passes promtool's rules, latency histograms are summed over both workers, the per-queue series
 // follow the configured routes only, and the same figures reach Harper analytics under queue_health.
 import { after, before, test } from 'node:test';
@@ -43,7 +43,11 @@ after(async () => {
 async function scrape(fresh = false): Promise<{ text: string; families: Map<string, Family>; by: string }> {
   const r = await h.fetch('/prerender_admin/metrics', { fresh });
   assert.equal(r.status, 200, r.text);
-  assert.equal(r.headers['content-type'], 'text/plain; version=0.0.4', 'the type API.md names, exactly');
+  assert.equal(
+    r.headers['content-type'],
+    'text/plain; version=0.0.4',
+    'the type docs/monitoring.md names, exactly',
+  );
   return { text: r.text, families: parseExposition(r.text), by: String(r.headers['x-served-by']) };
 }
 

@@ -49,7 +49,9 @@ let workerB: PrerenderFleetWorker;
 
 before(
   async () => {
-    h = await startHarper();
+    // No QUEUE_KEEPER_CALLBACK_ORIGIN (the harness sets one, as npm start does): the first job shows the
+    // origin derived from the node name and the HTTP port; the rest run under render.callbackOrigin.
+    h = await startHarper({ env: { QUEUE_KEEPER_CALLBACK_ORIGIN: '' } });
     await h.addUser(fleetUser.username, fleetUser.password, 'render_fleet');
     await h.addUser(otherUser.username, otherUser.password, 'render_fleet');
     await postConfig(h, {

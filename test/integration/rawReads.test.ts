@@ -1,4 +1,4 @@
-// The raw record reads (issue 15 levers 3, 8) against a real Harper: the claim's raw point read still
+// The raw record reads against a real Harper: the claim's raw point read still
 // refuses a row rescheduled or deleted after the keeper published it, and a keeper loading through the
 // raw walk after a restart holds every row exactly as it held it from the writes before the restart.
 import { after, before, test } from 'node:test';

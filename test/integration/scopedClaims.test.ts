@@ -1,4 +1,4 @@
-// Fleet-bound users and the one-round-trip fleet path (API.md 2026-12-01: "Fleet-bound users",
+// Fleet-bound users and the one-round-trip fleet path (docs/fleets.md: "Fleet-bound users",
 // `/render_queue/next`) against a real Harper (2 worker threads).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// SSRF rules for hook URLs (SPEC §6). The resolver is a fake table: nothing here touches the network.
+// SSRF rules for hook URLs (docs/wakes.md, "Where a hook may point"). The resolver is a fake table: nothing here touches the network.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';

@@ -166,7 +166,7 @@ test('a paused node grants nothing and says paused; a node whose keeper does not
 });
 
 test('a worker that has not yet read the pause intent grants nothing and says unready, even from a live set', () => {
-  // The overlap of two worker 0s (issue 12.5): the old keeper's set is still published and serving,
+  // The overlap of two worker 0s: the old keeper's set is still published and serving,
   // and a pause made earlier is not yet known to the new worker.
   const w = world();
   w.publish([0, 1].map((i) => url('product', i)));
@@ -205,7 +205,7 @@ test("a queue's claim mark is written at most once per interval per worker, and 
   );
 });
 
-test('a claim the pacing held back is written when its window ends, with its own instant (SPEC §7 progress)', async () => {
+test('a claim the pacing held back is written when its window ends, with its own instant (stall progress)', async () => {
   const w = world();
   w.publish([0, 1, 2, 3].map((i) => url('product', i)));
   w.claims.claim(1, FLEET, null, NOW); // written at once
@@ -252,7 +252,7 @@ test('the claim limit defaults to 20 and is capped at queue.maxClaimLimit; a bad
   assert.throws(() => w.claims.parseLimit({ limit: 'x' }), { status: 400, code: 'invalid_limit' });
 });
 
-// --- scoped claims over ready-set sections (issue 16) ---------------------------------------------
+// --- scoped claims over ready-set sections -----------------------------------------------------------------
 
 /** A keeper-like publish: the global top of `capacity` by score, then the small queue's rows as extras. */
 function publishShares(w: ReturnType<typeof world>, big: string[], small: string[], now = NOW) {

@@ -165,7 +165,7 @@ const wake = (over: Partial<Wake> = {}): Wake => ({
   ...over,
 });
 
-test('a wake reaches every enabled hook of an active fleet covering the queue, signed and shaped as API.md says', async () => {
+test('a wake reaches every enabled hook of an active fleet covering the queue, signed and shaped as docs/wakes.md says', async () => {
   const w = world();
   w.add(fleet('a'), hook('h1', 'a'), hook('h2', 'a', { queues: ['product'] }));
   w.add(fleet('b', { queues: ['blog'] }), hook('h3', 'b')); // fleet does not serve the queue

@@ -1,4 +1,4 @@
-// Group commit of result writes (issue 15 lever 2): batches close at N items or T ms, every caller is
+// Group commit of result writes: batches close at N items or T ms, every caller is
 // answered from its own slice only after the batch ran, a failed batch fails all of its callers, and a
 // merged batch of results locks its keys in one sorted set.
 import { test } from 'node:test';

@@ -1,4 +1,4 @@
-// No import cycles in the compiled component (issue 14): a cycle makes load order decide which module
+// No import cycles in the compiled component: a cycle makes load order decide which module
 // sees the other half-initialised, and it is how setter slots between modules crept in.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

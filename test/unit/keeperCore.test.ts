@@ -801,7 +801,7 @@ describe('keys that cannot round-trip through UTF-8', () => {
   });
 });
 
-// --- the publish selection: the global top, then section extras (issue 16) ---
+// --- the publish selection: the global top, then section extras ---
 
 describe('KeeperCore.publishSelection', () => {
   it('keeps the top exactly topK and gives each queue a prefix of its own order, no row twice', () => {

@@ -1,4 +1,4 @@
-// Service tests of the keeper lifecycle (SPEC §2) over a fake table: an in-memory sorted map walked with
+// Service tests of the keeper lifecycle over a fake table: an in-memory sorted map walked with
 // lmdb getRange semantics, an event stream the test pushes into, and the real shared structures over
 // plain ArrayBuffers. The clock is a number the test moves; `yieldLoop` is where a test interleaves
 // writes and events with the walk, between chunks.

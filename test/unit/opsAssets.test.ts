@@ -106,7 +106,7 @@ test('the Grafana dashboard is importable JSON and every query names only catalo
     assert.ok(m, `variable ${v.name}: ${v.query.query}`);
     assert.ok(known.has(m[1]!), `variable ${v.name} reads ${m[1]}`);
   }
-  // What the dashboard is for (issue 19): due, unclaimed and in flight, lateness per queue, claim and
+  // What the dashboard is for (docs/monitoring.md): due, unclaimed and in flight, lateness per queue, claim and
   // result latency percentiles, lease occupancy, keeper trust, notify health and stall nudges.
   for (const n of [
     'queue_keeper_due_rows',

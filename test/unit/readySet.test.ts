@@ -596,7 +596,7 @@ test('over random interleavings with whole publishes landing inside takes, every
   );
 });
 
-// --- sections (issue 16) --------------------------------------------------------------------------
+// --- sections ----------------------------------------------------------------------------------------------
 
 const PRODUCT = nameHash('product');
 const BLOG = nameHash('blog');

@@ -1,5 +1,5 @@
-// The media type rule of a state-changing request (services/http/requestChecks.ts, API.md "Requests
-// that change state"): application/json, a charset allowed where it names UTF-8 or its subset US-ASCII.
+// The media type rule of a state-changing request (services/http/requestChecks.ts, docs/http-api.md,
+// "What is refused, and why"): application/json, a charset allowed where it names UTF-8 or its subset US-ASCII.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mediaTypeProblem } from '../../services/http/requestChecks.js';

@@ -10,11 +10,13 @@ import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
 import type { Caller } from '../../services/leases/claims.js';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
+import { HttpError } from '../../util/http/errors.js';
 import { decodePage } from '../../util/prerender/page.js';
 import { checkFleetResult, splitFrame } from '../../util/prerender/result.js';
 import {
   PENDING_WAIT_MS,
   ResultService,
+  retryableOnFault,
   checkFramedResult,
   checkResult,
   type CheckedResult,
@@ -515,4 +517,49 @@ test('a malformed frame is a 400: x-metadata-size missing, not a number, past th
     status: 400,
     code: 'invalid_json',
   });
+});
+
+test("a worker's late token-less result of an expired lease lands on its own next grant of the key: the fence is the latest grant and its grantee, nothing more", async () => {
+  const w = world();
+  w.grant(KEY, NOW, { leaseMs: 1000, worker: W1.worker });
+  w.grant(KEY, NOW + 5000, { worker: W1.worker });
+  w.clock.now = NOW + 8000;
+  const late = fleetResult({ id: KEY, outcome: 'error', renderTime: 9000 });
+  assert.equal(await w.results.applyFleet(late, W1), 'applied');
+  assert.equal(await w.results.applyFleet(late, W1), 'duplicate', 'the lease is reported once');
+});
+
+test('a fault of ours while applying a fleet result is a 503 the fleet retries, never a 500; the retry applies', async () => {
+  const w = world();
+  w.grant(KEY, NOW, { worker: W1.worker });
+  w.fake.failNext = true;
+  const logged: unknown[] = [];
+  const run = () =>
+    retryableOnFault(KEY, () => w.results.applyFleet(gzipped('<p>x</p>'), W1), {
+      error: (...a) => logged.push(a),
+    });
+  await assert.rejects(run(), { status: 503, code: 'busy' });
+  assert.equal(logged.length, 1);
+  assert.equal(await run(), 'applied', 'the report was given up, so the retry applies');
+  await assert.rejects(
+    retryableOnFault(KEY, () => Promise.reject(new HttpError(403, 'fleet_revoked', 'revoked')), {
+      error: () => undefined,
+    }),
+    { status: 403 },
+    'a refusal stands',
+  );
+});
+
+test('a stored header longer than 8 KiB, or one no HTTP field can carry (CR, LF, NUL, above U+00FF), is dropped; the rest are kept', () => {
+  const r = fleetResult({
+    id: KEY,
+    headers: {
+      link: '<https://a.test/>; rel="canonical"',
+      etag: 'x'.repeat(8193),
+      vary: 'accept\r\nset-cookie: session=attacker',
+      'x-robots-tag': 'noindex \u0100',
+      'cache-control': 'max-age=60',
+    },
+  });
+  assert.deepEqual(r.headers, { link: '<https://a.test/>; rel="canonical"', 'cache-control': 'max-age=60' });
 });

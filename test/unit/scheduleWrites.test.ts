@@ -1,4 +1,4 @@
-// Per-key atomic read-modify-write of RenderSchedule (issue 12.1). Each test injects the competing
+// Per-key atomic read-modify-write of RenderSchedule. Each test injects the competing
 // write at the worst moment — after this write read its rows and before it wrote them — through the
 // store's afterRead seam. Every scenario is also run over a store whose lock does nothing (the guard
 // removed): there the lost update happens, so the scenario itself can tell a racy writer from a safe one.

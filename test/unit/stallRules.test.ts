@@ -1,4 +1,4 @@
-// The stall ledger's rules (SPEC §7) on a fake clock: every time is a plain ms value, sweeps are
+// The stall ledger's rules (docs/wakes.md) on a fake clock: every time is a plain ms value, sweeps are
 // function calls, and the ledger is an in-memory Map committed through recheckCharge exactly as the
 // Harper-facing sweep commits through a locked read and a conditional write.
 import { test } from 'node:test';

@@ -1,4 +1,4 @@
-// Feeding input, per item (API.md "Feeding"): what a URL, a due time and a cadence may be.
+// Feeding input, per item (docs/feeding.md): what a URL, a due time and a cadence may be.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {

@@ -1,4 +1,4 @@
-// The wake body's byte budget (SPEC §6: ≤ 4 KiB): every URL the feeding endpoints accept, with the
+// The wake body's byte budget (≤ 4 KiB): every URL the feeding endpoints accept, with the
 // longest queue and fleet names, the largest numbers and the longest reason, fits.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';

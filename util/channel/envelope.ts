@@ -1,5 +1,5 @@
-// The persistent channel's message envelope (README "Persistent channel"): what a fleet may send on
-// `/render_queue/channel`, checked whole before anything is applied, so a bad message changes nothing.
+// The persistent channel's message envelope (docs/fleets.md, "The persistent channel"): what a fleet may send
+// on `/render_queue/channel`, checked whole before anything is applied, so a bad message changes nothing.
 // Pure: the route module (services/http/routes/channel.ts) parses the JSON and applies what this admits.
 import { badRequest, echo } from '../http/errors.js';
 import { describeType, requireObject } from '../http/input.js';

@@ -1,5 +1,5 @@
-// The wait of the channel's sockets (README "Persistent channel"): a socket whose claim granted nothing
-// holds its credits, and is claimed for again only when the ready set may have something for it, as
+// The wait of the channel's sockets (docs/fleets.md, "The persistent channel"): a socket whose claim granted
+// nothing holds its credits, and is claimed for again only when the ready set may have something for it, as
 // read from shared memory without a claim:
 //   - a publish (a new generation) left entries for the socket's scope: the global top for an unscoped
 //     socket, its queues' sections for a scoped one (a publish of an empty set wakes nobody, and the

@@ -1,12 +1,12 @@
-// Cluster-wide `created` and `requeued` wakes, once per cluster per cooldown (SPEC §6, §9). Alone, a
-// node judges a queue's edges from its own keeper (util/notify/edges.ts). Clustered, each node holds
-// only its own rows, so judged per node a queue rings once per node that sees it go from nothing due to
-// something due. Here the judge of a queue is its rendezvous owner (over the present nodes, keyed
-// `queue:<name>`): it reads the merged per-node due views (every node publishes its own,
-// services/stall/dueSummaries.ts) on its maintenance tick and fires for the cluster. A requeue is seen
-// only by the node whose lease expired: that node marks it in its published view (`requeuedAt`), and the
-// queue's judge answers the newest mark it has not seen yet. When the judge is that node itself it
-// answers at once (`localRequeue`, within the publish tick like a lone node); otherwise one tick later.
+// Cluster-wide `created` and `requeued` wakes, once per cluster per cooldown (docs/clusters.md). Alone, a
+// node judges a queue's edges from its own keeper (util/notify/edges.ts). Clustered, each node holds only its
+// own rows, so judged per node a queue rings once per node that sees it go from nothing due to something due.
+// Here the judge of a queue is its rendezvous owner (over the present nodes, keyed `queue:<name>`): it reads
+// the merged per-node due views (every node publishes its own, services/stall/dueSummaries.ts) on its
+// maintenance tick and fires for the cluster. A requeue is seen only by the node whose lease expired: that
+// node marks it in its published view (`requeuedAt`), and the queue's judge answers the newest mark it has
+// not seen yet. When the judge is that node itself it answers at once (`localRequeue`, within the publish
+// tick like a lone node); otherwise one tick later.
 //
 // A mark is answered once: seen inside the cooldown (or with no unleased due row to name) it is spent,
 // as a lone node drops an edge its cooldown refuses — a late `requeued` could name a row long claimed.

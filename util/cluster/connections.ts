@@ -1,9 +1,9 @@
-// The replication connections as a second departure signal (issue 17): Harper's `cluster_status`
-// operation says, per peer and database, whether this node's replication socket to it is connected. A
-// stopped peer's sockets close at once (loopback: well under a second), long before its last heartbeat
-// is 15 s old; util/cluster/holding.ts lets a peer leave early only when both agree — its connection
-// down for the quick window and its beat as old. The answer carries retained credentials in clear text
-// (HARPER.md §8): only names and `connected` flags are kept, nothing of it is ever logged.
+// The replication connections as a second departure signal: Harper's `cluster_status` operation says, per
+// peer and database, whether this node's replication socket to it is connected. A stopped peer's sockets
+// close at once (loopback: well under a second), long before its last heartbeat is 15 s old;
+// util/cluster/holding.ts lets a peer leave early only when both agree — its connection down for the quick
+// window and its beat as old. The answer carries retained credentials in clear text in Harper 4.7.29: only
+// names and `connected` flags are kept, nothing of it is ever logged.
 import type { ConnectionView } from './membership.js';
 
 /** The database whose socket carries the heartbeats (QueueNode). */

@@ -1,14 +1,14 @@
-// Leases that move with their rows (SPEC §9, §3: a grant is exclusive). Leases live in each node's shared
-// memory, so when rows move to a node that comes back (or joins), the node that covered for it may still
-// have leases out on them: a fleet is rendering those rows right now. Without help the newcomer sees the
-// rows due and unleased in its own table and grants them again.
+// Leases that move with their rows, so that a grant stays exclusive across nodes (docs/clusters.md, "Who
+// hands out a row"). Leases live in each node's shared memory, so when rows move to a node that comes back
+// (or joins), the node that covered for it may still have leases out on them: a fleet is rendering those rows
+// right now. Without help the newcomer sees the rows due and unleased in its own table and grants them again.
 //
 // The old holder tells it. For a while after each membership change its heartbeat carries the leases of
 // its table on rows it no longer holds (the *handoff*): each one's key hash, its end, its due minute and
 // misses. The list is sticky: an entry seen once stays until its end, even after its result came (the
 // result's row write replicates through another database than the beat and may arrive later; until then
 // the newcomer's copy of the row still reads due). The newcomer records each entry whose row it now holds
-// as a lease of its own table (LeaseGrants.adopt) before it picks the rows up, so its publish skips them
+// as a lease of its own table (LeaseTable.adopt) before it picks the rows up, so its publish skips them
 // and its claims refuse them until they end. The beat row carries both the view and the list, so the view
 // that lets the newcomer take a row arrives with the leases on it.
 //
@@ -34,8 +34,8 @@ export interface HandoffLease {
    */
   released?: boolean;
   /**
-   * Not a lease: a hold (too many misses, SPEC §3) the granting node had on the row. The receiver holds
-   * the row until the same end, and its next grant is the probe with the same miss history. Carried in
+   * Not a lease: a hold (too many leases ran out unreported) the granting node had on the row. The receiver
+   * holds the row until the same end, and its next grant is the probe with the same miss history. Carried in
    * the second bit of the misses word.
    */
   held?: boolean;

@@ -1,4 +1,4 @@
-// Which rows this node may hold while the cluster's membership moves (SPEC §9). Rendezvous ownership
+// Which rows this node may hold while the cluster's membership moves (docs/clusters.md). Rendezvous ownership
 // alone is not enough: when a node returns, it sees its peers before they see it, and for a while both
 // it and the node that covered for it would own the same rows under their two different views — two
 // holders, two grants. So every node publishes, with each heartbeat, the node list it holds rows by

@@ -1,8 +1,8 @@
-// Cluster membership for row ownership (SPEC §9), pure: the replication peers as Harper lists them, and
-// one node's heartbeat plus the holding view its keeper uses. A peer is *present* while its heartbeat is
-// fresh (util/cluster/holding.ts), and leaves sooner when the replication connection is also reported
-// down (util/cluster/connections.ts). The heartbeat is a duty on the scheduler it is given. The Harper
-// side (tables, the QueueNode rows, the config) is services/cluster/membership.ts.
+// Cluster membership for row ownership (docs/clusters.md), pure: the replication peers as Harper lists them,
+// and one node's heartbeat plus the holding view its keeper uses. A peer is *present* while its heartbeat is
+// fresh (util/cluster/holding.ts), and leaves sooner when the replication connection is also reported down
+// (util/cluster/connections.ts). The heartbeat is a duty on the scheduler it is given. The Harper side
+// (tables, the QueueNode rows, the config) is services/cluster/membership.ts.
 import type { Counts, DutyHandle, DutyScheduler } from '../duties/scheduler.js';
 import type { HandoffLease } from './handoff.js';
 import {

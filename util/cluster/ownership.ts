@@ -1,5 +1,5 @@
-// Which node owns a row (SPEC §9): rendezvous (highest-random-weight) hashing of the URL over the node
-// names. Every node computes the same answer from the same membership with no coordination, and a
+// Which node owns a row (docs/clusters.md): rendezvous (highest-random-weight) hashing of the URL over the
+// node names. Every node computes the same answer from the same membership with no coordination, and a
 // membership change moves only the rows of the node that left (or the share the newcomer takes).
 import { keyHash, mix32 } from '../keyHash.js';
 

@@ -1,4 +1,4 @@
-// The peer wait before the keeper loads (SPEC §2 step 2, §9): a node with configured peers waits until
+// The peer wait before the keeper loads (docs/clusters.md): a node with configured peers waits until
 // it sees each of them beat, so it decides ownership over the real membership and does not load rows it
 // will not own (a node that loads alone first holds every row, and its peers' rows twice). The wait is
 // capped: a peer that is down must not keep this node from serving; after the cap it loads over the
@@ -6,7 +6,7 @@
 import type { Counts, DutyScheduler } from '../duties/scheduler.js';
 import type { ClusterMembership } from './membership.js';
 
-/** SPEC §2/§9: "waits up to 120 s". Not a config key (SPEC §8 names none). */
+/** The cap of the peer wait; QUEUE_KEEPER_PEER_WAIT_MS shortens it (services/cluster/peerWait.ts). */
 export const PEER_WAIT_CAP_MS = 120_000;
 
 export type PeerWaitDecision =

@@ -1,4 +1,4 @@
-// Replica repair between the nodes of a cluster (README "Running a cluster", joining a node): the pure
+// Replica repair between the nodes of a cluster (docs/clusters.md, "Replica repair"): the pure
 // part. Harper 4.7.29 can skip, on a node that joins, a write committed while the joining copy ran, and
 // the skipped row never arrives. So each node's keeper digests its RenderSchedule table by the Harper
 // record version of every key (the origin transaction's time, the same on every node once replicated),
@@ -23,8 +23,8 @@ export const REPAIR_BUCKETS = 1024;
 export const MAX_DETAIL_KEYS = 50_000;
 /**
  * A difference whose newest version is older than this is left alone and counted as `tooOld`: a
- * deleted row's marker lasts only as long as Harper's audit retention (3 days by default; README "Page
- * storage" suggests 6 h where disk is tight), after which "never had it" and "deleted long ago" look the
+ * deleted row's marker lasts only as long as Harper's audit retention (3 days by default; docs/operating.md
+ * on choosing it), after which "never had it" and "deleted long ago" look the
  * same, and carrying the row could bring back one deleted long ago. A join's skipped writes are minutes
  * old when the next rounds (at most an hour apart) find them.
  */

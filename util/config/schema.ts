@@ -310,15 +310,3 @@ export function configWarnings(cfg: QueueKeeperConfig): string[] {
     );
   return out;
 }
-
-/** The README's configuration table, generated from the schema (a unit test keeps them equal). */
-export function configTableMarkdown(): string {
-  const rows = CONFIG_KEYS.map((k) => {
-    const range =
-      k.kind === 'int' || k.kind === 'number' || k.kind === 'durations'
-        ? `${k.zeroAllowed ? '0 or ' : ''}${k.min ?? ''}–${k.max ?? ''}`
-        : k.kind;
-    return `| \`${k.path}\` | \`${JSON.stringify(k.default)}\` | ${range} | ${k.effect} | ${k.description} |`;
-  });
-  return ['| key | default | range | on change | effect |', '|---|---|---|---|---|', ...rows].join('\n');
-}

@@ -1,4 +1,4 @@
-// The one way a periodic duty runs (issue 14): a duty is `runOnce(now)` answering counts, and the
+// The one way a periodic duty runs: a duty is `runOnce(now)` answering counts, and the
 // scheduler owns its timer. It arms the next run only after the current one finished (two runs of a
 // duty never overlap), reads the wait afresh at every arm, re-arms a waiting duty when a config key whose
 // schema effect is `timers` changed, and stops every timer on stop(), waiting for a run in progress.

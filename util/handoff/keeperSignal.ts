@@ -2,9 +2,9 @@
 // that keeps a briefly overlapping second worker 0 from running a second keeper, and the poke stamp that
 // rate-limits "the ready set ran dry" wake-ups.
 //
-// Lives in an ordinary shared ArrayBuffer (HARPER.md §5): Atomics without wait. The status fields have a
-// single writer (the leader); readers retry briefly on a torn read and otherwise take what they saw,
-// since every field is meaningful on its own.
+// Lives in an ordinary shared ArrayBuffer (Harper's getUserSharedBuffer): Atomics without wait. The status
+// fields have a single writer (the leader); readers retry briefly on a torn read and otherwise take what they
+// saw, since every field is meaningful on its own.
 import { fromSharedSeconds, sharedSecondsAtOrAfter } from '../time.js';
 
 export type KeeperPhase = 'stopped' | 'waiting-for-peers' | 'loading' | 'live' | 'failed';
@@ -33,17 +33,20 @@ export interface KeeperSignalState extends KeeperStatus {
   lastPokeAt: number | null;
 }
 
-/** SPEC §3: a keeper is stale once its heartbeat is older than max(30 s, 10 × publishInterval). */
-/** The oldest state document queue-state (and the metrics) may still vouch for (SPEC §5: 3 × + 5 s). */
+/**
+ * The oldest state document queue-state (and the metrics) may still vouch for: three state intervals
+ * plus 5 s, so a document that missed two computations in a row still counts.
+ */
 export function stateMaxAgeMs(stateInterval: number): number {
   return 3 * stateInterval + 5000;
 }
 
+/** A keeper is stale once its heartbeat is older than max(30 s, 10 × publishInterval). */
 export function keeperStaleAfterMs(publishInterval: number): number {
   return Math.max(30_000, 10 * publishInterval);
 }
 
-// SPEC §3: worker 0 publishes on a poke at most every 50 ms; claims that find the set dry more often
+// Worker 0 publishes on a poke at most every 50 ms; claims that find the set dry more often
 // than that are answered by the publish already on its way.
 export const POKE_MIN_INTERVAL_MS = 50;
 // A poke stamp further in the future than this is a clock step, not a recent poke; without it a

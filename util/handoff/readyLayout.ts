@@ -2,9 +2,9 @@
 // the per-queue sections (util/handoff/readySections.ts) read and write, the entry codec, the slot
 // writer's lock and the seqlock read of the active slot that every take goes through.
 //
-// The buffer is an ordinary ArrayBuffer shared by all workers (HARPER.md §5): Atomics.load/store/add/
-// compareExchange work on it but Atomics.wait does not, so nothing here ever blocks. A reader that
-// meets a slot being rewritten retries a few times and then gives up on that take.
+// The buffer is an ordinary ArrayBuffer shared by all workers (Harper's getUserSharedBuffer):
+// Atomics.load/store/add/ compareExchange work on it but Atomics.wait does not, so nothing here ever blocks.
+// A reader that meets a slot being rewritten retries a few times and then gives up on that take.
 //
 // Layout 'RDY3' (a dev reload with another layout must not reinterpret the bytes, so it is refused):
 //   header (HEADER_INTS Int32): magic, capacity, key bytes, active slot, generation; the global cursor on
@@ -24,7 +24,7 @@ const INT32_MIN = -0x80000000;
 // The key region and its extra half must stay within one Buffer's Int32 offsets.
 const MAX_KEY_REGION = Math.floor(INT32_MAX / 2);
 
-/** One mark per row, never summed (SPEC §2). */
+/** One mark per row: urgent wins over changed, and their head starts are never summed. */
 export type ReadyMark = 'none' | 'urgent' | 'changed';
 
 export interface ReadyEntryInput {
@@ -52,7 +52,10 @@ export type TakeStep = 'reserved' | 'slotRead' | 'retry' | 'entriesRead' | 'clam
 /** At most this many queues get a section: above the 1,000 routes config allows, plus `unrouted`. */
 export const MAX_SECTIONS = 1024;
 
-/** A 1,900-byte key (SPEC §1) must always fit at the head, or one long URL would empty every set. */
+/**
+ * The longest key a row can have (1,900 bytes) must always fit at the head, or one long URL would empty
+ * every set.
+ */
 export const MIN_KEY_BYTES_PER_SLOT = 2048;
 const MAX_CAPACITY = 1 << 20;
 export const MAX_KEY_BYTES = (1 << 24) - 1; // the length field is 24 bits; flags sit above it

@@ -1,4 +1,4 @@
-// The ready set's per-queue sections (issue 16). Besides the global top (entries 0..count, the only
+// The ready set's per-queue sections. Besides the global top (entries 0..count, the only
 // part an unscoped take reads), a slot holds extra rows of queues the global top under-represents, and
 // one section per queue: an index list of that queue's entries, global ones first, best first, with its
 // own cursor. A scoped claim takes from its queues' sections, so a queue with 1 % of the due rows still

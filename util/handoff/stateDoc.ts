@@ -1,5 +1,5 @@
-// The queue-state document (SPEC §5) in shared memory: worker 0 writes it every stateInterval and any
-// worker serves GET /prerender_admin/queue-state from it without touching the database.
+// The queue-state document (docs/monitoring.md) in shared memory: worker 0 writes it every stateInterval and
+// any worker serves GET /prerender_admin/queue-state from it without touching the database.
 //
 // Two slots flip like the ready set's: the writer fills the inactive slot, then flips. A reader copies
 // the active slot out, checks the slot's write counter did not move, and only then decodes — decoding

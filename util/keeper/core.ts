@@ -1,4 +1,4 @@
-// The keeper's in-memory structure (SPEC §2): every row this node owns, grouped into classes and
+// The keeper's in-memory structure (docs/architecture.md): every row this node owns, grouped into classes and
 // bucketed by due minute, so the best K due rows come from a heap merge over class heads. Pure: no
 // Harper import, the clock is an argument. The lifecycle that feeds it lives in the keeper service.
 //
@@ -211,7 +211,7 @@ export class KeeperCore {
     return this.reads.oldestDue(queue, now, options);
   }
 
-  /** The counting parts of the queue-state document (SPEC §5). Also advances the cameDue count. */
+  /** The counting parts of the queue-state document (docs/monitoring.md). Also advances the cameDue count. */
   state(now: number): QueueStateCounts {
     return this.reads.state(now);
   }

@@ -65,7 +65,7 @@ export class DueReads {
     return best;
   }
 
-  /** The counting parts of the queue-state document (SPEC §5). Also advances the cameDue count. */
+  /** The counting parts of the queue-state document (docs/monitoring.md). Also advances the cameDue count. */
   state(now: number): QueueStateCounts {
     this.classes.syncDue(now, this.flow);
     return queueState(this.classes.list, now, this.flow);

@@ -1,5 +1,5 @@
-// Per-minute flow counters for the queue-state document (SPEC §5): how rows entered, moved and left
-// the keeper over the last hour. A ring of 60 slots, each tagged with its minute, so a quiet minute
+// Per-minute flow counters for the queue-state document (docs/monitoring.md): how rows entered, moved and
+// left the keeper over the last hour. A ring of 60 slots, each tagged with its minute, so a quiet minute
 // reads as zeros without anyone having to clear it.
 
 const FLOW_MINUTES = 60;

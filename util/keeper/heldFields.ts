@@ -1,5 +1,5 @@
-// The keeper's load reads only the fields it holds (issue 15 lever 8): a raw record reader
-// (util/schedule/rawRecord.ts) decodes these six and `HeldFieldsSink` normalises them into one reused
+// The keeper's load reads only the fields it holds, so a load decodes no more than it keeps: a raw record
+// reader (util/schedule/rawRecord.ts) decodes these six and `HeldFieldsSink` normalises them into one reused
 // object, as `toScheduleRow` normalises a full record, so a load builds no row per record.
 import type { HeldFields } from './types.js';
 

@@ -4,7 +4,7 @@ import { keyHash } from '../keyHash.js';
 //
 // Why not a Map<string, …> plus an array per bucket: on a 2-core box a V8 Map costs ~29 B per entry and
 // ~1.6 µs per fresh insert at 1M entries, and per-bucket arrays cost ~200 B each with thousands of
-// sparse minute buckets — together well over the 170 B/row target (SPEC §10). Here a row costs a
+// sparse minute buckets — together well over a budget of 170 B per held row. Here a row costs a
 // 4-byte table entry (the table is kept 38–75% full, so 5–11 B), an 8-byte key slot and a 4-byte
 // stored hash, plus the URL (and per slot the lease table's 8-byte keyHash and a 4-byte park, both
 // read by the publish's lease skip). Neither the table nor the slot pages shrink after mass deletions;

@@ -1,5 +1,6 @@
-// The claim-order score of SPEC §2. The keeper, the explain endpoint and the tests all call this one
-// function, so a held row's published score and the score a reader recomputes can never drift apart.
+// The claim-order score (docs/feeding.md, "Which due row goes first"). The keeper, the explain endpoint and
+// the tests all call this one function, so a held row's published score and the score a reader recomputes can
+// never drift apart.
 
 /** A row's mark. Urgent wins over changed when both are set: the two head starts are never summed. */
 export type Mark = 'urgent' | 'changed' | 'none';

@@ -1,4 +1,4 @@
-// How the ready set's extra rows are shared between queues (issue 16, per-queue sections). The global
+// How the ready set's extra rows are shared between queues (its per-queue sections). The global
 // top already holds `have` rows of a queue; its section is those plus its extras. The floor is an equal
 // share of the extra room, floor(budget / queues): a queue whose top rows reach it gets no extras. The
 // others share the whole budget max-min fair: each section reaches min(due, L) for the highest level L

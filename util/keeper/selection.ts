@@ -1,4 +1,4 @@
-// The keeper's publish selection (SPEC §2, issue 16): the best due rows by score, read as a heap merge
+// The keeper's publish selection: the best due rows by score, read as a heap merge
 // over the class heads, and the per-queue extras a publish adds for the ready set's sections. Reads the
 // held rows (util/keeper/heldRows.ts) and classes (util/keeper/classes.ts) that KeeperCore keeps; never
 // changes them. Pure: the clock is an argument.
@@ -64,7 +64,7 @@ export class TopSelection {
   }
 
   /**
-   * What one publish writes (issue 16): the best `k` due rows (exactly `topK`), then up to `extraBudget`
+   * What one publish writes: the best `k` due rows (exactly `topK`), then up to `extraBudget`
    * more rows for the queues the top under-represents, each queue's next best rows after its rows of
    * the top (shares: util/keeper/sections.ts). Each queue's extras come from a merge of its own class
    * heads, resumed where the top's walk stopped, so no row is read twice and no row is left out of the

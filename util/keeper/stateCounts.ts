@@ -1,4 +1,4 @@
-// The counting parts of the queue-state document (SPEC §5), computed from the keeper's buckets.
+// The counting parts of the queue-state document (docs/monitoring.md), computed from the keeper's buckets.
 // Every row in one bucket shares class and minute, so each figure is one addition per bucket: the
 // cost follows the number of (class, minute) pairs, never the number of rows.
 import type { KeeperClass } from './class.js';

@@ -1,6 +1,6 @@
-// Which addresses a notify hook may reach (SPEC §6, SSRF). Pure: the resolver is passed in, nothing here
-// touches the network. Every check works on the parsed address value, never on its spelling, so
-// `0x7f.1`, `::ffff:7f00:1` and `127.0.0.1` are the same address to every rule.
+// Which addresses a notify hook may reach (SSRF; docs/wakes.md, "Where a hook may point"). Pure: the resolver
+// is passed in, nothing here touches the network. Every check works on the parsed address value, never on its
+// spelling, so `0x7f.1`, `::ffff:7f00:1` and `127.0.0.1` are the same address to every rule.
 import { isIP } from 'node:net';
 
 export type AddressClass =

@@ -1,5 +1,5 @@
-// The pure rules of webhook delivery (SPEC §6): what an attempt's outcome means, how long to wait before
-// the next, how fast one hook may be called, and the drop-warning interval. Clock passed in, in ms.
+// The pure rules of webhook delivery (docs/wakes.md): what an attempt's outcome means, how long to wait
+// before the next, how fast one hook may be called, and the drop-warning interval. Clock passed in, in ms.
 
 /** `dns`: the resolver could not answer now (EAI_AGAIN); our side's trouble, not the receiver's. */
 export type AttemptOutcome = { status: number } | { error: 'timeout' | 'network' | 'dns' | 'refused' };
@@ -48,8 +48,8 @@ interface Window {
 const WINDOW_MS = 60_000;
 
 /**
- * Per-hook sliding window: at most `perMinute` deliveries in any 60 s (SPEC §6, "120 deliveries per
- * minute per hook"), so a burst of the whole rate waits a full minute for the next. A hook with nothing
+ * Per-hook sliding window: at most `perMinute` deliveries in any 60 s (notify.ratePerMinute, 120 by
+ * default), so a burst of the whole rate waits a full minute for the next. A hook with nothing
  * in its window carries no information and is pruned, so memory follows active hooks only.
  */
 export class RateLimiter {

@@ -1,4 +1,4 @@
-// The `created` and `requeued` edges of SPEC §6 as plain logic: which queues just came due, and the
+// The `created` and `requeued` wakes (docs/wakes.md) as plain logic: which queues just came due, and the
 // per-queue pacing by notify.edgeCooldown. services/notify/wakes.ts feeds it the keeper's due summary
 // and expired leases and fires what it admits.
 

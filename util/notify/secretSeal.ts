@@ -1,4 +1,4 @@
-// Hook secrets at rest (SPEC §6, §8): AES-256-GCM under the operator's QUEUE_KEEPER_SECRET_KEY, so a copy
+// Hook secrets at rest: AES-256-GCM under the operator's QUEUE_KEEPER_SECRET_KEY, so a copy
 // of the database alone cannot sign webhooks. Format `v1.<nonce>.<ciphertext>.<tag>`, each part base64url.
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 

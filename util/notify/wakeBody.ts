@@ -1,8 +1,8 @@
-// The body of a notify wake (API.md "Webhook deliveries", SPEC §6) and the name bounds that keep it
+// The body of a notify wake (docs/wakes.md, "What a delivery looks like") and the name bounds that keep it
 // inside 4 KiB. A wake names one URL twice (job.id and job.url), so its size is set by the longest URL
 // we accept, and the budget left over is what queue (route) and fleet names may use. Pure.
 
-/** SPEC §6: a wake body is never larger than this. */
+/** A wake body is never larger than this: small enough for any receiver's request limit. */
 export const MAX_WAKE_BODY_BYTES = 4096;
 
 /** Route names are queue names: letters, digits, '_', '.', '-' — no byte of them is JSON-escaped. */
@@ -43,7 +43,7 @@ export interface WakeBodyInput {
   createdAt: number;
 }
 
-/** The JSON body of one attempt, field order as API.md shows it. */
+/** The JSON body of one attempt, fields in the order docs/wakes.md shows them. */
 export function wakeBody(w: WakeBodyInput): string {
   return JSON.stringify({
     type: 'render.ready',

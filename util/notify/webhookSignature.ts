@@ -1,4 +1,4 @@
-// Standard Webhooks v1 signing (SPEC §6): HMAC-SHA256 over `id.timestamp.body`, keyed by the bytes after
+// Standard Webhooks v1 signing: HMAC-SHA256 over `id.timestamp.body`, keyed by the bytes after
 // `whsec_`. Receivers verify with any Standard Webhooks library, so the byte layout here is the contract.
 import { createHmac, randomBytes } from 'node:crypto';
 
@@ -49,7 +49,7 @@ export function signatureHeader(
 export interface SigningSecrets {
   current: string;
   previous?: string | null;
-  /** Epoch ms until which `previous` still signs; SPEC §6 keeps it 24 h after a rotation. */
+  /** Epoch ms until which `previous` still signs: 24 h after a rotation, for receivers to roll over. */
   previousValidUntil?: number | null;
 }
 
@@ -68,7 +68,7 @@ export interface WebhookMessage {
   userAgent: string;
 }
 
-/** Every header a delivery carries (API.md, webhook deliveries). */
+/** Every header a delivery carries (docs/wakes.md, "What a delivery looks like"). */
 export function webhookHeaders(m: WebhookMessage): Record<string, string> {
   return {
     'content-type': 'application/json',

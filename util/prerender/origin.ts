@@ -23,26 +23,23 @@ export function normaliseOrigin(value: string): string {
 /**
  * The fleet's own rule for reaching a host it learnt from `queue_status`: https, except plain http for
  * `localhost` and `127.0.0.1` (a local Harper). Deriving the same origin keeps results and claims on one
- * address when `render.callbackOrigin` is unset.
+ * address when `render.callbackOrigin` is unset. The port is Harper's listener for that scheme: an https
+ * origin takes `securePort` when Harper has one.
  */
-export function derivedOrigin(host: string, port: number): string {
-  const scheme = host === 'localhost' || host === '127.0.0.1' ? 'http' : 'https';
-  const shown = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
-  return `${scheme}://${shown}:${port}`;
-}
-
-/** The host part of an origin, as the fleet puts it between the scheme and `:<queuePort>`. */
-export function originHost(origin: string): string {
-  return new URL(origin).hostname;
-}
-
-/**
- * Harper's HTTP port from its `http` config section: `port` (a number, or "host:port" when the listener
- * is bound to one address), else `securePort`, else Harper's default 9926.
- */
-export function httpPortOf(http: unknown): number {
+export function derivedOrigin(host: string, http: unknown): string {
+  const secure = !(host === 'localhost' || host === '127.0.0.1');
   const section = (typeof http === 'object' && http !== null ? http : {}) as Record<string, unknown>;
-  for (const v of [section.port, section.securePort]) {
+  const order = secure ? [section.securePort, section.port] : [section.port, section.securePort];
+  const shown = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+  return `${secure ? 'https' : 'http'}://${shown}:${firstPort(order) ?? DEFAULT_HTTP_PORT}`;
+}
+
+/** Harper's default HTTP port. */
+const DEFAULT_HTTP_PORT = 9926;
+
+/** The first of Harper's port settings that names a port: a number, or "host:port" for a bound listener. */
+function firstPort(values: readonly unknown[]): number | undefined {
+  for (const v of values) {
     const text = typeof v === 'number' ? String(v) : typeof v === 'string' ? v : '';
     const m = /(\d{1,5})$/.exec(text);
     if (m) {
@@ -50,5 +47,10 @@ export function httpPortOf(http: unknown): number {
       if (port > 0 && port < 65536) return port;
     }
   }
-  return 9926;
+  return undefined;
+}
+
+/** The host part of an origin, as the fleet puts it between the scheme and `:<queuePort>`. */
+export function originHost(origin: string): string {
+  return new URL(origin).hostname;
 }

@@ -39,6 +39,18 @@ export const STORED_HEADERS: readonly string[] = [
   'vary',
 ];
 
+/**
+ * A stored header is replayed to crawlers by whatever serves the page, and rides in every replicated page
+ * record: a value longer than this, or one no HTTP field can carry (CR, LF, NUL, a character above
+ * U+00FF), is dropped rather than stored.
+ */
+export const MAX_STORED_HEADER_CHARS = 8192;
+const UNSENDABLE = /[\r\n\0]|[^\u0000-\u00ff]/;
+
+function storableValue(v: string): boolean {
+  return v.length <= MAX_STORED_HEADER_CHARS && !UNSENDABLE.test(v);
+}
+
 export interface FleetError {
   name: string | null;
   message: string | null;
@@ -50,6 +62,8 @@ export interface FleetResult {
   /** The fleet's outcome, or the one derived for an older fleet that sends none. */
   outcome: FleetOutcome;
   statusCode: number | null;
+  /** How long the render took (ms), by the fleet's clock; null when not sent. */
+  renderTime: number | null;
   /** The allow-listed response headers, lower-cased, or null when there are none. */
   headers: Record<string, string> | null;
   encoding: PageEncoding;
@@ -119,7 +133,7 @@ function checkHeaders(v: unknown): { stored: Record<string, string> | null; enco
           'invalid_body',
           `headers["content-encoding"] must be gzip, br or absent, not ${echo(value)}`,
         );
-    } else if (STORED_HEADERS.includes(lower)) stored[lower] = value;
+    } else if (STORED_HEADERS.includes(lower) && storableValue(value)) stored[lower] = value;
   }
   return { stored: Object.keys(stored).length > 0 ? stored : null, encoding };
 }
@@ -187,6 +201,7 @@ export function checkFleetResult(meta: unknown, page: Buffer): FleetResult {
     id: o.id,
     outcome,
     statusCode: typeof sc === 'number' ? sc : null,
+    renderTime: typeof rt === 'number' ? rt : null,
     headers: stored,
     encoding,
     page,

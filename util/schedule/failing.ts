@@ -67,22 +67,60 @@ export function parseFailingQuery(q: URLSearchParams): FailingQuery {
 }
 
 /**
- * One page of the list: the entries of `queue` (when given) after the cursor, worst first, at most
- * `limit`, and the cursor of the next page (null on the last).
+ * The `k` smallest entries by compareFailing among those `keep` admits, in order: one pass that holds at
+ * most `k` entries, so a page costs O(failing rows × log k) and never sorts or copies the whole list.
  */
-export function failingPage(
+function smallest(
   entries: Iterable<FailingEntry>,
+  k: number,
+  keep: (e: FailingEntry) => boolean,
+): FailingEntry[] {
+  const best: FailingEntry[] = [];
+  for (const e of entries) {
+    if (best.length === k && compareFailing(e, best[k - 1]!) >= 0) continue;
+    if (!keep(e)) continue;
+    let lo = 0;
+    let hi = best.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (compareFailing(best[mid]!, e) < 0) lo = mid + 1;
+      else hi = mid;
+    }
+    best.splice(lo, 0, e);
+    if (best.length > k) best.pop();
+  }
+  return best;
+}
+
+/**
+ * One page of the list: the entries of `queue` (when given) after the cursor, worst first, that `accept`
+ * turns into a shown row (an entry whose row no longer fails is passed over), at most `limit`, and the
+ * cursor of the next page (null on the last). `entries` is walked once per pass; passed-over entries
+ * cost another pass only when they leave the page short.
+ */
+export function failingPage<T>(
+  entries: () => Iterable<FailingEntry>,
   query: FailingQuery,
   queueOf: (url: string) => string,
-): { page: FailingEntry[]; next: string | null } {
-  const { after, queue, limit } = query;
-  const picked: FailingEntry[] = [];
-  for (const e of entries) {
-    if (after !== null && compareFailing(e, after) <= 0) continue;
-    if (queue !== null && queueOf(e.url) !== queue) continue;
-    picked.push(e);
+  accept: (e: FailingEntry) => T | undefined,
+): { page: T[]; next: string | null } {
+  const { queue, limit } = query;
+  const page: T[] = [];
+  let after = query.after;
+  for (;;) {
+    const want = limit - page.length + 1;
+    const from = after;
+    const batch = smallest(
+      entries(),
+      want,
+      (e) => (from === null || compareFailing(e, from) > 0) && (queue === null || queueOf(e.url) === queue),
+    );
+    for (const e of batch) {
+      if (page.length === limit) return { page, next: encodeCursor(after!) };
+      after = e;
+      const row = accept(e);
+      if (row !== undefined) page.push(row);
+    }
+    if (batch.length < want) return { page, next: null };
   }
-  picked.sort(compareFailing);
-  const page = picked.slice(0, limit);
-  return { page, next: picked.length > limit ? encodeCursor(page[page.length - 1]!) : null };
 }

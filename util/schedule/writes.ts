@@ -21,8 +21,11 @@ import {
 export interface ScheduleWrite {
   key: string;
   row: ScheduleRow | null;
-  /** The row being replaced was failing (strikes > 0): its entry in the failing list goes or moves. */
-  wasFailing: boolean;
+  /**
+   * The row being replaced was failing (strikes > 0), so its failing-list entry goes or moves; undefined
+   * when there was no row, and an entry left by a row written outside these steps may still be there.
+   */
+  wasFailing: boolean | undefined;
 }
 
 export interface ScheduleStore {
@@ -77,7 +80,12 @@ export class ScheduleWrites {
         for (const key of chunk) {
           const current = this.store.read(key);
           const next = decide(key, current);
-          if (next !== undefined) writes.push({ key, row: next, wasFailing: (current?.strikes ?? 0) > 0 });
+          if (next !== undefined)
+            writes.push({
+              key,
+              row: next,
+              wasFailing: current === undefined ? undefined : current.strikes > 0,
+            });
         }
         await this.store.afterRead?.(chunk);
         if (writes.length > 0) await this.store.commit(writes);

@@ -1,10 +1,11 @@
-// The stall ledger's rules (SPEC §7) as pure functions over plain values. The Harper-facing sweep
-// gathers the inputs (per-queue due views, fleets, hooks, ledger rows, last claim times), calls
-// planSweep, then for each charge re-reads the ledger row under a lock and writes `next` only when
-// recheckCharge still says yes; the wake fires after that write commits. Nothing here reads a clock:
-// `now` is an argument in ms so a test can walk a stall through hours of backoff in microseconds.
+// The stall ledger's rules (docs/wakes.md, "The stall sweep") as pure functions over plain values. The
+// Harper-facing sweep gathers the inputs (per-queue due views, fleets, hooks, ledger rows, last claim times),
+// calls planSweep, then for each charge re-reads the ledger row under a lock and writes `next` only when
+// recheckCharge still says yes; the wake fires after that write commits. Nothing here reads a clock: `now` is
+// an argument in ms so a test can walk a stall through hours of backoff in microseconds.
 //
-// Input contract — the gate (§7.1) is applied by whoever builds QueueDueView, not here:
+// Input contract — the wake gate (only verified rows wake a fleet; docs/wakes.md) is applied by whoever
+// builds QueueDueView, not here:
 //   - `oldestGateDue` and `hasGateDue` look only at VERIFIED rows. Unverified rows are real work and get
 //     claimed, but they never make a queue a candidate and their URL never reaches a webhook body, so
 //     they must not appear in either field. A queue whose due rows are all unverified has
@@ -128,8 +129,8 @@ export function backoffAfter(nudges: number, cfg: StallConfig): number {
 }
 
 /**
- * The due predicate (SPEC §7 step 3). Progress is a claim from the queue strictly after the last
- * nudge: a claim in the same millisecond as the nudge is treated as before it, so the worst a tie
+ * The due predicate: is this pair's next nudge due? Progress is a claim from the queue strictly after the
+ * last nudge: a claim in the same millisecond as the nudge is treated as before it, so the worst a tie
  * costs is waiting one backoff step, never an extra wake.
  */
 export function isDue(
@@ -208,7 +209,11 @@ function compareCharges(a: StallCharge, b: StallCharge): number {
   );
 }
 
-/** One sweep's decisions (SPEC §7 steps 1–4). Writes and wakes are the caller's (steps 5–6). */
+/**
+ * One sweep's decisions: the ledger rows to drain (their queue has no due verified row), then the stalled
+ * pairs to charge, least-nudged first, at most `stall.sweepLimit`. Writing the charges and firing the wakes
+ * are the caller's.
+ */
 export function planSweep(inputs: StallInputs): StallPlan {
   const { now, config: cfg } = inputs;
   const viewByQueue = new Map(inputs.queues.map((v) => [v.queue, v]));

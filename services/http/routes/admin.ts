@@ -116,12 +116,15 @@ export function registerAdmin(
   router.route('GET', '/prerender_admin/failing', 'admin', async (req) => {
     const query = parseFailingQuery(req.query);
     const routes = config().render.routes;
-    const { page, next } = failingPage(failingEntries(), query, (url) => queueOf(url, routes));
-    const rows = page.flatMap((e) => {
-      const row = readRow(e.url);
-      if (!row || row.strikes === 0) return [];
-      return [
-        {
+    const { page: rows, next } = failingPage(
+      failingEntries,
+      query,
+      (url) => queueOf(url, routes),
+      (e) => {
+        // An entry whose row no longer fails (deleted, or healed by a write the list missed) is passed over.
+        const row = readRow(e.url);
+        if (!row || row.strikes === 0) return undefined;
+        return {
           url: e.url,
           queue: queueOf(e.url, routes),
           strikes: row.strikes,
@@ -129,9 +132,9 @@ export function registerAdmin(
           lastError: row.lastError,
           failingSince: row.failingSince,
           nextRenderTime: row.nextRenderTime,
-        },
-      ];
-    });
+        };
+      },
+    );
     return reply({ rows, next });
   });
 

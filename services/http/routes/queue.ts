@@ -4,10 +4,10 @@ import { stateMaxAgeMs } from '../../../util/handoff/keeperSignal.js';
 import { requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
-import type { CheckedResult, ResultService } from '../../leases/results.js';
+import { retryableOnFault, type CheckedResult, type ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
-import type { HarperUser } from '../../runtime/harper.js';
+import { log, type HarperUser } from '../../runtime/harper.js';
 import { reply, type Router } from '../router.js';
 import { nodeStatusNow, servingView } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
@@ -140,10 +140,17 @@ export function registerQueue(
       if (req.rawBody) {
         const framed = results.checkFramed(req.rawBody, req.headers.get('x-metadata-size'));
         if (framed.kind === 'fleet') {
-          await fleetScope.checkReporter(req.user?.username);
-          // A prerender fleet counts only a 204 as delivered (docs/prerender-fleet.md): every
-          // well-formed result gets one, and x-result-status says what it came to.
-          const status = await results.applyFleet(framed.result, callerOf(req.user, workerId));
+          // A prerender fleet counts only a 204 as delivered and drops the render for good on anything
+          // but 429/502/503/504 (docs/prerender-fleet.md): every well-formed result gets a 204 saying
+          // what it came to, and a fault of ours is a 503 it retries, never a 500.
+          const status = await retryableOnFault(
+            framed.result.id,
+            async () => {
+              await fleetScope.checkReporter(req.user?.username);
+              return results.applyFleet(framed.result, callerOf(req.user, workerId));
+            },
+            log,
+          );
           return reply(undefined, 204, { 'x-result-status': status });
         }
         return answerTokenResult(results, framed.result, req.user, workerId, fleetScope);
