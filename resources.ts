@@ -48,7 +48,18 @@ import {
 import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
-import { failingEntries, readRow, ScheduleOwner, subscribeSchedule } from './services/schedule/store.js';
+import {
+  failingEntries,
+  GROUP_COMMIT_WAIT_MS,
+  readRow,
+  ScheduleOwner,
+  subscribeSchedule,
+} from './services/schedule/store.js';
+import {
+  GROUP_COMMIT_WAIT_ENV,
+  MAX_GROUP_COMMIT_WAIT_MS,
+  parseGroupCommitWait,
+} from './util/schedule/groupCommit.js';
 import {
   readClaimRow,
   readScheduleRow,
@@ -133,7 +144,17 @@ const figures = new HealthFigures({
 });
 
 // ------------------------------------------------------------------ the schedule's writes
-const schedule = new ScheduleOwner({ config, timer: realTimer, sleep, read: readScheduleRow });
+// The group commit's wait: GROUP_COMMIT_WAIT_MS, or another the environment names (read once, here;
+// empty is unset).
+const groupCommitWaitText = process.env[GROUP_COMMIT_WAIT_ENV] ?? '';
+const groupCommitWaitMs = groupCommitWaitText === '' ? null : parseGroupCommitWait(groupCommitWaitText);
+const schedule = new ScheduleOwner({
+  config,
+  timer: realTimer,
+  sleep,
+  read: readScheduleRow,
+  groupCommitWaitMs: groupCommitWaitMs ?? GROUP_COMMIT_WAIT_MS,
+});
 
 // ------------------------------------------------------------------ notify (the keeper's events go here)
 const sealKey = new SealKey({ read: () => process.env.QUEUE_KEEPER_SECRET_KEY, log });
@@ -340,6 +361,10 @@ async function start(): Promise<void> {
     if (envOrigin !== undefined && envOrigin !== '' && environmentOrigin() === null)
       log.error(
         `${CALLBACK_ORIGIN_ENV} is not an origin (scheme://host[:port]); prerender fleets are sent to ${callbackOrigin()} instead`,
+      );
+    if (groupCommitWaitText !== '' && groupCommitWaitMs === null)
+      log.error(
+        `${GROUP_COMMIT_WAIT_ENV} is not a whole number of ms from 0 to ${MAX_GROUP_COMMIT_WAIT_MS}; result writes wait ${GROUP_COMMIT_WAIT_MS} ms`,
       );
     notify.start();
     startMaintenance(duties, tickInterval, [
