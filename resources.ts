@@ -1,7 +1,9 @@
 // Harper's entry point (loaded on every worker, never on the main thread) and the composition root: it
 // builds the duty scheduler, the runtime config, the pause control, the keeper and the services with
 // their dependencies, connects their events, installs the HTTP front, and on worker 0 starts the queue
-// keeper and the maintenance tick.
+// keeper and the maintenance tick. It is the only module that reaches the node's shared-memory
+// structures (services/runtime/sharedStructures.ts) and the intervals every duty paces by: each service
+// receives what it uses from here.
 import { DutyScheduler, realTimer } from './util/duties/scheduler.js';
 import { WarnedOnce } from './util/config/warnedOnce.js';
 import { registerAdmin } from './services/http/routes/admin.js';
@@ -9,15 +11,16 @@ import { registerChannel } from './services/http/routes/channel.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
-import { registerQueue, vouchedState } from './services/http/routes/queue.js';
+import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
 import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
-import { healthRecordDuty } from './services/metrics/healthFigures.js';
+import { HealthFigures } from './services/metrics/healthFigures.js';
 import { processWideMetrics } from './services/metrics/values.js';
 import { Router } from './services/http/router.js';
-import { KeeperLeadership } from './services/keeper/leadership.js';
-import { nodeStatusNow, servingView } from './services/keeper/servingView.js';
+import { KeeperLeadership, type KeeperSeat } from './services/keeper/leadership.js';
+import { KeeperService, type ScheduleSource } from './services/keeper/service.js';
+import { NodeServing } from './services/keeper/servingView.js';
 import { startMaintenance } from './services/keeper/maintenance.js';
 import { harperConnections } from './services/cluster/connections.js';
 import { CALLBACK_ORIGIN_ENV, callbackOrigin, environmentOrigin } from './services/cluster/nodeName.js';
@@ -29,15 +32,50 @@ import { ClaimService } from './services/leases/claims.js';
 import { readClaimMarks, writeClaimMarks } from './services/leases/claimMarks.js';
 import { FleetScope } from './services/leases/fleetScope.js';
 import { ResultService } from './services/leases/results.js';
-import { createDispatcher, hookPolicy } from './services/notify/delivery.js';
-import { destroyExpiredSecrets, fleetViews, hookViews, listFleets } from './services/notify/fleets.js';
+import { hookPolicy, pinnedSend, userAgent } from './services/notify/delivery.js';
+import { Dispatcher } from './services/notify/dispatcher.js';
+import {
+  destroyExpiredSecrets,
+  fleetViews,
+  getFleet,
+  getHook,
+  hookViews,
+  listFleets,
+  listHooks,
+  recordDelivery,
+  signingSecrets,
+} from './services/notify/fleets.js';
 import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
-import { failingEntries, readRow, ScheduleOwner } from './services/schedule/store.js';
-import { readClaimRow, readScheduleRow } from './services/schedule/rawRecords.js';
+import {
+  failingEntries,
+  GROUP_COMMIT_WAIT_MS,
+  readRow,
+  ScheduleOwner,
+  subscribeSchedule,
+} from './services/schedule/store.js';
+import {
+  GROUP_COMMIT_WAIT_ENV,
+  MAX_GROUP_COMMIT_WAIT_MS,
+  parseGroupCommitWait,
+} from './util/schedule/groupCommit.js';
+import {
+  readClaimRow,
+  readScheduleRow,
+  scheduleRowEstimate,
+  walkScheduleHeld,
+  walkScheduleRaw,
+} from './services/schedule/rawRecords.js';
 import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
-import { leaseTable, onKeeperPoke, pokeKeeper, readySet } from './services/runtime/sharedStructures.js';
+import {
+  keeperSignal,
+  leaseTable,
+  onKeeperPoke,
+  pokeKeeper,
+  readySet,
+  stateDoc,
+} from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
@@ -64,6 +102,11 @@ const settings = new RuntimeConfig({
 });
 installProcessWideConfig(settings);
 settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
+// The intervals the duties pace by, read here and handed to each service that paces by them: getters,
+// as a config change applies at runtime (the scheduler re-arms what waits on them).
+const publishInterval = () => config().queue.keeper.publishInterval;
+const stateInterval = () => config().queue.keeper.stateInterval;
+const tickInterval = () => config().maintenance.tickInterval;
 // The cluster: Harper's replication peers, and (started on worker 0 only) the heartbeat membership.
 const peers = harperPeers();
 const membership = harperMembership({
@@ -72,29 +115,71 @@ const membership = harperMembership({
   connections: harperConnections(sleep),
   // Worker 0's beats hand over the leases on rows it gave away (util/cluster/handoff.ts).
   handoff: (at, newView) => leadership.handoffFor(at, newView),
+  publishInterval,
 });
 const control = new NodeControl({ scheduler: duties, peerNames: () => peers.names() });
 
 const metrics = processWideMetrics;
 const count = metrics.count.bind(metrics);
 const now = () => Date.now();
+/** The pause between a sliced pass's slices: one turn of the event loop. */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+// ------------------------------------------------------------------ what every worker reads of the keeper
+// The serving view and node status (from the keeper signal), and the readings queue-state, the overview
+// and the metrics answer from.
+const serving = new NodeServing({
+  signal: keeperSignal,
+  ready: readySet,
+  publishInterval,
+  isPaused: () => control.isPaused(),
+});
+const figures = new HealthFigures({
+  leases: leaseTable,
+  signal: keeperSignal,
+  state: stateDoc,
+  serving: (at) => serving.view(at),
+  stateInterval,
+  routes: () => config().render.routes,
+});
 
 // ------------------------------------------------------------------ the schedule's writes
-const schedule = new ScheduleOwner({ config, timer: realTimer, sleep, read: readScheduleRow });
+// The group commit's wait: GROUP_COMMIT_WAIT_MS, or another the environment names (read once, here;
+// empty is unset).
+const groupCommitWaitText = process.env[GROUP_COMMIT_WAIT_ENV] ?? '';
+const groupCommitWaitMs = groupCommitWaitText === '' ? null : parseGroupCommitWait(groupCommitWaitText);
+const schedule = new ScheduleOwner({
+  config,
+  timer: realTimer,
+  sleep,
+  read: readScheduleRow,
+  groupCommitWaitMs: groupCommitWaitMs ?? GROUP_COMMIT_WAIT_MS,
+});
 
 // ------------------------------------------------------------------ notify (the keeper's events go here)
 const sealKey = new SealKey({ read: () => process.env.QUEUE_KEEPER_SECRET_KEY, log });
 const notify = new NotifyService({
   config,
   sealKey: () => sealKey.key(),
+  // Worker 0's dispatcher, bound to the hook tables, the sealing key and the pinned HTTP transport.
   createDispatcher: () =>
-    createDispatcher({
+    new Dispatcher({
+      now,
+      random: Math.random,
+      // The wait between attempts of a delivery (a one-shot backoff, not a periodic duty).
+      sleep,
       config,
-      sealKey: () => sealKey.key(),
+      key: () => sealKey.key(),
+      fleets: listFleets,
+      hooks: () => listHooks(),
+      getFleet,
+      getHook,
+      secrets: signingSecrets,
+      send: pinnedSend(config),
+      recordDelivery,
       count: (name, n) => count(name, n),
       log,
-      componentDir,
-      sleep,
+      userAgent: userAgent(componentDir),
     }),
   keeper: () => leadership.keeper(),
   leases: leaseTable,
@@ -104,20 +189,56 @@ const notify = new NotifyService({
 });
 
 // ------------------------------------------------------------------ the keeper (runs on worker 0)
-// Its events: a due summary may raise `created` edges, an expired lease a `requeued` one (alone; clustered
-// the stall sweep's look decides them once for the cluster, NotifyService.judgeCluster).
+// The schedule as the keeper reads it: the subscription, the load's raw walks, point reads.
+const scheduleSource: ScheduleSource = {
+  subscribe: () => subscribeSchedule(),
+  walk: (opts) => walkScheduleRaw(opts),
+  walkHeld: (opts, visit) => void walkScheduleHeld(opts, visit),
+  read: (key) => readRow(key),
+  estimateRows: () => scheduleRowEstimate(),
+};
+// Leadership builds the keeper through this once it holds the leader slot, handing in what only it knows
+// (the rows this node holds, the slot, the passes around each publish and state document). Its events:
+// a due summary may raise `created` edges, an expired lease a `requeued` one (alone; clustered the stall
+// sweep's look decides them once for the cluster, NotifyService.judgeCluster).
+const buildKeeper = (seat: KeeperSeat): KeeperService => {
+  const leases = leaseTable();
+  return new KeeperService({
+    ...seat,
+    source: scheduleSource,
+    ready: readySet(),
+    signal: keeperSignal(),
+    state: stateDoc(),
+    config,
+    publishInterval,
+    stateInterval,
+    isLeased: (k, at) => leases.isLeased(k, at),
+    leasedUntilHash: (hi, lo, at) => leases.leasedUntilHash(hi, lo, at),
+    // The gauge (drifts only high) is cheap; the state timer reconciles it before each document.
+    inFlight: () => leases.occupancy(),
+    nodeView: () => ({ paused: control.isPaused(), status: serving.status(Date.now()) }),
+    log,
+    metric: (name, v) => metrics.record(name, v),
+    countRepaired: (n) => count('keeper_repaired', n),
+    onDue: (summary, at) => notify.onDueSummary(summary, at),
+    scheduler: duties,
+    onConfigChange: (l) => settings.onChange(l),
+  });
+};
 const leadership = new KeeperLeadership({
   scheduler: duties,
   config,
-  onConfigChange: (l) => settings.onChange(l),
   control,
-  events: {
-    onDue: (summary, at) => notify.onDueSummary(summary, at),
-    onRequeued: (queue, at) => notify.onRequeued(queue, at),
-  },
+  keeper: buildKeeper,
+  onRequeued: (queue, at) => notify.onRequeued(queue, at),
   // A claim on any worker that finds the set used up pokes worker 0 through the keeper signal.
   onPoke: onKeeperPoke,
   sleep,
+  signal: keeperSignal,
+  leases: leaseTable,
+  nodeStatus: (at) => serving.status(at),
+  publishInterval,
+  tickInterval,
   currentOwnership: () => membership.currentOwnership(),
   // Replica repair: nodes compare digests of their rows and re-send what a peer lacks (a write Harper's
   // join copy skipped); worker 0's keeper steps it every beat while the node has peers.
@@ -128,7 +249,7 @@ const leadership = new KeeperLeadership({
       repairWindowMs(
         (server.config as { logging?: { auditRetention?: unknown } } | undefined)?.logging?.auditRetention,
       ),
-    yieldLoop: () => new Promise((r) => setImmediate(r)),
+    yieldLoop: nextTurn,
     log,
     count: (name, n) => count(name, n),
   }),
@@ -149,8 +270,8 @@ const claims = new ClaimService({
   timer: realTimer,
   isPaused: () => control.isPaused(),
   pauseKnown: () => control.pauseKnown(),
-  servingView,
-  nodeStatus: (at) => nodeStatusNow(control.isPaused(), at),
+  servingView: (at) => serving.view(at),
+  nodeStatus: (at) => serving.status(at),
   pokeKeeper,
   config,
   jobTarget: () => ({ callbackOrigin: callbackOrigin(), deviceType: config().render.deviceType }),
@@ -183,6 +304,7 @@ const stallSweep = new StallSweep({
   requeueMarks: (since) => notify.requeueMarks(since),
   judgeEdges: (look) => notify.judgeCluster(look),
   config,
+  tickInterval,
   count,
   log,
 });
@@ -203,9 +325,23 @@ registerAdmin(router, {
   readRow,
   revalidate: (url, at) => schedule.revalidate(url, at),
   failingEntries,
+  leases: leaseTable,
+  nodeStatus: (at) => serving.status(at),
 });
-registerQueue(router, { claims, results, scope: fleetScope, metrics, control });
-registerChannel(router, { claims, results, scope: fleetScope, scheduler: duties });
+registerQueue(router, {
+  claims,
+  results,
+  scope: fleetScope,
+  metrics,
+  control,
+  serving,
+  figures,
+  leases: leaseTable,
+  ready: readySet,
+  signal: keeperSignal,
+  state: stateDoc,
+});
+registerChannel(router, { claims, results, scope: fleetScope, scheduler: duties, ready: readySet, count });
 registerNotify(router, {
   sealKey,
   fleetsChanged: () => fleetScope.fleetsChanged(),
@@ -226,11 +362,15 @@ async function start(): Promise<void> {
       log.error(
         `${CALLBACK_ORIGIN_ENV} is not an origin (scheme://host[:port]); prerender fleets are sent to ${callbackOrigin()} instead`,
       );
+    if (groupCommitWaitText !== '' && groupCommitWaitMs === null)
+      log.error(
+        `${GROUP_COMMIT_WAIT_ENV} is not a whole number of ms from 0 to ${MAX_GROUP_COMMIT_WAIT_MS}; result writes wait ${GROUP_COMMIT_WAIT_MS} ms`,
+      );
     notify.start();
-    startMaintenance(duties, config, [
+    startMaintenance(duties, tickInterval, [
       stallSweep.duty(),
       notify.secretCleanupDuty(),
-      healthRecordDuty(vouchedState, metrics),
+      figures.recordDuty(metrics),
       pageSweepDuty({
         hasRow: (url) => readRow(url) !== undefined,
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
@@ -238,7 +378,7 @@ async function start(): Promise<void> {
       }),
     ]);
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them.
-    void peerWait(membership, duties)
+    void peerWait({ membership, scheduler: duties, signal: keeperSignal })
       .then(() => leadership.start())
       .catch((e: unknown) => log.error('queue keeper failed to start', e));
   }

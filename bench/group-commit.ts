@@ -1,6 +1,7 @@
-// Group commit of result writes on vs off, both builds in one session, interleaved
-// off, on, off, on, … Each build is a temp copy of this checkout's dist/ (scratch-component.ts) with
-// GROUP_COMMIT_WAIT_MS patched (0 = every job_results request commits on its own). Per boot:
+// Group commit of result writes at several waits in one session, interleaved (0, 1, 0, 1, …). Each boot
+// runs this checkout with the wait set through QUEUE_KEEPER_GROUP_COMMIT_WAIT_MS (GROUP_COMMIT_WAIT_ENV
+// of util/schedule/groupCommit.ts, read once at start; 0 = every job_results request commits on its
+// own). Per boot:
 //   results  ROWS due rows claimed first (limit 25, no results), then every lease reported by CLIENTS
 //            clients, 25 results per job_results request: results/s, request p50/p99, Harper CPU
 //            ms per result (all threads of the Harper process)
@@ -8,9 +9,12 @@
 //            claims-vs-bullmq.ts, our side only): jobs/s
 // Run: npx tsc -p tsconfig.json && node dist/bench/group-commit.js [rounds] [waitMs…]
 //      (ROWS=20000 CLIENTS=24 by default; waitMs defaults to "0 1")
-import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
+import {
+  GROUP_COMMIT_WAIT_ENV,
+  MAX_GROUP_COMMIT_WAIT_MS,
+  parseGroupCommitWait,
+} from '../util/schedule/groupCommit.js';
 import { drainClaims, fileToClaim } from './claim-drain.js';
 import {
   benchUrl,
@@ -24,24 +28,17 @@ import {
   until,
   type FleetClient,
 } from './lib.js';
-import { removeScratch, scratchComponent } from './scratch-component.js';
 
 const ROUNDS = Number(process.argv[2] ?? 3);
 const WAITS = process.argv.length > 3 ? process.argv.slice(3).map(Number) : [0, 1];
 const ROWS = Number(process.env.ROWS ?? 20_000);
 const CLIENTS = Number(process.env.CLIENTS ?? 24);
 const LIMIT = 25;
+// A wait the component would refuse (it logs, and waits its default) is refused here instead.
+for (const w of WAITS)
+  if (parseGroupCommitWait(String(w)) !== w)
+    throw new Error(`each wait is whole ms from 0 to ${MAX_GROUP_COMMIT_WAIT_MS}, not ${w}`);
 const fleet: Credentials = { username: 'bench-fleet', password: 'bench-fleet-pass' };
-const MARKER = /export const GROUP_COMMIT_WAIT_MS = \d+;/;
-
-function build(waitMs: number): string {
-  const dir = scratchComponent({ keeper: true });
-  const file = join(dir, 'dist', 'services', 'schedule', 'store.js');
-  const src = readFileSync(file, 'utf8');
-  if (!MARKER.test(src)) throw new Error('store.js no longer declares GROUP_COMMIT_WAIT_MS as expected');
-  writeFileSync(file, src.replace(MARKER, `export const GROUP_COMMIT_WAIT_MS = ${waitMs};`));
-  return dir;
-}
 
 interface Lease {
   id: string;
@@ -107,9 +104,9 @@ async function reportAll(h: HarperInstance, clients: FleetClient[], leases: Leas
   };
 }
 
-async function oneBoot(waitMs: number, dir: string, round: number) {
+async function oneBoot(waitMs: number, round: number) {
   const loadBefore = loadavg();
-  const h = await startHarper({ componentDir: dir, logLevel: 'warn' });
+  const h = await startHarper({ env: { [GROUP_COMMIT_WAIT_ENV]: String(waitMs) }, logLevel: 'warn' });
   try {
     await h.addUser(fleet.username, fleet.password, 'render_fleet');
     const clients = Array.from({ length: CLIENTS }, () => fleetClient(h, fleet));
@@ -146,18 +143,13 @@ async function oneBoot(waitMs: number, dir: string, round: number) {
 console.log(
   JSON.stringify({ bench: 'group-commit', ...machine(), rows: ROWS, clients: CLIENTS, waits: WAITS }),
 );
-const dirs = new Map(WAITS.map((w) => [w, build(w)]));
 const byWait = new Map<number, Array<Awaited<ReturnType<typeof oneBoot>>>>(WAITS.map((w) => [w, []]));
-try {
-  for (let round = 1; round <= ROUNDS; round++) {
-    for (const w of WAITS) {
-      const r = await oneBoot(w, dirs.get(w)!, round);
-      byWait.get(w)!.push(r);
-      console.log(JSON.stringify(r));
-    }
+for (let round = 1; round <= ROUNDS; round++) {
+  for (const w of WAITS) {
+    const r = await oneBoot(w, round);
+    byWait.get(w)!.push(r);
+    console.log(JSON.stringify(r));
   }
-} finally {
-  for (const dir of dirs.values()) removeScratch(dir);
 }
 console.log(
   JSON.stringify({

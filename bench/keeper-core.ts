@@ -1,6 +1,7 @@
-// Micro-benchmark of the keeper core (target: top 5,000 of 1M held rows ≤ 0.3 ms p50).
+// Micro-benchmark of the keeper core (target: top 5,000 of 1M held rows ≤ 0.3 ms p50), through the walk
+// a publish runs (KeeperCore.publishWalk), with no room for section extras unless named.
 // Run: node dist/bench/keeper-core.js [rows=1000000]   — prints one JSON object.
-import { KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
+import { KeeperCore, type PublishSink, type ScheduleRow, type TopSkip } from '../util/keeper/core.js';
 import { MINUTE_MS } from '../util/time.js';
 import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
 
@@ -62,19 +63,32 @@ const loadMs = Number(process.hrtime.bigint() - loadStart) / 1e6;
 
 const dueRows = core.dueSummary(NOW).due;
 let sink = 0;
-const topPlain = timeIt(1000, () => {
-  sink += core.topK(5000, NOW).entries.length;
-});
-// The same walk handing rows to a callback, as a publish loop copying straight into the ready set would.
-const walkPlain = timeIt(1000, () => {
-  sink += core.walkTop(5000, NOW, (_key, score) => {
+/** The keys of the best `k` due rows, best first, as a publish walk hands them over. */
+function topKeys(k: number, skip?: TopSkip): string[] {
+  const keys: string[] = [];
+  core.publishWalk(k, 0, NOW, { top: (key) => keys.push(key), extra: () => undefined }, skip);
+  return keys;
+}
+// The rows go straight to a callback, as the keeper's publish copies them into the ready set.
+const scoreSink: PublishSink = {
+  top: (_key, score) => {
     sink += score;
-  }).visited;
+  },
+  extra: (_key, score) => {
+    sink += score;
+  },
+};
+const top = timeIt(1000, () => {
+  sink += core.publishWalk(5000, 0, NOW, scoreSink).skipped;
+});
+// With the section extras a publish of a 5,000-entry set adds (half its capacity).
+const withExtras = timeIt(1000, () => {
+  sink += core.publishWalk(5000, 2500, NOW, scoreSink).skipped;
 });
 // Leases sit on the best rows, so the walk has to step over them: the publish loop's real shape.
-const leased = new Set(core.topK(2000, NOW).entries.map((e) => e.key));
+const leased = new Set(topKeys(2000));
 const topSkip = timeIt(300, () => {
-  sink += core.topK(5000, NOW, (key) => leased.has(key)).entries.length;
+  sink += core.publishWalk(5000, 0, NOW, scoreSink, (key) => leased.has(key)).skipped;
 });
 const state = timeIt(20, () => {
   sink += core.state(NOW).now.due;
@@ -84,32 +98,26 @@ const summary = timeIt(100, () => {
 });
 
 // Schedule writes: each of 100k due rows rendered and rescheduled one cadence ahead, as results land.
-const rendered = core.topK(100_000, NOW).entries;
+const rendered = topKeys(100_000);
 const writeStart = process.hrtime.bigint();
-for (const entry of rendered) {
-  const r = rows[Number.parseInt(entry.key.slice(entry.key.indexOf('item-') + 5).split('-')[0]!, 36)]!;
-  core.apply(
-    entry.key,
-    { ...r, nextRenderTime: r.nextRenderTime + 3 * DAY, urgentAt: null, changedAt: null },
-    NOW,
-  );
+for (const key of rendered) {
+  const r = rows[Number.parseInt(key.slice(key.indexOf('item-') + 5).split('-')[0]!, 36)]!;
+  core.apply(key, { ...r, nextRenderTime: r.nextRenderTime + 3 * DAY, urgentAt: null, changedAt: null }, NOW);
 }
 const writeUs = (Number(process.hrtime.bigint() - writeStart) / 1e3 / rendered.length).toFixed(3);
 const topAfterChurn = timeIt(1000, () => {
-  sink += core.topK(5000, NOW).entries.length;
-});
-const walkAfterChurn = timeIt(1000, () => {
-  sink += core.walkTop(5000, NOW, (_key, score) => {
-    sink += score;
-  }).visited;
+  sink += core.publishWalk(5000, 0, NOW, scoreSink).skipped;
 });
 let bucketsTouched = 0;
 let lastDue = NaN;
 let lastRoute = '';
-core.walkTop(5000, NOW, (_key, _score, dueMs, held) => {
-  if (dueMs !== lastDue || held.route !== lastRoute) bucketsTouched++;
-  lastDue = dueMs;
-  lastRoute = held.route;
+core.publishWalk(5000, 0, NOW, {
+  top: (_key, _score, dueMs, held) => {
+    if (dueMs !== lastDue || held.route !== lastRoute) bucketsTouched++;
+    lastDue = dueMs;
+    lastRoute = held.route;
+  },
+  extra: () => undefined,
 });
 
 console.log(
@@ -121,14 +129,13 @@ console.log(
       node: process.version,
       loadMs: Math.round(loadMs),
       loadRowsPerSec: Math.round(ROWS / (loadMs / 1000)),
-      topK5000Ms: topPlain,
-      walkTop5000Ms: walkPlain,
-      topK5000Skipping2000LeasedMs: topSkip,
+      top5000Ms: top,
+      top5000With2500ExtrasMs: withExtras,
+      top5000Skipping2000LeasedMs: topSkip,
       stateMs: state,
       dueSummaryMs: summary,
       applyRescheduleUs: Number(writeUs),
-      topK5000AfterRescheduling100kMs: topAfterChurn,
-      walkTop5000AfterRescheduling100kMs: walkAfterChurn,
+      top5000AfterRescheduling100kMs: topAfterChurn,
       bucketRunsInTop5000AfterRescheduling: bucketsTouched,
       sink: sink > 0,
     },

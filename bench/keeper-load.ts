@@ -28,7 +28,7 @@ async function measure(rounds: number): Promise<void> {
   const raw: Record<string, unknown> = await import('../services/schedule/rawRecords.js');
   const walkScheduleRaw = raw.walkScheduleRaw as ScheduleSource['walk'];
   // The held-fields walk where this build has it (the keeper's own source uses it for the load).
-  // (Typed loosely: the same script also times builds from before the held-fields walk existed.)
+  // (Typed loosely: the same script also times builds without the held-fields walk.)
   const walkHeld = raw.walkScheduleHeld as
     ((o: object, visit: (k: string, f: never) => void) => void) | undefined;
   // The store's row count, which sizes the held-row table once, where this build has it.
@@ -58,6 +58,8 @@ async function measure(rounds: number): Promise<void> {
       signal: new KeeperSignal(new ArrayBuffer(KeeperSignal.byteLength())),
       state: new StateDoc<unknown>(new ArrayBuffer(StateDoc.byteLength(1 << 16)), 1 << 16),
       config: () => cfg,
+      publishInterval: () => cfg.queue.keeper.publishInterval,
+      stateInterval: () => cfg.queue.keeper.stateInterval,
       isLeased: () => false,
       leasedUntilHash: () => 0,
       inFlight: () => 0,

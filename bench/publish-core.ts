@@ -1,15 +1,16 @@
 // The keeper's publish, taken apart without Harper (target: publish incl. top-K and write, 300k due,
 // ≤ 5 ms p99). Builds a KeeperCore like keeper-core.ts (30 % due, ~100-char URLs), a lease table with
 // LEASED live leases on the best rows, and a ready set of capacity 5,000, then times each step the
-// keeper's publishOnce takes: dueSummary, topK with and without the lease-skip predicate, the lease
-// check alone (keyHash + probe), keyHash alone, and the ready-set write.
+// keeper's publishOnce takes: dueSummary, the walk of the top (KeeperCore.publishWalk, no extras) with
+// and without the lease-skip predicate, the lease check alone (keyHash + probe), keyHash alone, and the
+// ready-set write (ReadySet.publishWith) of rows already selected.
 // Run: npx tsc -p tsconfig.json && node dist/bench/publish-core.js [rows=1000000] [leased=600]
-//      keeperPublish* is publishOnce's own shape (selection + write) in whichever form the build has.
+//      keeperPublish* is publishOnce's own shape: the walk with its extras written straight into the set.
 //      (add --cpu-prof --cpu-prof-dir=/tmp/qk-prof to see the same split in a profile)
-import { KeeperCore, type ScheduleRow } from '../util/keeper/core.js';
+import { KeeperCore, type HeldClass, type ScheduleRow, type TopSkip } from '../util/keeper/core.js';
 import { keyHash } from '../util/keyHash.js';
 import { LeaseTable } from '../util/leases/table.js';
-import { ReadySet } from '../util/handoff/readySet.js';
+import { flagBits, ReadySet } from '../util/handoff/readySet.js';
 import { MINUTE_MS } from '../util/time.js';
 import { summarize } from './lib.js';
 import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
@@ -69,63 +70,68 @@ for (let i = 0; i < ROWS; i++) {
 }
 const TABLE = Number(process.env.MAX_LEASES ?? 4096);
 const leases = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(TABLE)), TABLE);
-for (const e of core.topK(LEASED, NOW).entries)
-  leases.grant(e.key, NOW, { leaseMs: 600_000, dueMs: e.dueMs, cadenceMs: DAY, fastRetries: 2 });
+
+/** A row of the top as the walk hands it over, kept for the steps timed apart from the walk. */
+interface Row {
+  key: string;
+  score: number;
+  dueMs: number;
+  held: HeldClass;
+}
+/** The best `k` due rows, best first, as a publish walk (no extras) hands them over. */
+function topRows(k: number, skip?: TopSkip): Row[] {
+  const rows: Row[] = [];
+  core.publishWalk(
+    k,
+    0,
+    NOW,
+    { top: (key, score, dueMs, held) => rows.push({ key, score, dueMs, held }), extra: () => undefined },
+    skip,
+  );
+  return rows;
+}
+/** A walk of the top that only counts what it is handed. */
+function countTop(skip?: TopSkip): number {
+  let n = 0;
+  core.publishWalk(CAPACITY, 0, NOW, { top: () => n++, extra: () => n++ }, skip);
+  return n;
+}
+
+for (const r of topRows(LEASED))
+  leases.grant(r.key, NOW, { leaseMs: 600_000, dueMs: r.dueMs, cadenceMs: DAY, fastRetries: 2 });
 const ready = new ReadySet(
   new ArrayBuffer(ReadySet.byteLength(CAPACITY, CAPACITY * 192)),
   CAPACITY,
   CAPACITY * 192,
 );
 const skip = (k: string) => leases.isLeased(k, NOW);
-// What the keeper does since the row stores its keyHash: no re-hash of each candidate.
+// What the keeper does: the row stores its keyHash, so no candidate is hashed again.
 const skipStored = (_k: string, hi: number, lo: number) => leases.isLeasedHash(hi, lo, NOW);
 let sink = 0;
-// What KeeperService.publishOnce does, in whichever form this build has: the selection walked straight
-// into the ready set (publishWalk + publishWith), or built as entry arrays first (publishSelection + publish).
-type Streaming = {
-  publishWalk?: (k: number, extra: number, now: number, sink: unknown, skip?: unknown) => unknown;
-};
-type StreamingSet = { publishWith?: (now: number, fill: (w: never) => Iterable<string>) => unknown };
-const streamCore = core as unknown as Streaming;
-const streamSet = ready as unknown as StreamingSet;
-const keeperForm = streamCore.publishWalk && streamSet.publishWith ? 'publishWalk+publishWith' : 'arrays';
-const flagsOf = (h: { fromSitemap: boolean; verified: boolean; mark: string }) =>
-  (h.fromSitemap ? 1 << 24 : 0) |
-  (h.verified ? 1 << 25 : 0) |
-  (h.mark === 'urgent' ? 1 << 26 : h.mark === 'changed' ? 1 << 27 : 0);
-type Held = { fromSitemap: boolean; verified: boolean; mark: string; route: string };
-type Writer = {
-  top(k: string, s: number, d: number, f: number, r: string): void;
-  extra(k: string, s: number, d: number, f: number, r: string): void;
-};
-function keeperPublish(): number {
-  if (keeperForm === 'arrays') {
-    const sel = core.publishSelection(CAPACITY, ready.extraCapacity, NOW, skipStored);
-    const r = ready.publish(sel.entries, NOW, { entries: sel.extras, complete: sel.completeQueues });
-    return r.published + sel.entries.slice(0, 20).length;
-  }
+const flagsOf = (h: HeldClass) => flagBits(h.fromSitemap, h.verified, h.mark);
+/** What KeeperService.publishOnce does: the walk, its extras included, written straight into the set. */
+function keeperPublish(leaseSkip: TopSkip): number {
   const head: string[] = [];
-  const r = streamSet.publishWith!(NOW, (w: Writer) => {
-    const walk = streamCore.publishWalk!(
+  const r = ready.publishWith(NOW, (w) => {
+    const walk = core.publishWalk(
       CAPACITY,
       ready.extraCapacity,
       NOW,
       {
-        top: (key: string, score: number, dueMs: number, held: Held) => {
+        top: (key, score, dueMs, held) => {
           if (head.length < 20) head.push(key);
           w.top(key, score, dueMs, flagsOf(held), held.route);
         },
-        extra: (key: string, score: number, dueMs: number, held: Held) =>
-          w.extra(key, score, dueMs, flagsOf(held), held.route),
+        extra: (key, score, dueMs, held) => w.extra(key, score, dueMs, flagsOf(held), held.route),
       },
-      skipStored,
-    ) as { completeQueues: Set<string> };
+      leaseSkip,
+    );
     return walk.completeQueues;
-  }) as { published: number };
+  });
   return r.published + head.length;
 }
-const top = core.topK(CAPACITY, NOW, skip).entries;
-const keys = top.map((e) => e.key);
+const top = topRows(CAPACITY, skip);
+const keys = top.map((r) => r.key);
 
 console.log(
   JSON.stringify({
@@ -135,27 +141,25 @@ console.log(
     leased: LEASED,
     node: process.version,
     dueSummaryMs: time(() => (sink += core.dueSummary(NOW).due)),
-    topKNoSkipMs: time(() => (sink += core.topK(CAPACITY, NOW).entries.length)),
-    topKWithLeaseSkipMs: time(() => (sink += core.topK(CAPACITY, NOW, skip).entries.length)),
-    topKWithStoredHashSkipMs: time(() => (sink += core.topK(CAPACITY, NOW, skipStored).entries.length)),
+    topNoSkipMs: time(() => (sink += countTop())),
+    topWithLeaseSkipMs: time(() => (sink += countTop(skip))),
+    topWithStoredHashSkipMs: time(() => (sink += countTop(skipStored))),
     leaseCheck5000Ms: time(() => {
       for (const k of keys) sink += skip(k) ? 1 : 0;
     }),
     keyHash5000Ms: time(() => {
       for (const k of keys) sink += keyHash(k).lo & 1;
     }),
-    readySetWrite5000Ms: time(() => (sink += ready.publish(top, NOW).published)),
-    wholePublishRehashMs: time(() => {
-      sink += core.dueSummary(NOW).due;
-      sink += ready.publish(core.topK(CAPACITY, NOW, skip).entries, NOW).published;
-    }),
-    wholePublishMs: time(() => {
-      sink += core.dueSummary(NOW).due;
-      sink += ready.publish(core.topK(CAPACITY, NOW, skipStored).entries, NOW).published;
-    }),
-    keeperForm,
-    keeperPublishMs: time(() => (sink += keeperPublish())),
-    keeperPublishCpu: cpuOf(() => (sink += keeperPublish())),
+    readySetWrite5000Ms: time(
+      () =>
+        (sink += ready.publishWith(NOW, (w) => {
+          for (const r of top) w.top(r.key, r.score, r.dueMs, flagsOf(r.held), r.held.route);
+          return [];
+        }).published),
+    ),
+    keeperPublishRehashMs: time(() => (sink += keeperPublish(skip))),
+    keeperPublishMs: time(() => (sink += keeperPublish(skipStored))),
+    keeperPublishCpu: cpuOf(() => (sink += keeperPublish(skipStored))),
     sink: sink > 0,
   }),
 );

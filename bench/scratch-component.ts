@@ -71,13 +71,12 @@ import { threadId as qkThreadId } from 'node:worker_threads';
 `;
 }
 
-// Wraps the two halves of a publish on the worker that publishes (worker 0): KeeperCore.publishSelection
-// opens the window, ReadySet.publish closes it. schedstat's first two fields are the thread's time on a
-// CPU and waiting for one (ns): a publish's wall time minus its CPU time is the machine taking the core
-// away (or a GC on another thread's behalf); the GC entries say when the worker's own collector ran.
+// Wraps a publish on the worker that publishes (worker 0): ReadySet.publishWith runs the keeper's walk
+// inside it, so its window is the walk and the write. schedstat's first two fields are the thread's time
+// on a CPU and waiting for one (ns): a publish's wall time minus its CPU time is the machine taking the
+// core away (or a GC on another thread's behalf); the GC entries say when the worker's own collector ran.
 function publishProfileSource(dir: string): string {
   return `
-import { KeeperCore as QkPpCore } from './util/keeper/core.js';
 import { ReadySet as QkPpReady } from './util/handoff/readySet.js';
 import { appendFileSync as qkPpAppend, readFileSync as qkPpRead } from 'node:fs';
 import { PerformanceObserver as QkPpObserver } from 'node:perf_hooks';
@@ -94,33 +93,20 @@ import { threadId as qkPpThread } from 'node:worker_threads';
   };
   const rows = [];
   const gcs = [];
-  let open = null;
   new QkPpObserver((list) => {
     for (const e of list.getEntries()) gcs.push([e.startTime, e.duration, e.detail?.kind ?? -1]);
   }).observe({ entryTypes: ['gc'] });
   const flush = () =>
     qkPpAppend(dir + '/publishes-' + qkPpThread + '.jsonl', JSON.stringify({ rows: rows.splice(0), gcs: gcs.splice(0) }) + '\\n');
-  // The publish's window: selection through the ready-set write. A build with ReadySet.publishWith runs
-  // the keeper's selection inside it; an older build runs publishSelection, then publish.
-  const streaming = typeof QkPpReady.prototype.publishWith === 'function';
-  const select = QkPpCore.prototype.publishSelection;
-  if (!streaming)
-    QkPpCore.prototype.publishSelection = function (...args) {
-      open = { t0: performance.now(), s0: sched() };
-      return select.apply(this, args);
-    };
-  const name = streaming ? 'publishWith' : 'publish';
-  const publish = QkPpReady.prototype[name];
-  QkPpReady.prototype[name] = function (...args) {
-    if (streaming) open = { t0: performance.now(), s0: sched() };
+  // The publish's window: the keeper's walk through the ready-set write, both inside publishWith.
+  const publish = QkPpReady.prototype.publishWith;
+  QkPpReady.prototype.publishWith = function (...args) {
+    const open = { t0: performance.now(), s0: sched() };
     const r = publish.apply(this, args);
-    if (open !== null) {
-      const s1 = sched();
-      const ms = performance.now() - open.t0;
-      rows.push([open.t0, ms, (s1[0] - open.s0[0]) / 1e6, (s1[1] - open.s0[1]) / 1e6, r.published]);
-      open = null;
-      if (rows.length >= 20) flush();
-    }
+    const s1 = sched();
+    const ms = performance.now() - open.t0;
+    rows.push([open.t0, ms, (s1[0] - open.s0[0]) / 1e6, (s1[1] - open.s0[1]) / 1e6, r.published]);
+    if (rows.length >= 20) flush();
     return r;
   };
   setInterval(() => rows.length > 0 && flush(), 2000).unref();

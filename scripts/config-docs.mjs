@@ -122,6 +122,7 @@ export function configurationMarkdown(keys) {
     '',
     '- `QUEUE_KEEPER_SECRET_KEY` (environment of Harper): 32 random bytes, base64, that seal webhook secrets. Without it the hook endpoints answer 503 and no webhook is sent. Every node of a cluster needs the same key. See [operating](operating.md).',
     '- `QUEUE_KEEPER_PEER_WAIT_MS` (environment): how long a clustered node waits for its peers before it loads (default 120 s). See [clusters](clusters.md).',
+    '- `QUEUE_KEEPER_GROUP_COMMIT_WAIT_MS` (environment): how long result writes on one worker wait to share one commit, in whole ms from 0 (off) to 1000 (default 2). A benchmark setting: see `bench/README.md`.',
     "- Harper's own settings, in Harper's root config: listeners and TLS, threads, and `logging.auditRetention`, which bounds the disk that replaced pages take. See [operating](operating.md) and [page storage](page-storage.md).",
     '',
   );

@@ -8,7 +8,6 @@ import type { DutyScheduler } from '../../util/duties/scheduler.js';
 import type { NodeBeat } from '../../util/cluster/holding.js';
 import { decodeHandoff, encodeHandoff, type HandoffLease } from '../../util/cluster/handoff.js';
 import { ClusterMembership, ReplicationPeers, type ConnectionView } from '../../util/cluster/membership.js';
-import { config } from '../runtime/config.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { nodeName } from './nodeName.js';
 
@@ -44,6 +43,8 @@ export function harperMembership(deps: {
   connections?: ConnectionView;
   /** The leases each beat hands over (worker 0's keeper leadership). */
   handoff?: (now: number, newView: boolean) => Promise<readonly HandoffLease[] | null>;
+  /** `queue.keeper.publishInterval`: worker 0 beats every max(1 s, publishInterval). */
+  publishInterval: () => number;
 }): ClusterMembership {
   // The list stays one array while it does not change: encode it once, not every beat.
   let last: { list: readonly HandoffLease[]; text: string } | null = null;
@@ -85,7 +86,7 @@ export function harperMembership(deps: {
       }),
     now: () => Date.now(),
     processStartedAt: Date.now() - process.uptime() * 1000,
-    beatIntervalMs: () => config().queue.keeper.publishInterval,
+    beatIntervalMs: deps.publishInterval,
     scheduler: deps.scheduler,
     connections: deps.connections,
     handoff: deps.handoff,

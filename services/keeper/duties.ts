@@ -151,7 +151,7 @@ export class KeeperDuties {
   private earlySpacing(): number {
     const last = this.svc.stats.lastPublish;
     const cost = (last === null ? 0 : last.ms + last.stageMs) * PUBLISH_COST_SPACING;
-    const interval = this.deps.config().queue.keeper.publishInterval;
+    const interval = this.deps.publishInterval();
     return Math.max(POKE_MIN_MS, Math.min(cost, interval));
   }
 
@@ -204,7 +204,7 @@ export class KeeperDuties {
     const keeper = () => this.deps.config().queue.keeper;
     this.add(
       { name: 'keeper publish', runOnce: (now) => this.publishTick(now) },
-      every(() => keeper().publishInterval),
+      every(this.deps.publishInterval),
     );
     this.add(
       {
@@ -215,7 +215,7 @@ export class KeeperDuties {
           return {};
         },
       },
-      every(() => keeper().stateInterval),
+      every(this.deps.stateInterval),
     );
     svc.writeState(svc.clock());
     this.add(

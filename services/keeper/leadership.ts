@@ -1,11 +1,13 @@
 // Runs the keeper on worker 0: leadership (a briefly overlapping second worker 0 waits), the cluster
 // ownership it holds rows by, the status sync and membership duties, and the held-row asks other
-// workers send to worker 0. The lifecycle and its timers are KeeperService (service.ts, duties.ts).
-// One KeeperLeadership per worker is built in resources.ts, the composition root.
+// workers send to worker 0. The lifecycle and its timers are KeeperService (service.ts, duties.ts), which
+// resources.ts (the composition root) builds through the `keeper` factory it hands in here, once this
+// worker holds the leader slot; one KeeperLeadership per worker is built there too.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { every, type Counts, type DutyScheduler } from '../../util/duties/scheduler.js';
-import type { DueSummary, HeldDescription } from '../../util/keeper/core.js';
+import type { HeldDescription } from '../../util/keeper/core.js';
 import { nameHash, randomWord } from '../../util/leases/token.js';
+import type { LeaseTable } from '../../util/leases/table.js';
 import { threadId } from 'node:worker_threads';
 import type { Ownership } from '../../util/cluster/ownership.js';
 import type { HoldingView } from '../../util/cluster/holding.js';
@@ -18,15 +20,10 @@ import {
 } from '../../util/cluster/handoff.js';
 import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../../util/time.js';
 import { leaderIdFor, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
-import type { ConfigListener } from '../runtime/config.js';
 import { log, threads, workerIndex } from '../runtime/harper.js';
-import { KeeperService, type ScheduleSource } from './service.js';
-import { nodeStatusNow } from './servingView.js';
-import { count, record } from '../metrics/values.js';
-import { readRow, subscribeSchedule } from '../schedule/store.js';
-import { scheduleRowEstimate, walkScheduleHeld, walkScheduleRaw } from '../schedule/rawRecords.js';
-import { keeperSignal, leaseTable, readySet, stateDoc } from '../runtime/sharedStructures.js';
-import type { NodeControl } from '../status/control.js';
+import type { KeeperService } from './service.js';
+import type { KeeperDeps } from './types.js';
+import type { NodeControl, NodeStatus } from '../status/control.js';
 import type { RepairRound } from '../../util/cluster/repair.js';
 
 const HELD_ASK = 'queue-keeper:held-ask';
@@ -39,32 +36,36 @@ const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(reso
 /** Listed handed-over leases checked for a result between two turns of worker 0's loop. */
 const REPORT_CHECK_SLICE = 4096;
 
-const source: ScheduleSource = {
-  subscribe: () => subscribeSchedule(),
-  walk: (opts) => walkScheduleRaw(opts),
-  walkHeld: (opts, visit) => void walkScheduleHeld(opts, visit),
-  read: (key) => readRow(key),
-  estimateRows: () => scheduleRowEstimate(),
-};
-
-/** What the keeper tells the rest of the node (wired in resources.ts, the composition root). */
-export interface KeeperEvents {
-  /** Every publish tick: the per-queue due summary (notify's `created` edges). */
-  onDue: (summary: DueSummary, now: number) => void;
-  /** Leases of `queue` expired unreported since the last tick (notify's `requeued` wakes). */
-  onRequeued: (queue: string, now: number) => void;
-}
+/**
+ * What only leadership knows when the keeper is built, handed to the `keeper` factory: which rows this
+ * node holds, whether it still holds the leader slot, what follows each publish tick (the requeued pass
+ * and the status sync) and what precedes each state document (the lease reconcile).
+ */
+export type KeeperSeat = Required<
+  Pick<KeeperDeps, 'owns' | 'holdLeadership' | 'afterPublish' | 'beforeState'>
+>;
 
 export interface KeeperLeadershipDeps {
   scheduler: DutyScheduler;
   config: () => QueueKeeperConfig;
-  onConfigChange: (l: ConfigListener) => () => void;
-  control: NodeControl;
-  events: KeeperEvents;
+  control: Pick<NodeControl, 'publishStatus' | 'onChange'>;
+  /** Builds the keeper service (resources.ts wires every other dependency). */
+  keeper: (seat: KeeperSeat) => KeeperService;
+  /** Leases of `queue` expired unreported since the last tick (notify's `requeued` wakes). */
+  onRequeued: (queue: string, now: number) => void;
   /** Listens for the claim path's "the set ran dry" poke from any worker; answers the undo. */
   onPoke: (fn: () => void) => () => void;
   /** A one-shot wait (the held ask's timeout). */
   sleep: (ms: number) => Promise<void>;
+  /** The node's keeper signal (the leader slot) and lease table (getters: sized at first use). */
+  signal: () => KeeperSignal;
+  leases: () => LeaseTable;
+  /** This node's status at an instant (services/keeper/servingView.ts), for the status sync. */
+  nodeStatus: (now: number) => NodeStatus;
+  /** `queue.keeper.publishInterval`: the leader slot's staleness, and the beat. */
+  publishInterval: () => number;
+  /** `maintenance.tickInterval`: the membership re-read's ceiling and the handed-over leases' pace. */
+  tickInterval: () => number;
   /**
    * The cluster membership the keeper holds rows by (services/cluster), re-read every beat
    * (max(1 s, publishInterval)) or every maintenance tick when that is shorter.
@@ -148,9 +149,8 @@ export class KeeperLeadership {
    * is free, and stop() ends the wait at once.
    */
   private holdLeaderSlot(signal: KeeperSignal, ownerId: number): Promise<boolean> {
-    const { config, scheduler } = this.deps;
-    const claim = (now: number) =>
-      signal.claimLeadership(ownerId, now, config().queue.keeper.publishInterval);
+    const { publishInterval, scheduler } = this.deps;
+    const claim = (now: number) => signal.claimLeadership(ownerId, now, publishInterval());
     if (this.stopped) return Promise.resolve(false);
     if (claim(Date.now())) return Promise.resolve(true);
     return new Promise((resolve) => {
@@ -175,10 +175,10 @@ export class KeeperLeadership {
 
   /** Starts the keeper on this worker once it holds leadership. Call on worker 0 only. */
   async start(): Promise<void> {
-    const { config, control, events } = this.deps;
+    const { config, control, publishInterval, tickInterval } = this.deps;
     const ownerId = leaderIdFor(threadId, randomWord());
-    const signal = keeperSignal();
-    const leases = leaseTable();
+    const signal = this.deps.signal();
+    const leases = this.deps.leases();
     if (!(await this.holdLeaderSlot(signal, ownerId))) return;
     const release = () => signal.releaseLeadership(ownerId);
     process.on('exit', release);
@@ -194,26 +194,10 @@ export class KeeperLeadership {
     if (this.ownership.nodes.length > 1)
       log.info(`keeper: clustered with ${this.ownership.nodes.join(', ')}; holding the rows this node owns`);
 
-    const syncStatus = () => control.publishStatus(nodeStatusNow(control.isPaused()));
-    const svc = new KeeperService({
-      source,
-      ready: readySet(),
-      signal,
-      state: stateDoc(),
-      config,
-      isLeased: (k, now) => leases.isLeased(k, now),
-      leasedUntilHash: (hi, lo, now) => leases.leasedUntilHash(hi, lo, now),
-      // The gauge (drifts only high) is cheap; the state timer reconciles it before each document.
-      inFlight: () => leases.occupancy(),
-      nodeView: () => ({ paused: control.isPaused(), status: nodeStatusNow(control.isPaused()) }),
-      log,
-      metric: (name, v) => record(name, v),
-      countRepaired: (n) => count('keeper_repaired', n),
-      onDue: events.onDue,
+    const syncStatus = () => control.publishStatus(this.deps.nodeStatus(Date.now()));
+    const svc = this.deps.keeper({
       owns: (key) => this.ownership?.owns(key) ?? true,
-      scheduler: this.deps.scheduler,
-      onConfigChange: this.deps.onConfigChange,
-      holdLeadership: (now) => signal.claimLeadership(ownerId, now, config().queue.keeper.publishInterval),
+      holdLeadership: (now) => signal.claimLeadership(ownerId, now, publishInterval()),
       afterPublish: async (now) => {
         // requeued at expiry (docs/wakes.md): one pass over the lease slots finds leases that ran out
         // unreported.
@@ -250,9 +234,7 @@ export class KeeperLeadership {
       // Every beat, not only every tick: a peer that joins or returns is held by once its beats arrive
       // (read once a 30 s tick, a fresh link would leave every node holding every row for up to a tick,
       // and rows a peer let go unheld for another).
-      every(() =>
-        Math.min(config().maintenance.tickInterval, beatEveryMs(config().queue.keeper.publishInterval)),
-      ),
+      every(() => Math.min(tickInterval(), beatEveryMs(publishInterval()))),
     );
     const repair = this.deps.repair;
     if (repair)
@@ -265,7 +247,7 @@ export class KeeperLeadership {
             return {};
           },
         },
-        every(() => beatEveryMs(config().queue.keeper.publishInterval)),
+        every(() => beatEveryMs(publishInterval())),
       );
   }
 
@@ -279,14 +261,14 @@ export class KeeperLeadership {
   /** Leases expired unreported since the last pass: one `requeued` event per queue; answers how many. */
   private requeuedPass(now: number): number {
     const expired = new Set<number>();
-    leaseTable().collectExpired(now, (q) => expired.add(q));
+    this.deps.leases().collectExpired(now, (q) => expired.add(q));
     if (expired.size === 0) return 0;
     const names = this.queueNames();
     let n = 0;
     for (const q of expired) {
       const name = names.get(q);
       if (name === undefined) continue;
-      this.deps.events.onRequeued(name, now);
+      this.deps.onRequeued(name, now);
       n++;
     }
     return n;
@@ -317,12 +299,9 @@ export class KeeperLeadership {
     if (ownership.nodes.length === 1) return [];
     const ledger = this.handoff;
     if (newView || ledger.scanDue(now)) {
-      const found = await leaseTable().handoffScanInSlices(
-        now,
-        (hi, lo) => ownership.ownsHash(hi, lo),
-        RELEASED_HANDOFF_MS,
-        nextTurn,
-      );
+      const found = await this.deps
+        .leases()
+        .handoffScanInSlices(now, (hi, lo) => ownership.ownsHash(hi, lo), RELEASED_HANDOFF_MS, nextTurn);
       const added = ledger.note(found, now);
       if (added > 0)
         log.info(
@@ -331,7 +310,7 @@ export class KeeperLeadership {
     }
     ledger.prune(sharedSecondsAtOrBefore(now));
     if (ledger.size > 0) {
-      const leases = leaseTable();
+      const leases = this.deps.leases();
       const reported: HandoffLease[] = [];
       let looked = 0;
       for (const l of ledger.unreleased()) {
@@ -358,7 +337,7 @@ export class KeeperLeadership {
   private adoptHandedOver(view: Partial<Pick<HoldingView, 'handedOver'>>, now: number): void {
     const handed = view.handedOver?.() ?? [];
     if (handed.length === 0) return;
-    const leases = leaseTable();
+    const leases = this.deps.leases();
     const adopted = new Map<string, number>();
     let refused = 0;
     for (const { from, lease } of handed) {
@@ -382,7 +361,7 @@ export class KeeperLeadership {
   private async refreshMembership(svc: KeeperService): Promise<Counts> {
     const next = await this.deps.currentOwnership();
     const same = this.ownership !== undefined && next.sameMembership(this.ownership);
-    const tick = this.deps.config().maintenance.tickInterval;
+    const tick = this.deps.tickInterval();
     // Recorded before a change is applied (the rows must not be granted here before those leases end),
     // and besides once a tick rather than every beat: a list can run to 50,000.
     if (!same || Date.now() - this.lastAdoptAt >= tick) {

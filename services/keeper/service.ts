@@ -381,8 +381,7 @@ export class KeeperService {
       // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
       // ~45 % of a 1M-row load's CPU (bench/keeper-load-profile.ts), for sets claims mostly never saw.
       const t = now();
-      if (walk.publish && t - this.lastPublishAt >= this.deps.config().queue.keeper.publishInterval)
-        this.publishOnce(t, false);
+      if (walk.publish && t - this.lastPublishAt >= this.deps.publishInterval()) this.publishOnce(t, false);
       await this.yieldLoop();
     }
   }
@@ -607,7 +606,7 @@ export class KeeperService {
         now,
         inFlight: this.deps.inFlight(now),
         node: this.deps.nodeView(),
-        stateInterval: this.deps.config().queue.keeper.stateInterval,
+        stateInterval: this.deps.stateInterval(),
       }),
       now,
     );

@@ -1,21 +1,42 @@
 // The serving view every worker derives from the keeper signal in shared memory, and the node status it
-// gives with pause on top. Reads only process-wide shared structures and the config cell.
-import { keeperStaleAfterMs } from '../../util/handoff/keeperSignal.js';
-import { config } from '../runtime/config.js';
-import { keeperSignal, readySet } from '../runtime/sharedStructures.js';
-import { deriveStatus, type NodeStatus } from '../status/control.js';
+// gives with pause on top. One NodeServing per worker, built in resources.ts over the node's shared
+// structures; the claims, the routes, the metrics and the keeper's status sync read it.
+import { keeperStaleAfterMs, type KeeperPhase, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
+import type { ReadySet } from '../../util/handoff/readySet.js';
+import { deriveStatus, type NodeStatus, type ServingView } from '../status/control.js';
 
-/** The serving view every worker derives from the signal (stale keepers are reported, not enforced). */
-export function servingView(now: number) {
-  const s = keeperSignal().read();
-  const stale =
-    s.heartbeatAt === null || now - s.heartbeatAt > keeperStaleAfterMs(config().queue.keeper.publishInterval);
-  // A stale keeper's last set is drained first; only an empty set makes the node not serving.
-  const serving = s.live && (!stale || readySet().snapshot().remaining > 0);
-  return { serving, due: s.dueCount, complete: s.complete, stale, phase: s.phase };
+export interface NodeServingDeps {
+  /** The node's keeper signal and ready set (getters: sized at first use). */
+  signal: () => Pick<KeeperSignal, 'read'>;
+  ready: () => Pick<ReadySet, 'snapshot'>;
+  /** `queue.keeper.publishInterval`: a keeper whose heartbeat is older than keeperStaleAfterMs of it is stale. */
+  publishInterval: () => number;
+  /** Whether this node is paused (NodeControl.isPaused). */
+  isPaused: () => boolean;
 }
 
-/** This node's status now: the serving view, with pause (NodeControl.isPaused()) on top. */
-export function nodeStatusNow(paused: boolean, now = Date.now()): NodeStatus {
-  return deriveStatus(servingView(now), paused);
+/** What the signal says at one instant, as every worker reads it. */
+export interface ServingNow extends ServingView {
+  /** The heartbeat is too old: reported, not enforced (the last set drains first). */
+  stale: boolean;
+  phase: KeeperPhase;
+}
+
+export class NodeServing {
+  constructor(private readonly deps: NodeServingDeps) {}
+
+  /** The serving view at `now`. */
+  view(now: number): ServingNow {
+    const s = this.deps.signal().read();
+    const stale =
+      s.heartbeatAt === null || now - s.heartbeatAt > keeperStaleAfterMs(this.deps.publishInterval());
+    // A stale keeper's last set is drained first; only an empty set makes the node not serving.
+    const serving = s.live && (!stale || this.deps.ready().snapshot().remaining > 0);
+    return { serving, due: s.dueCount, complete: s.complete, stale, phase: s.phase };
+  }
+
+  /** This node's status at `now`: the serving view, with pause on top. */
+  status(now: number): NodeStatus {
+    return deriveStatus(this.view(now), this.deps.isPaused());
+  }
 }

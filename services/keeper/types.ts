@@ -58,6 +58,10 @@ export interface KeeperDeps {
   signal: KeeperSignal;
   state: StateDoc<unknown>;
   config: () => QueueKeeperConfig;
+  /** `queue.keeper.publishInterval`: the publish tick, the load's publish spacing, the early publishes' cap. */
+  publishInterval: () => number;
+  /** `queue.keeper.stateInterval`: the state document's tick. */
+  stateInterval: () => number;
   isLeased: (key: string, now: number) => boolean;
   /**
    * isLeased by the row's stored keyHash (publish uses it: no re-hash of each candidate), answering the

@@ -1,77 +1,114 @@
-// The readings a scrape takes at its own instant: leases from the lease table, keeper health
-// from its signal, due rows and the per-queue series from the state document when the keeper can vouch
-// for it. The same readings go to Harper analytics on worker 0's maintenance tick, so Harper Studio
-// shows them without any Prometheus scraping.
-import { stateMaxAgeMs } from '../../util/handoff/keeperSignal.js';
+// The readings a scrape takes at its own instant: leases from the lease table, keeper health from its
+// signal, due rows and the per-queue series from the state document when the keeper can vouch for it.
+// queue-state, the overview and the metrics answer from the same judgement (vouchedState). The same
+// readings go to Harper analytics on worker 0's maintenance tick, so Harper Studio shows them without
+// any Prometheus scraping. One HealthFigures per worker, built in resources.ts over the node's shared
+// structures.
+import type { Duty } from '../../util/duties/scheduler.js';
+import { stateMaxAgeMs, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
+import type { StateDoc } from '../../util/handoff/stateDoc.js';
+import type { LeaseTable } from '../../util/leases/table.js';
 import { queueNames, queueSeries, type QueueStateLateness } from '../../util/metrics/queueSeries.js';
-import { config } from '../runtime/config.js';
-import { servingView } from '../keeper/servingView.js';
-import type { Duty } from '../keeper/maintenance.js';
 import type { LiveFigures, MetricValues } from './values.js';
-import { keeperSignal, leaseTable, stateDoc } from '../runtime/sharedStructures.js';
 
-/** The parts of the state document (services/keeper/service.ts writeState) read here. */
-interface StateDocPart {
-  now: { due: number };
+/** The parts of the state document (services/keeper/stateDocument.ts) read here and by queue-state. */
+export interface StateDocRead {
+  now: { due: number; inFlight: number; paused: boolean; status: string };
   lateness: QueueStateLateness;
-  trust: { exact: boolean; stateAt: number; keeper?: { rows?: number } };
-}
-
-/** What services/http/routes/queue.ts vouchedState answers: the document only when the keeper vouches for it. */
-export type VouchedRead = { ok: true; doc: object } | { ok: false };
-
-/**
- * The lease figures as worker 0's last reconcile stored them (a read never rescans and rewrites the
- * lease table); before the first reconcile, the live gauge (which only ever drifts high).
- */
-export function leaseFigures(now: number): {
-  occupancy: number;
-  oldestExpiresAt: number | null;
-  oldestGrantedAt: number | null;
-} {
-  const leases = leaseTable();
-  const stored = leases.lastReconcile();
-  if (stored && now - stored.at <= stateMaxAgeMs(config().queue.keeper.stateInterval)) return stored;
-  return { occupancy: leases.occupancy(), oldestExpiresAt: null, oldestGrantedAt: null };
-}
-
-export function liveFigures(now: number, vouched: VouchedRead): LiveFigures {
-  const leases = leaseTable();
-  const occupancy = leaseFigures(now).occupancy;
-  const view = servingView(now);
-  const doc = vouched.ok ? (vouched.doc as StateDocPart) : null;
-  const latest = stateDoc<StateDocPart>().read();
-  const perQueue = queueSeries(
-    queueNames(config().render.routes),
-    doc?.lateness ?? null,
-    leases.leasesByQueue(now),
-    now,
-  );
-  return {
-    keeper_live: keeperSignal().read().phase === 'live' && view.serving && !view.stale ? 1 : 0,
-    keeper_exact: doc?.trust.exact ? 1 : 0,
-    // Unknown while the keeper cannot vouch for its numbers: NaN, never a stale figure shown as live.
-    keeper_rows: doc?.trust.keeper?.rows ?? NaN,
-    state_age: latest ? Math.max(0, now - latest.doc.trust.stateAt) / 1000 : NaN,
-    leases_held: occupancy,
-    lease_capacity: leases.maxLeases,
-    lease_occupancy: occupancy / leases.maxLeases,
-    due: doc ? doc.now.due : NaN,
-    overdue: doc ? Math.max(0, doc.now.due - occupancy) : NaN,
-    queue_due: perQueue.due,
-    queue_oldest_due_age: perQueue.oldestDueAgeSeconds,
-    queue_lateness: perQueue.latenessCadences,
-    queue_leases: perQueue.leases,
+  trust: {
+    live: boolean;
+    exact: boolean;
+    phase: string;
+    stateAt: number;
+    maxAgeMs: number;
+    keeper?: { rows?: number };
   };
 }
 
-/** Worker 0's maintenance duty that records the live readings to Harper analytics (`queue_health`). */
-export function healthRecordDuty(
-  vouchedState: (now: number) => VouchedRead,
-  metrics: Pick<MetricValues, 'recordLive'>,
-): Duty {
-  return {
-    name: 'health-record',
-    runOnce: async (now) => ({ recorded: metrics.recordLive(liveFigures(now, vouchedState(now))) }),
-  };
+/** The document when the keeper can vouch for it, else the phase to report. */
+export type VouchedState = { ok: true; doc: StateDocRead; maxAgeMs: number } | { ok: false; phase: string };
+
+export interface HealthFiguresDeps {
+  /** The node's lease table, keeper signal and state document (getters: sized at first use). */
+  leases: () => Pick<LeaseTable, 'lastReconcile' | 'occupancy' | 'maxLeases' | 'leasesByQueue'>;
+  signal: () => Pick<KeeperSignal, 'read'>;
+  state: () => Pick<StateDoc<StateDocRead>, 'read'>;
+  /** The serving view at an instant (services/keeper/servingView.ts). */
+  serving: (now: number) => { serving: boolean; stale: boolean };
+  /** `queue.keeper.stateInterval`: a document older than stateMaxAgeMs of it is stale. */
+  stateInterval: () => number;
+  /** The configured routes: every queue gets its series, `unrouted` too. */
+  routes: () => ReadonlyArray<{ name: string }>;
+}
+
+export class HealthFigures {
+  constructor(private readonly deps: HealthFiguresDeps) {}
+
+  /**
+   * The lease figures as worker 0's last reconcile stored them (a read never rescans and rewrites the
+   * lease table); before the first reconcile, the live gauge (which only ever drifts high).
+   */
+  leaseFigures(now: number): {
+    occupancy: number;
+    oldestExpiresAt: number | null;
+    oldestGrantedAt: number | null;
+  } {
+    const leases = this.deps.leases();
+    const stored = leases.lastReconcile();
+    if (stored && now - stored.at <= stateMaxAgeMs(this.deps.stateInterval())) return stored;
+    return { occupancy: leases.occupancy(), oldestExpiresAt: null, oldestGrantedAt: null };
+  }
+
+  /**
+   * The state document when the keeper can vouch for it: live, not stale, and a document no older
+   * than maxAgeMs; otherwise the phase to report.
+   */
+  vouchedState(now: number): VouchedState {
+    const read = this.deps.state().read();
+    const signal = this.deps.signal().read();
+    const maxAgeMs = stateMaxAgeMs(this.deps.stateInterval());
+    const fresh = read !== null && now - read.doc.trust.stateAt <= maxAgeMs;
+    if (read && fresh && signal.phase === 'live' && !this.deps.serving(now).stale)
+      return { ok: true, doc: read.doc, maxAgeMs };
+    return { ok: false, phase: read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase };
+  }
+
+  liveFigures(now: number): LiveFigures {
+    const leases = this.deps.leases();
+    const occupancy = this.leaseFigures(now).occupancy;
+    const view = this.deps.serving(now);
+    const vouched = this.vouchedState(now);
+    const doc = vouched.ok ? vouched.doc : null;
+    const latest = this.deps.state().read();
+    const perQueue = queueSeries(
+      queueNames(this.deps.routes()),
+      doc?.lateness ?? null,
+      leases.leasesByQueue(now),
+      now,
+    );
+    return {
+      keeper_live: this.deps.signal().read().phase === 'live' && view.serving && !view.stale ? 1 : 0,
+      keeper_exact: doc?.trust.exact ? 1 : 0,
+      // Unknown while the keeper cannot vouch for its numbers: NaN, never a stale figure shown as live.
+      keeper_rows: doc?.trust.keeper?.rows ?? NaN,
+      state_age: latest ? Math.max(0, now - latest.doc.trust.stateAt) / 1000 : NaN,
+      leases_held: occupancy,
+      lease_capacity: leases.maxLeases,
+      lease_occupancy: occupancy / leases.maxLeases,
+      due: doc ? doc.now.due : NaN,
+      overdue: doc ? Math.max(0, doc.now.due - occupancy) : NaN,
+      queue_due: perQueue.due,
+      queue_oldest_due_age: perQueue.oldestDueAgeSeconds,
+      queue_lateness: perQueue.latenessCadences,
+      queue_leases: perQueue.leases,
+    };
+  }
+
+  /** Worker 0's maintenance duty that records the live readings to Harper analytics (`queue_health`). */
+  recordDuty(metrics: Pick<MetricValues, 'recordLive'>): Duty {
+    return {
+      name: 'health-record',
+      runOnce: async (now) => ({ recorded: metrics.recordLive(this.liveFigures(now)) }),
+    };
+  }
 }

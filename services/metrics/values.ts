@@ -6,14 +6,8 @@ import { LabelledCounters } from '../../util/metrics/labelledCounters.js';
 import { MetricStore } from '../../util/metrics/store.js';
 import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/metrics/exposition.js';
 import { log, server } from '../runtime/harper.js';
-import type { Router } from '../http/router.js';
 import { sharedBuffer } from '../runtime/sharedBuffers.js';
-import {
-  METRICS,
-  type MetricDef,
-  type MetricName,
-  type RequestEndpoint,
-} from '../../util/metrics/catalogue.js';
+import { METRICS, type MetricDef, type MetricName } from '../../util/metrics/catalogue.js';
 
 export { METRICS, type LiveFigures, type MetricDef, type MetricName };
 
@@ -108,7 +102,7 @@ function once<T>(make: () => T): () => T {
 
 /**
  * process-wide: the node's metric cells and labelled series are shared buffers (every worker adds into
- * the same memory), so every module of this worker counts through this one instance laid over them.
+ * the same memory); resources.ts hands this one instance laid over them to every service that counts.
  */
 export const processWideMetrics = new MetricValues({
   cells: once(
@@ -124,35 +118,3 @@ export const processWideMetrics = new MetricValues({
   analytics: (value, name, path) => server.recordAnalytics?.(value, name, path),
   log,
 });
-
-export const count = (name: MetricName, n = 1, labels?: Record<string, string>): void =>
-  processWideMetrics.count(name, n, labels);
-export const gauge = (name: MetricName, value: number): void => processWideMetrics.gauge(name, value);
-export const observe = (name: MetricName, value: number, labels?: Record<string, string>): void =>
-  processWideMetrics.observe(name, value, labels);
-export const record = (name: MetricName, value: number): void => processWideMetrics.record(name, value);
-
-/** The handler with its duration observed under `endpoint`, whether it answers or throws. */
-export function timed<A extends unknown[], R>(
-  endpoint: RequestEndpoint,
-  handler: (...args: A) => Promise<R>,
-): (...args: A) => Promise<R> {
-  const labels = { endpoint };
-  return async (...args: A) => {
-    const t0 = performance.now();
-    try {
-      return await handler(...args);
-    } finally {
-      observe('request_ms', performance.now() - t0, labels);
-    }
-  };
-}
-
-/** `router.route` with the handler's duration observed under `endpoint` (one histogram series per endpoint). */
-export function timedRoute(
-  router: Router,
-  endpoint: RequestEndpoint,
-  ...[method, path, caller, handler, opts]: Parameters<Router['route']>
-): void {
-  router.route(method, path, caller, timed(endpoint, handler), opts);
-}

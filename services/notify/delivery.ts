@@ -1,12 +1,11 @@
-// The real dispatcher of worker 0: every dependency of services/notify/dispatcher.ts bound to the hook
-// tables (fleets.ts), the sealing key and the pinned HTTP transport. Built once, by the NotifyService.
+// What worker 0's dispatcher (services/notify/dispatcher.ts, built in resources.ts) delivers through: the
+// hook address policy as configured now, one pinned HTTP agent for every delivery, and the User-Agent.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Agent } from 'undici';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { parseAllowList, validateHookHost, type HookUrlPolicy } from '../../util/notify/addressPolicy.js';
-import { Dispatcher, type DispatcherDeps } from './dispatcher.js';
-import { getFleet, getHook, listFleets, listHooks, recordDelivery, signingSecrets } from './fleets.js';
+import type { DispatcherDeps } from './dispatcher.js';
 import { createPinnedAgent, deliver, localAddresses, systemResolve } from './transport.js';
 
 /** The address policy as configured now (read per use, so a config change applies to the next attempt). */
@@ -20,7 +19,8 @@ export function hookPolicy(cfg: QueueKeeperConfig): HookUrlPolicy {
   };
 }
 
-function userAgent(componentDir: string): string {
+/** `queue-keeper/<version>` from the component's package.json (`/0` when it cannot be read). */
+export function userAgent(componentDir: string): string {
   try {
     const pkg = JSON.parse(readFileSync(join(componentDir, 'package.json'), 'utf8')) as { version?: string };
     return `queue-keeper/${pkg.version ?? '0'}`;
@@ -29,39 +29,16 @@ function userAgent(componentDir: string): string {
   }
 }
 
-export interface DeliveryDeps {
-  config: () => QueueKeeperConfig;
-  sealKey: () => Buffer | null;
-  count: DispatcherDeps['count'];
-  log: DispatcherDeps['log'];
-  componentDir: string;
-  /** The wait between attempts of a delivery (a one-shot backoff, not a periodic duty). */
-  sleep: DispatcherDeps['sleep'];
-}
-
-export function createDispatcher(deps: DeliveryDeps): Dispatcher {
-  // One agent for every delivery: each new connection resolves and checks the host, then dials only that.
+/**
+ * The dispatcher's `send`: every delivery goes through one agent, made at the first one. Each new
+ * connection resolves and checks the host against the policy as configured then, and dials only that.
+ */
+export function pinnedSend(config: () => QueueKeeperConfig): DispatcherDeps['send'] {
   let agent: Agent | undefined;
   const pinnedAgent = (): Agent =>
     (agent ??= createPinnedAgent({
-      validate: (host) => validateHookHost(host, hookPolicy(deps.config())),
-      connectTimeoutMs: () => deps.config().notify.attemptTimeout,
+      validate: (host) => validateHookHost(host, hookPolicy(config())),
+      connectTimeoutMs: () => config().notify.attemptTimeout,
     }));
-  return new Dispatcher({
-    now: () => Date.now(),
-    random: Math.random,
-    sleep: deps.sleep,
-    config: deps.config,
-    key: deps.sealKey,
-    fleets: listFleets,
-    hooks: () => listHooks(),
-    getFleet,
-    getHook,
-    secrets: signingSecrets,
-    send: (url, headers, body, timeoutMs) => deliver({ url, headers, body, timeoutMs, agent: pinnedAgent() }),
-    recordDelivery,
-    count: deps.count,
-    log: deps.log,
-    userAgent: userAgent(deps.componentDir),
-  });
+  return (url, headers, body, timeoutMs) => deliver({ url, headers, body, timeoutMs, agent: pinnedAgent() });
 }

@@ -15,7 +15,7 @@ import {
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type { LeaseTable } from '../../util/leases/table.js';
 import { EdgeDetector, type EdgeRow, type QueueDueCounts } from '../../util/notify/edges.js';
-import type { Duty } from '../keeper/maintenance.js';
+import type { Duty } from '../../util/duties/scheduler.js';
 import type { Wake, WakeJob, WakeReason } from './dispatcher.js';
 
 /** What the service needs of the dispatcher (services/notify/dispatcher.ts). */

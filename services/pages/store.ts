@@ -17,7 +17,7 @@
 //   first blob's file referenced by nothing (only `cleanup_orphan_blobs` finds those).
 import { orphanedPages, PageWalk } from '../../util/pages/sweep.js';
 import { table, transaction } from '../runtime/harper.js';
-import type { Duty } from '../keeper/maintenance.js';
+import type { Duty } from '../../util/duties/scheduler.js';
 
 export interface PageWrite {
   url: string;

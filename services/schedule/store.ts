@@ -86,8 +86,8 @@ const STICK_WAIT_MS = 2000;
 
 /**
  * Result writes that reach this worker within this long of the first share one batch: one lock round,
- * one transaction, one read-back (measured in bench/README.md). 0 turns it off.
- * bench/group-commit.ts patches this line in the compiled file.
+ * one transaction, one read-back (measured in bench/README.md). 0 turns it off. The environment may name
+ * another wait (GROUP_COMMIT_WAIT_ENV, util/schedule/groupCommit.ts), which resources.ts hands in.
  */
 export const GROUP_COMMIT_WAIT_MS = 2;
 /** Under one write chunk (1,000 keys), so a merged batch takes one sorted lock set and one transaction. */
@@ -104,6 +104,8 @@ export interface ScheduleOwnerDeps {
    * resources.ts hands in the raw reader (rawRecords.ts readScheduleRow), which answers the same.
    */
   read?: (key: string) => ScheduleRow | undefined;
+  /** The group commit's wait (ms); GROUP_COMMIT_WAIT_MS unless resources.ts hands in another. */
+  groupCommitWaitMs?: number;
 }
 
 /**
@@ -135,7 +137,7 @@ export class ScheduleOwner {
     this.resultBatches = new GroupCommit<ResultWrite, ResultApplied>({
       run: (results) => this.writes.applyResults(results),
       maxItems: GROUP_COMMIT_MAX_RESULTS,
-      maxWaitMs: GROUP_COMMIT_WAIT_MS,
+      maxWaitMs: deps.groupCommitWaitMs ?? GROUP_COMMIT_WAIT_MS,
       setTimer: (fn, ms) => deps.timer.set(fn, ms),
       clearTimer: (handle) => deps.timer.clear(handle),
     });

@@ -23,7 +23,7 @@ import {
   type StallConfig,
 } from '../../util/stall/rules.js';
 import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
-import type { Duty } from '../keeper/maintenance.js';
+import type { Duty } from '../../util/duties/scheduler.js';
 
 export interface StallSweepResult extends Record<string, number> {
   drained: number;
@@ -96,6 +96,8 @@ export interface StallSweepDeps {
   /** Clustered: the merged views go to the queues' judges of `created`/`requeued` (NotifyService.judgeCluster). */
   judgeEdges: (look: ClusterLook) => number;
   config: () => QueueKeeperConfig;
+  /** `maintenance.tickInterval`: the sweep's pace, which bounds how old a peer's due view may be. */
+  tickInterval: () => number;
   count: (name: MetricName, n: number, labels?: Record<string, string>) => void;
   log: {
     debug: (...args: unknown[]) => void;
@@ -151,7 +153,7 @@ export class StallSweep {
     const local = this.dueViews(svc, now);
     const owners = this.deps.ownership();
     if (!owners || owners.nodes.length <= 1) return { queues: local, whole: true };
-    const tick = this.deps.config().maintenance.tickInterval;
+    const tick = this.deps.tickInterval();
     // A view older than this is a node that is gone; a mark is kept as long, so every judge reads it.
     const freshMs = 6 * tick + 5000;
     const marks = this.deps.requeueMarks(now - freshMs);

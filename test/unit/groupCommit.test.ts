@@ -1,10 +1,14 @@
 // Group commit of result writes: batches close at N items or T ms, every caller is
 // answered from its own slice only after the batch ran, a failed batch fails all of its callers, and a
-// merged batch of results locks its keys in one sorted set.
+// merged batch of results locks its keys in one sorted set; a wait given as text is checked.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { FakeClock, turns } from '../fakeClock.js';
-import { GroupCommit } from '../../util/schedule/groupCommit.js';
+import {
+  GroupCommit,
+  MAX_GROUP_COMMIT_WAIT_MS,
+  parseGroupCommitWait,
+} from '../../util/schedule/groupCommit.js';
 import { defaultConfig } from '../../util/config/schema.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
 import { ScheduleWrites, type ScheduleStore, type ScheduleWrite } from '../../util/schedule/writes.js';
@@ -160,6 +164,28 @@ test('a wait of 0 runs every submission on its own at once', async () => {
   await turns();
   assert.deepEqual(runs, [['a'], ['b']]);
   assert.deepEqual(clock.armed, []);
+});
+
+test('a wait given as text is whole milliseconds from 0 to the cap, and anything else is refused', () => {
+  assert.deepEqual(['0', '2', ' 8 ', '0010', String(MAX_GROUP_COMMIT_WAIT_MS)].map(parseGroupCommitWait), [
+    0,
+    2,
+    8,
+    10,
+    MAX_GROUP_COMMIT_WAIT_MS,
+  ]);
+  for (const text of [
+    '',
+    ' ',
+    '-1',
+    '1.5',
+    '2ms',
+    '1e3',
+    '0x10',
+    'Infinity',
+    String(MAX_GROUP_COMMIT_WAIT_MS + 1),
+  ])
+    assert.equal(parseGroupCommitWait(text), null, JSON.stringify(text));
 });
 
 /** lmdb's attemptLock/unlock over a Map: a failed attempt is called back once the key is unlocked. */

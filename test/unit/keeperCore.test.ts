@@ -3,7 +3,14 @@ import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { hashUrl } from '../../util/keeper/heldRows.js';
 import { keyHash } from '../../util/keyHash.js';
-import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/core.js';
+import {
+  type Classify,
+  type HeldClass,
+  KeeperCore,
+  type Mark,
+  type ScheduleRow,
+  type TopSkip,
+} from '../../util/keeper/core.js';
 import { markOf, score, type ScoreOptions } from '../../util/keeper/score.js';
 import { sectionQuotas } from '../../util/keeper/sections.js';
 import { PARK_MAX_MS } from '../../util/keeper/selection.js';
@@ -36,6 +43,60 @@ function row(cacheKey: string, nextRenderTime: number, extra: Partial<ScheduleRo
 }
 
 const keeper = (): KeeperCore => new KeeperCore({ classify, score: OPTIONS });
+
+/** A row as a publish walk hands it over, collected by a test. */
+interface Walked {
+  key: string;
+  score: number;
+  dueMs: number;
+  fromSitemap: boolean;
+  verified: boolean;
+  route: string;
+  mark: Mark;
+}
+
+function walked(key: string, score: number, dueMs: number, held: HeldClass): Walked {
+  const { fromSitemap, verified, route, mark } = held;
+  return { key, score, dueMs, fromSitemap, verified, route, mark };
+}
+
+/**
+ * What one publish writes, collected from the walk the keeper runs (KeeperCore.publishWalk): the top
+ * rows best first, then the section extras, with what the walk reports.
+ */
+function published(core: KeeperCore, k: number, extraBudget: number, now: number, skip?: TopSkip) {
+  const entries: Walked[] = [];
+  const extras: Walked[] = [];
+  const walk = core.publishWalk(
+    k,
+    extraBudget,
+    now,
+    {
+      top: (key, s, dueMs, held) => entries.push(walked(key, s, dueMs, held)),
+      extra: (key, s, dueMs, held) => extras.push(walked(key, s, dueMs, held)),
+    },
+    skip,
+  );
+  return { entries, extras, ...walk };
+}
+
+/** The best `k` due rows alone: a publish walk with no room for section extras. */
+function topOf(core: KeeperCore, k: number, now: number, skip?: TopSkip) {
+  const { entries, extras, complete, skipped } = published(core, k, 0, now, skip);
+  assert.deepEqual(extras, [], 'no extras without an extra budget');
+  return { entries, complete, skipped };
+}
+
+/** A publish walk of the best `k` due rows (no extras) that hands each row's key to `visit`. */
+function topWalk(core: KeeperCore, k: number, now: number, visit: (key: string) => void, skip?: TopSkip) {
+  return core.publishWalk(
+    k,
+    0,
+    now,
+    { top: (key) => visit(key), extra: () => assert.fail('no extras without an extra budget') },
+    skip,
+  );
+}
 
 function expectedScore(r: ScheduleRow, now: number, classifier: Classify = classify): number {
   const own = Number.isFinite(r.effectiveInterval) ? r.effectiveInterval : null;
@@ -81,7 +142,7 @@ describe('score', () => {
   });
 });
 
-// --- the property: topK equals "score every due row at minute resolution and sort" ---
+// --- the property: a publish's top equals "score every due row at minute resolution and sort" ---
 
 const KEY_POOL = 3000;
 const url = (i: number): string =>
@@ -128,7 +189,7 @@ function replay(ops: readonly Op[]): { core: KeeperCore; model: Map<string, Sche
   return { core, model };
 }
 
-describe('KeeperCore.topK', () => {
+describe("KeeperCore.publishWalk's top", () => {
   it('equals scoring every due row at minute resolution and sorting, with skip and complete', () => {
     fc.assert(
       fc.property(
@@ -140,7 +201,7 @@ describe('KeeperCore.topK', () => {
           const { core, model } = replay(ops);
           const now = NOW + shift;
           const skipped = (key: string): boolean => skipEvery > 0 && key.length % 7 === skipEvery;
-          const result = core.topK(k, now, skipped);
+          const result = topOf(core, k, now, skipped);
 
           const due = [...model.values()].filter((r) => minuteOf(r.nextRenderTime) * MINUTE_MS <= now);
           const eligible = due.filter((r) => !skipped(r.cacheKey));
@@ -167,14 +228,6 @@ describe('KeeperCore.topK', () => {
             assert.equal(entry.route, classify(r.cacheKey, null).route);
           }
           assert.equal(core.size, model.size);
-          // The allocation-free walk sees exactly what topK returns, in the same order.
-          const walked: string[] = [];
-          const walk = core.walkTop(k, now, (key) => walked.push(key), skipped);
-          assert.deepEqual(
-            walked,
-            result.entries.map((e) => e.key),
-          );
-          assert.deepEqual([walk.complete, walk.skipped], [result.complete, result.skipped]);
         },
       ),
       { numRuns: 30 },
@@ -210,7 +263,7 @@ describe('KeeperCore.topK', () => {
         core.reclassify(regrouped, OPTIONS);
         for (const [key, r] of model) assert.ok(core.matches(key, r), `mismatch after reclassify for ${key}`);
         assert.equal(core.size, model.size);
-        const after = core.topK(500, NOW).entries.map((e) => e.score);
+        const after = topOf(core, 500, NOW).entries.map((e) => e.score);
         const expected = due.map((r) => expectedScore(r, NOW, regrouped)).sort((a, b) => b - a);
         assert.deepEqual(after, expected.slice(0, 500));
       }),
@@ -223,7 +276,7 @@ describe('KeeperCore.topK', () => {
     for (let i = 0; i < 10; i++)
       core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * MINUTE_MS), NOW);
     const leased = new Set(['https://x.example/p/9', 'https://x.example/p/8']);
-    const result = core.topK(3, NOW, (key) => leased.has(key));
+    const result = topOf(core, 3, NOW, (key) => leased.has(key));
     assert.deepEqual(
       result.entries.map((e) => e.key),
       ['https://x.example/p/7', 'https://x.example/p/6', 'https://x.example/p/5'],
@@ -251,7 +304,7 @@ describe('KeeperCore.topK', () => {
             core.apply(url, op.remove ? null : row(url, NOW - op.minutesAgo * MINUTE_MS), NOW);
           }
           let seen = 0;
-          core.topK(10_000, NOW, (key, hi, lo) => {
+          topOf(core, 10_000, NOW, (key, hi, lo) => {
             const want = keyHash(key);
             assert.deepEqual({ hi, lo }, { hi: want.hi, lo: want.lo }, key);
             seen++;
@@ -268,11 +321,11 @@ describe('KeeperCore.topK', () => {
     const core = keeper();
     for (const i of [1, 2, 3])
       core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW - i * HOUR), NOW);
-    assert.equal(core.topK(2, NOW, (key) => key.endsWith('/1')).complete, true);
-    assert.equal(core.topK(2, NOW).complete, false);
-    assert.equal(core.topK(3, NOW).complete, true);
-    assert.deepEqual(core.topK(0, NOW - 5 * DAY), { entries: [], complete: true, skipped: 0 });
-    assert.equal(core.topK(0, NOW).complete, false);
+    assert.equal(topOf(core, 2, NOW, (key) => key.endsWith('/1')).complete, true);
+    assert.equal(topOf(core, 2, NOW).complete, false);
+    assert.equal(topOf(core, 3, NOW).complete, true);
+    assert.deepEqual(topOf(core, 0, NOW - 5 * DAY), { entries: [], complete: true, skipped: 0 });
+    assert.equal(topOf(core, 0, NOW).complete, false);
   });
 
   it('leaves rows that are not yet due out, counting a row due at the start of the current minute', () => {
@@ -280,7 +333,7 @@ describe('KeeperCore.topK', () => {
     core.apply('https://x.example/p/now', row('https://x.example/p/now', NOW + 59_000), NOW);
     core.apply('https://x.example/p/later', row('https://x.example/p/later', NOW + MINUTE_MS), NOW);
     assert.deepEqual(
-      core.topK(10, NOW).entries.map((e) => [e.key, e.dueMs, e.score]),
+      topOf(core, 10, NOW).entries.map((e) => [e.key, e.dueMs, e.score]),
       [['https://x.example/p/now', NOW, 0]],
     );
   });
@@ -292,7 +345,7 @@ describe('KeeperCore.topK', () => {
     // Move rows out of the middle (left behind as stale copies), then back into the same minute.
     for (const key of keys.slice(50, 150)) core.apply(key, row(key, NOW + HOUR), NOW);
     for (const key of keys.slice(60, 70)) core.apply(key, row(key, NOW - HOUR), NOW);
-    const result = core.topK(1000, NOW);
+    const result = topOf(core, 1000, NOW);
     assert.equal(result.entries.length, 110);
     assert.equal(new Set(result.entries.map((e) => e.key)).size, 110);
   });
@@ -343,7 +396,8 @@ describe('KeeperCore parks leased rows', () => {
           const walk = (k: number) => {
             const plain: string[] = [];
             const parked: string[] = [];
-            const a = asking.walkTop(
+            const a = topWalk(
+              asking,
               k,
               t,
               (key) => plain.push(key),
@@ -352,7 +406,8 @@ describe('KeeperCore parks leased rows', () => {
                 return (leaseEnd.get(key) ?? 0) > t;
               },
             );
-            const b = parking.walkTop(
+            const b = topWalk(
+              parking,
               k,
               t,
               (key) => parked.push(key),
@@ -399,13 +454,13 @@ describe('KeeperCore parks leased rows', () => {
       asked.push(key);
       return key === url(2) ? end : 0;
     };
-    assert.equal(core.walkTop(10, NOW, () => {}, skip).skipped, 1);
+    assert.equal(topWalk(core, 10, NOW, () => {}, skip).skipped, 1);
     assert.equal(asked.length, 5);
     asked.length = 0;
-    assert.equal(core.walkTop(10, NOW + 19_000, () => {}, skip).skipped, 1);
+    assert.equal(topWalk(core, 10, NOW + 19_000, () => {}, skip).skipped, 1);
     assert.ok(!asked.includes(url(2)), 'a parked row is passed without asking');
     asked.length = 0;
-    core.walkTop(10, end, () => {}, skip);
+    topWalk(core, 10, end, () => {}, skip);
     assert.ok(asked.includes(url(2)), 'at its end the row is asked about again');
   });
 
@@ -417,14 +472,14 @@ describe('KeeperCore parks leased rows', () => {
       asked.push(key);
       return key === url(8) ? NOW + MINUTE_MS : 0;
     };
-    core.walkTop(20, NOW, () => {}, skip);
+    topWalk(core, 20, NOW, () => {}, skip);
     core.apply(url(1), null, NOW); // the bucket's last row (url 8's neighbour or itself) fills the hole
     asked.length = 0;
-    assert.equal(core.walkTop(20, NOW + 1_000, () => {}, skip).skipped, 1);
+    assert.equal(topWalk(core, 20, NOW + 1_000, () => {}, skip).skipped, 1);
     assert.ok(!asked.includes(url(8)), 'still parked after the delete moved rows');
     core.apply(url(8), row(url(8), NOW - MINUTE_MS), NOW + 1_000); // same bucket: a result in place
     asked.length = 0;
-    core.walkTop(20, NOW + 2_000, () => {}, skip);
+    topWalk(core, 20, NOW + 2_000, () => {}, skip);
     assert.ok(asked.includes(url(8)), 'a change to the row clears its park');
   });
 
@@ -433,13 +488,13 @@ describe('KeeperCore parks leased rows', () => {
     for (let i = 1; i <= 3; i++) core.apply(url(i), row(url(i), NOW - MINUTE_MS), NOW);
     const leased = new Set([url(1), url(2), url(3)]);
     const skip = (key: string) => (leased.has(key) ? NOW + MINUTE_MS : 0);
-    assert.equal(core.walkTop(10, NOW, () => {}, skip).skipped, 3);
+    assert.equal(topWalk(core, 10, NOW, () => {}, skip).skipped, 3);
     // Each leaves its slot (deleted, or moved on by a result); new free rows take the slots.
     core.apply(url(3), null, NOW);
     core.apply(url(2), row(url(2), NOW + HOUR), NOW);
     for (const n of [4, 5]) core.apply(url(n), row(url(n), NOW - MINUTE_MS), NOW);
     const taken: string[] = [];
-    core.walkTop(10, NOW + 1_000, (key) => taken.push(key), skip);
+    topWalk(core, 10, NOW + 1_000, (key) => taken.push(key), skip);
     assert.deepEqual(taken.sort(), [url(4), url(5)].sort());
   });
 
@@ -450,7 +505,7 @@ describe('KeeperCore parks leased rows', () => {
     const skip = (key: string) => (key === url(2) ? early + MINUTE_MS : 0);
     for (const at of [early, early + 1_000]) {
       const taken: string[] = [];
-      core.walkTop(10, at, (key) => taken.push(key), skip);
+      topWalk(core, 10, at, (key) => taken.push(key), skip);
       assert.deepEqual(taken.sort(), [url(1), url(3)].sort());
     }
   });
@@ -460,11 +515,11 @@ describe('KeeperCore parks leased rows', () => {
     core.apply(url(1), row(url(1), NOW - MINUTE_MS), NOW);
     let leased = true;
     const skip = () => (leased ? NOW + 10 * MINUTE_MS : 0);
-    assert.equal(core.walkTop(5, NOW, () => {}, skip).skipped, 1);
+    assert.equal(topWalk(core, 5, NOW, () => {}, skip).skipped, 1);
     leased = false; // given back without any change to the row
-    assert.equal(core.walkTop(5, NOW + PARK_MAX_MS - 1_000, () => {}, skip).skipped, 1);
+    assert.equal(topWalk(core, 5, NOW + PARK_MAX_MS - 1_000, () => {}, skip).skipped, 1);
     const taken: string[] = [];
-    core.walkTop(5, NOW + PARK_MAX_MS, (key) => taken.push(key), skip);
+    topWalk(core, 5, NOW + PARK_MAX_MS, (key) => taken.push(key), skip);
     assert.deepEqual(taken, [url(1)]);
   });
 });
@@ -494,7 +549,7 @@ describe('KeeperCore storage', () => {
     assert.equal(core.has(b), true);
     assert.equal(core.heldValue(b)?.nextRenderTime, NOW - HOUR);
     assert.deepEqual(
-      core.topK(10, NOW).entries.map((e) => e.key),
+      topOf(core, 10, NOW).entries.map((e) => e.key),
       [b],
     );
     core.apply(b, row(b, NOW + HOUR), NOW);
@@ -509,7 +564,7 @@ describe('KeeperCore storage', () => {
     for (let i = 0; i < 200; i++) core.apply(key(i), row(key(i), NOW - (200 - i) * MINUTE_MS), NOW);
     // Drain the 80 oldest minutes: a leading run of empty buckets, cut on the next read.
     for (let i = 0; i < 80; i++) core.apply(key(i), null, NOW);
-    let top = core.topK(1000, NOW).entries.map((e) => e.key);
+    let top = topOf(core, 1000, NOW).entries.map((e) => e.key);
     assert.deepEqual(
       top,
       Array.from({ length: 120 }, (_, i) => key(80 + i)),
@@ -517,7 +572,7 @@ describe('KeeperCore storage', () => {
     // Drain most of the rest from the middle (a sweep once empties outnumber filled), refill some.
     for (let i = 90; i < 190; i++) core.apply(key(i), null, NOW);
     for (let i = 0; i < 10; i++) core.apply(key(i), row(key(i), NOW - (200 - i) * MINUTE_MS), NOW);
-    top = core.topK(1000, NOW).entries.map((e) => e.key);
+    top = topOf(core, 1000, NOW).entries.map((e) => e.key);
     const ten = (from: number): number[] => Array.from({ length: 10 }, (_, i) => from + i);
     assert.deepEqual(top, [...ten(0), ...ten(80), ...ten(190)].map(key));
     assert.equal(core.dueSummary(NOW).due, 30);
@@ -537,7 +592,7 @@ describe('KeeperCore storage', () => {
     assert.equal(seen, 3000);
     assert.equal(core.size, 0);
     assert.equal(core.classCount, 0);
-    assert.deepEqual(core.topK(10, NOW + DAY), { entries: [], complete: true, skipped: 0 });
+    assert.deepEqual(topOf(core, 10, NOW + DAY), { entries: [], complete: true, skipped: 0 });
   });
 });
 
@@ -617,8 +672,8 @@ describe('KeeperCore.apply with only the held fields', () => {
       assert.deepEqual(reused.describe(key, NOW), fresh.describe(key, NOW), key);
     }
     assert.deepEqual(
-      reused.topK(50, NOW).entries.map((e) => e.key),
-      fresh.topK(50, NOW).entries.map((e) => e.key),
+      topOf(reused, 50, NOW).entries.map((e) => e.key),
+      topOf(fresh, 50, NOW).entries.map((e) => e.key),
     );
   });
 });
@@ -705,7 +760,7 @@ describe('KeeperCore.reclassify', () => {
       ],
     );
     assert.deepEqual(
-      core.topK(10, NOW).entries.map((e) => [e.key, e.score]),
+      topOf(core, 10, NOW).entries.map((e) => [e.key, e.score]),
       [
         [plain, 2 * 3],
         [blog, 0.5],
@@ -730,7 +785,7 @@ describe('KeeperCore ownership and queues', () => {
     );
     assert.equal(core.size, 10);
     assert.ok(core.version > version);
-    assert.ok(core.topK(100, NOW).entries.every((e) => Number(e.key.split('/').pop()) % 2 === 1));
+    assert.ok(topOf(core, 100, NOW).entries.every((e) => Number(e.key.split('/').pop()) % 2 === 1));
     assert.equal(core.dueSummary(NOW).due, 10);
     assert.equal(
       core.dropWhere(() => false),
@@ -795,7 +850,7 @@ describe('keys that cannot round-trip through UTF-8', () => {
     assert.equal(k.has(bad), false);
     assert.equal(k.unclaimable, 1);
     assert.deepEqual(
-      k.topK(10, NOW, () => false).entries.map((e) => e.key),
+      topOf(k, 10, NOW, () => false).entries.map((e) => e.key),
       [good],
     );
   });
@@ -803,8 +858,8 @@ describe('keys that cannot round-trip through UTF-8', () => {
 
 // --- the publish selection: the global top, then section extras ---
 
-describe('KeeperCore.publishSelection', () => {
-  it('keeps the top exactly topK and gives each queue a prefix of its own order, no row twice', () => {
+describe("KeeperCore.publishWalk's section extras", () => {
+  it('keep the top exactly the walk without extras and give each queue a prefix of its own order, no row twice', () => {
     fc.assert(
       fc.property(
         fc.array(opArb, { minLength: 500, maxLength: 4000, size: 'max' }),
@@ -814,8 +869,8 @@ describe('KeeperCore.publishSelection', () => {
         (ops, k, budget, skipEvery) => {
           const { core, model } = replay(ops);
           const skipped = (key: string): boolean => skipEvery > 0 && key.length % 7 === skipEvery;
-          const top = core.topK(k, NOW, skipped);
-          const sel = core.publishSelection(k, budget, NOW, skipped);
+          const top = topOf(core, k, NOW, skipped);
+          const sel = published(core, k, budget, NOW, skipped);
           assert.deepEqual(
             sel.entries.map((e) => e.key),
             top.entries.map((e) => e.key),
@@ -852,14 +907,14 @@ describe('KeeperCore.publishSelection', () => {
   });
 
   it('gives a queue with 1 % of the due rows a section beyond the top, up to the extra budget', () => {
-    // Fails with the extras left out of publishSelection: the small queue then has no row in the set.
+    // Fails with the extras left out of the publish walk: the small queue then has no row in the set.
     const core = keeper();
     const blog = (i: number) => `https://a.example/blog/${i}`;
     const news = (i: number) => `https://a.example/news/${i}`;
     // Blog rows (hourly) an hour late score 1; news rows (daily) score 1/24: none reaches the top.
     for (let i = 0; i < 990; i++) core.apply(blog(i), row(blog(i), NOW - HOUR), NOW);
     for (let i = 0; i < 10; i++) core.apply(news(i), row(news(i), NOW - HOUR - i * MINUTE_MS), NOW);
-    const sel = core.publishSelection(100, 50, NOW);
+    const sel = published(core, 100, 50, NOW);
     assert.ok(sel.entries.every((e) => e.route === 'blog'));
     assert.deepEqual(
       sel.extras.map((e) => e.key),
@@ -868,7 +923,7 @@ describe('KeeperCore.publishSelection', () => {
     );
     assert.deepEqual([...sel.completeQueues], ['news']);
     // A budget smaller than the queue: its best rows, and it is not complete.
-    const tight = core.publishSelection(100, 4, NOW);
+    const tight = published(core, 100, 4, NOW);
     assert.deepEqual(
       tight.extras.map((e) => e.key),
       [9, 8, 7, 6].map(news),
@@ -876,7 +931,7 @@ describe('KeeperCore.publishSelection', () => {
     assert.deepEqual([...tight.completeQueues], []);
     // Leased rows cost no place in a section either.
     const leased = new Set([news(9), news(7)]);
-    const skipping = core.publishSelection(100, 4, NOW, (key) => leased.has(key));
+    const skipping = published(core, 100, 4, NOW, (key) => leased.has(key));
     assert.deepEqual(
       skipping.extras.map((e) => e.key),
       [8, 6, 5, 4].map(news),
@@ -890,7 +945,7 @@ describe('KeeperCore.publishSelection', () => {
     for (let i = 0; i < 300; i++) core.apply(blog(i), row(blog(i), NOW - HOUR), NOW);
     const news = (i: number) => `https://a.example/news/${i}`;
     for (let i = 0; i < 5; i++) core.apply(news(i), row(news(i), NOW - HOUR), NOW);
-    const sel = core.publishSelection(137, 1000, NOW);
+    const sel = published(core, 137, 1000, NOW);
     const blogRows = [...sel.entries, ...sel.extras].filter((e) => e.route === 'blog').map((e) => e.key);
     assert.equal(sel.entries.length, 137);
     assert.equal(new Set(blogRows).size, 300);

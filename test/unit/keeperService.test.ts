@@ -257,6 +257,8 @@ function harness(
     signal,
     state,
     config: () => cfg,
+    publishInterval: () => cfg.queue.keeper.publishInterval,
+    stateInterval: () => cfg.queue.keeper.stateInterval,
     isLeased: (key) => {
       probes.count++;
       return leased.has(key);

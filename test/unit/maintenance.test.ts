@@ -4,8 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { applyValues, checkPartial, defaultConfig } from '../../util/config/schema.js';
-import { DutyScheduler } from '../../util/duties/scheduler.js';
-import { startMaintenance, type Duty } from '../../services/keeper/maintenance.js';
+import { DutyScheduler, type Duty } from '../../util/duties/scheduler.js';
+import { startMaintenance } from '../../services/keeper/maintenance.js';
 import { FakeClock } from '../fakeClock.js';
 
 const T0 = 1_000_000;
@@ -23,7 +23,7 @@ function setup() {
     clock,
     lines,
     scheduler,
-    config: () => cfg,
+    tickInterval: () => cfg.maintenance.tickInterval,
     setTick: (ms: number) => {
       cfg = applyValues(cfg, checkPartial({ maintenance: { tickInterval: ms } }).values);
       scheduler.configChanged(['maintenance.tickInterval']);
@@ -48,7 +48,7 @@ test('every maintenance.tickInterval each duty runs once, in turn, with the cloc
   const order: string[] = [];
   const a: Duty = { name: 'a', runOnce: async () => (order.push('a'), {}) };
   const b = counting('b');
-  startMaintenance(s.scheduler, s.config, [a, b.duty]);
+  startMaintenance(s.scheduler, s.tickInterval, [a, b.duty]);
   assert.deepEqual(s.clock.armed, [{ at: T0 + 30_000, ms: 30_000 }]);
   await s.clock.advance(60_000);
   assert.deepEqual(b.calls, [T0 + 30_000, T0 + 60_000]);
@@ -65,7 +65,7 @@ test('a failing duty is logged under maintenance by name and the duties after it
     },
   };
   const after = counting('secret-cleanup', { destroyed: 1 });
-  startMaintenance(s.scheduler, s.config, [broken, after.duty]);
+  startMaintenance(s.scheduler, s.tickInterval, [broken, after.duty]);
   await s.clock.advance(30_000);
   assert.deepEqual(s.lines, [
     { level: 'error', msg: 'maintenance stall-sweep failed', err: failure },
@@ -76,7 +76,7 @@ test('a failing duty is logged under maintenance by name and the duties after it
 test('a changed maintenance.tickInterval re-arms the waiting tick at once', async () => {
   const s = setup();
   const d = counting('d');
-  startMaintenance(s.scheduler, s.config, [d.duty]);
+  startMaintenance(s.scheduler, s.tickInterval, [d.duty]);
   await s.clock.advance(10_000);
   s.setTick(5000);
   assert.deepEqual(s.clock.armed, [{ at: T0 + 15_000, ms: 5000 }], 'the old wait cleared, not doubled');
@@ -87,7 +87,7 @@ test('a changed maintenance.tickInterval re-arms the waiting tick at once', asyn
 test('after the handle stops, the tick runs no more', async () => {
   const s = setup();
   const d = counting('d');
-  const tick = startMaintenance(s.scheduler, s.config, [d.duty]);
+  const tick = startMaintenance(s.scheduler, s.tickInterval, [d.duty]);
   await s.clock.advance(30_000);
   await tick.stop();
   await s.clock.advance(300_000);

@@ -110,6 +110,7 @@ function world() {
       return 0;
     },
     config: () => cfg,
+    tickInterval: () => cfg.maintenance.tickInterval,
     count: () => {},
     log: { debug: () => {}, info: () => {}, error: () => {} },
   });

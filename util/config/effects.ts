@@ -4,11 +4,6 @@ import { CONFIG_KEYS, type ConfigEffect } from './schema.js';
 
 const EFFECT_OF: ReadonlyMap<string, ConfigEffect> = new Map(CONFIG_KEYS.map((k) => [k.path, k.effect]));
 
-/** The schema's effect of a config path (undefined for a path the schema does not know). */
-export function effectOf(path: string): ConfigEffect | undefined {
-  return EFFECT_OF.get(path);
-}
-
 /** The paths among `paths` whose schema effect is `effect`. */
 export function pathsWithEffect(paths: readonly string[], effect: ConfigEffect): string[] {
   return paths.filter((p) => EFFECT_OF.get(p) === effect);

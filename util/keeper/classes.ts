@@ -103,7 +103,7 @@ export class KeeperClasses {
     return cameDue;
   }
 
-  /** An empty class leaves the list, so topK and state never walk classes that hold nothing. */
+  /** An empty class leaves the list, so the publish walk and state never walk classes that hold nothing. */
   private unlist(cls: KeeperClass): void {
     const last = this.list.pop()!;
     if (last !== cls) {

@@ -3,7 +3,7 @@
 // Harper import, the clock is an argument. The lifecycle that feeds it lives in the keeper service.
 //
 // This file applies row events (upsert, delete, reclassify, drop on an ownership move) to the held-row
-// index and answers per-key questions; the publish selection (top K and section extras) is in
+// index and answers per-key questions; the publish walk (top K and section extras) is in
 // util/keeper/selection.ts and the due counts and oldest-due reads in util/keeper/dueReads.ts, both
 // over the same rows and classes.
 import { HeldRows } from './heldRows.js';
@@ -21,13 +21,9 @@ import type {
   HeldFields,
   HeldValue,
   KeeperOptions,
-  PublishSelection,
   PublishSink,
   PublishWalk,
-  TopK,
   TopSkip,
-  TopVisitor,
-  TopWalk,
 } from './types.js';
 import { markOf, type ScoreOptions, scoreAt } from './score.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
@@ -157,24 +153,11 @@ export class KeeperCore {
     return true;
   }
 
-  /** The best `k` due rows by score, best first. `skip` (leased rows) costs no place. */
-  topK(k: number, now: number, skip?: TopSkip): TopK {
-    return this.selection.topK(k, now, skip);
-  }
-
-  /** `topK` without the entry objects: hands each of the best `k` due rows to `visit`, best first. */
-  walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
-    return this.selection.walkTop(k, now, visit, skip);
-  }
-
-  /** What one publish writes: the best `k` due rows, then up to `extraBudget` section extras. */
-  publishSelection(k: number, extraBudget: number, now: number, skip?: TopSkip): PublishSelection {
-    return this.selection.publishSelection(k, extraBudget, now, skip);
-  }
-
   /**
-   * `publishSelection` without the entry objects: the rows go to `sink` as they are selected. A walk for
-   * a later instant (a staged publish) passes `countFlow` false, so no minute's flow is counted early.
+   * What one publish writes, handed to `sink` as it is selected: the best `k` due rows by score, best
+   * first, then up to `extraBudget` section extras (util/keeper/selection.ts). `skip` (leased rows) costs
+   * no place. A walk for a later instant (a staged publish) passes `countFlow` false, so no minute's flow
+   * is counted early.
    */
   publishWalk(
     k: number,

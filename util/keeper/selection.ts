@@ -6,17 +6,7 @@ import { CHUNK, HeldRows } from './heldRows.js';
 import type { Bucket, KeeperClass } from './class.js';
 import { HeadHeap, type KeeperClasses } from './classes.js';
 import type { FlowLedger } from './flow.js';
-import type {
-  HeldClass,
-  PublishSelection,
-  PublishSink,
-  PublishWalk,
-  TopEntry,
-  TopK,
-  TopSkip,
-  TopVisitor,
-  TopWalk,
-} from './types.js';
+import type { HeldClass, PublishSink, PublishWalk, TopSkip, TopVisitor, TopWalk } from './types.js';
 import { type QueueShare, sectionQuotas } from './sections.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
 
@@ -39,57 +29,19 @@ export class TopSelection {
     private readonly score: BucketScore,
   ) {}
 
-  /** The best `k` due rows by score, best first. `skip` (leased rows) costs no place. */
-  topK(k: number, now: number, skip?: TopSkip): TopK {
-    const entries: TopEntry[] = [];
-    const walk = this.walkTop(
-      k,
-      now,
-      (key, score, dueMs, held) => entries.push(topEntry(key, score, dueMs, held)),
-      skip,
-    );
-    return { entries, complete: walk.complete, skipped: walk.skipped };
-  }
-
   /**
-   * `topK` without the entry objects: hands each of the best `k` due rows to `visit`, best first.
+   * What one publish writes, handed to `sink` as the ready set's writer takes them (no entry objects):
+   * the best `k` due rows by score to `sink.top`, best first, then up to `extraBudget` more rows for the
+   * queues the top under-represents to `sink.extra`, each queue's next best rows after its rows of the
+   * top (shares: util/keeper/sections.ts). `skip` (leased rows) costs no place.
+   *
    * Within a class an earlier minute never scores lower, so each class is read front to back and the
-   * classes are merged by the score of their current bucket: no row is scored, nothing is sorted.
-   * `skip` and `visit` must not change the keeper.
-   */
-  walkTop(k: number, now: number, visit: TopVisitor, skip?: TopSkip): TopWalk {
-    if (!Number.isFinite(minuteOf(now)))
-      return { visited: 0, complete: true, skipped: 0, skipEndsAt: Infinity };
-    return this.walkHeap(this.dueHeads(now), k, now, visit, skip);
-  }
-
-  /**
-   * What one publish writes: the best `k` due rows (exactly `topK`), then up to `extraBudget`
-   * more rows for the queues the top under-represents, each queue's next best rows after its rows of
-   * the top (shares: util/keeper/sections.ts). Each queue's extras come from a merge of its own class
-   * heads, resumed where the top's walk stopped, so no row is read twice and no row is left out of the
-   * middle of a queue's order. The cost is bounded by k + extraBudget rows plus one pass over the classes.
-   */
-  publishSelection(k: number, extraBudget: number, now: number, skip?: TopSkip): PublishSelection {
-    const entries: TopEntry[] = [];
-    const extras: TopEntry[] = [];
-    const walk = this.publishWalk(
-      k,
-      extraBudget,
-      now,
-      {
-        top: (key, score, dueMs, held) => entries.push(topEntry(key, score, dueMs, held)),
-        extra: (key, score, dueMs, held) => extras.push(topEntry(key, score, dueMs, held)),
-      },
-      skip,
-    );
-    return { entries, extras, ...walk };
-  }
-
-  /**
-   * `publishSelection` without the entry objects: hands the top rows to `sink.top` (best first), then
-   * each queue's extras to `sink.extra`, as the ready set's writer takes them. `sink` must not change
-   * the keeper.
+   * classes are merged by the score of their current bucket: no row is scored, nothing is sorted. Each
+   * queue's extras come from a merge of its own class heads, resumed where the top's walk stopped, so no
+   * row is read twice and no row is left out of the middle of a queue's order. The cost is bounded by
+   * k + extraBudget rows plus one pass over the classes. `sink` and `skip` must not change the keeper. A
+   * walk for a later instant (a staged publish) passes `countFlow` false, so no minute's flow is counted
+   * early.
    */
   publishWalk(
     k: number,
@@ -244,16 +196,4 @@ export class TopSelection {
     }
     return { visited, complete: true, skipped, skipEndsAt };
   }
-}
-
-function topEntry(key: string, score: number, dueMs: number, held: HeldClass): TopEntry {
-  return {
-    key,
-    score,
-    dueMs,
-    fromSitemap: held.fromSitemap,
-    verified: held.verified,
-    route: held.route,
-    mark: held.mark,
-  };
 }

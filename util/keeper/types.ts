@@ -31,32 +31,7 @@ export interface KeeperOptions {
   hashSeed?: number;
 }
 
-export interface TopEntry {
-  key: string;
-  score: number;
-  dueMs: number;
-  fromSitemap: boolean;
-  verified: boolean;
-  route: string;
-  mark: Mark;
-}
-
-export interface TopK {
-  /** Best first. Rows of equal score come in no promised order. */
-  entries: TopEntry[];
-  /** True only when every due row that was not skipped is in `entries`. */
-  complete: boolean;
-  /** Due rows passed over because `skip` said so (including any met while checking `complete`). */
-  skipped: number;
-}
-
-/** What a publish writes: the global top (a `TopK`), then the queues' section extras. */
-export interface PublishSelection extends TopK, PublishWalk {
-  /** Rows past the top for under-represented queues; each queue's best first, queue after queue. */
-  extras: TopEntry[];
-}
-
-/** `PublishSelection` without its rows (they went to a `PublishSink`). */
+/** What a publish walk reports besides its rows (they went to a `PublishSink`). */
 export interface PublishWalk {
   /** True only when every due row that was not skipped is in the top. */
   complete: boolean;

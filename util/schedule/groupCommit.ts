@@ -5,6 +5,27 @@
 // batch's error, so nothing is acknowledged before its commit and a failed commit fails every caller in
 // it. Pure: the run and the timer are injected.
 
+/**
+ * The environment variable that gives the schedule's group commit another wait for the life of the
+ * process (whole ms, 0 to MAX_GROUP_COMMIT_WAIT_MS): resources.ts reads it once, and bench/group-commit.ts
+ * boots one Harper per wait with it (bench/README.md).
+ */
+export const GROUP_COMMIT_WAIT_ENV = 'QUEUE_KEEPER_GROUP_COMMIT_WAIT_MS';
+
+/** The longest wait a group commit may be given: every result in its batch waits up to this long. */
+export const MAX_GROUP_COMMIT_WAIT_MS = 1000;
+
+/**
+ * A group commit wait given as text (an environment variable): whole milliseconds from 0 to
+ * MAX_GROUP_COMMIT_WAIT_MS, blanks around it allowed; null for anything else.
+ */
+export function parseGroupCommitWait(text: string): number | null {
+  const digits = text.trim();
+  if (!/^\d{1,4}$/.test(digits)) return null;
+  const ms = Number(digits);
+  return ms <= MAX_GROUP_COMMIT_WAIT_MS ? ms : null;
+}
+
 export interface GroupCommitOptions<I, O> {
   /** Runs one closed batch; answers one output per item, in order. */
   run: (items: readonly I[]) => Promise<O[]>;

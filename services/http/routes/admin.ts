@@ -5,16 +5,15 @@ import { queueOf } from '../../../util/schedule/rules.js';
 import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
+import type { LeaseTable } from '../../../util/leases/table.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
 import { reply, type Router } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
-import { nodeStatusNow } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import type { ScheduleRow } from '../../../util/schedule/rules.js';
-import { leaseTable } from '../../runtime/sharedStructures.js';
 import { workersReady } from '../../runtime/sharedBuffers.js';
-import type { NodeControl } from '../../status/control.js';
+import type { NodeControl, NodeStatus } from '../../status/control.js';
 
 /** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
 const MAX_IGNORED_HEADER_BYTES = 1024;
@@ -39,9 +38,14 @@ export function ignoredKeysHeader(keys: readonly string[]): string {
 }
 
 /** What the keeper holds for a URL (asked of worker 0 from any worker), its score and its lease. */
-async function explainExtras(keeper: KeeperLeadership, url: string, now: number) {
+async function explainExtras(
+  keeper: KeeperLeadership,
+  leases: () => Pick<LeaseTable, 'lookup'>,
+  url: string,
+  now: number,
+) {
   const held = await keeper.describeHeld(url, now);
-  const lease = leaseTable().lookup(url, now);
+  const lease = leases().lookup(url, now);
   return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
 }
 
@@ -55,6 +59,10 @@ export interface AdminDeps {
   revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
   /** The failing list's entries (services/schedule/store.ts failingEntries). */
   failingEntries: () => Iterable<FailingEntry>;
+  /** The node's lease table (a getter: sized at first use). */
+  leases: () => Pick<LeaseTable, 'lookup'>;
+  /** This node's status at an instant (services/keeper/servingView.ts). */
+  nodeStatus: (now: number) => NodeStatus;
 }
 
 /** The effective config, with `warnings` naming settings that are valid but likely to surprise. */
@@ -65,7 +73,7 @@ function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: 
 
 export function registerAdmin(
   router: Router,
-  { keeper, control, settings, readRow, revalidate, failingEntries }: AdminDeps,
+  { keeper, control, settings, readRow, revalidate, failingEntries, leases, nodeStatus }: AdminDeps,
 ): void {
   router.route('GET', '/prerender_admin/health', 'admin', async () =>
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
@@ -97,8 +105,7 @@ export function registerAdmin(
     const scope = await control.checkScope(obj.scope);
     await control.setPause(scope, paused);
     // Published at once, not at the next status sync, when it concerns this node.
-    if (scope === 'all' || scope === nodeName())
-      await control.publishStatus(nodeStatusNow(control.isPaused()));
+    if (scope === 'all' || scope === nodeName()) await control.publishStatus(nodeStatus(Date.now()));
     return reply({ scope, paused });
   };
   router.route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
@@ -146,7 +153,7 @@ export function registerAdmin(
       const url = checkSingleUrl(req.body);
       const now = Date.now();
       const row = readRow(url) ?? null;
-      const extras = await explainExtras(keeper, url, now);
+      const extras = await explainExtras(keeper, leases, url, now);
       return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
     },
     { observerRead: true },

@@ -18,8 +18,7 @@ import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import type { ResultService } from '../../leases/results.js';
 import { config } from '../../runtime/config.js';
 import { log, server, type HarperUser } from '../../runtime/harper.js';
-import { count, type MetricName } from '../../metrics/values.js';
-import { readySet } from '../../runtime/sharedStructures.js';
+import type { MetricName } from '../../metrics/values.js';
 import { crossSiteProblem, parseJsonBody } from '../requestChecks.js';
 import { authorize, reply, type Router } from '../router.js';
 import { MAX_BATCH, reportBatch } from './queue.js';
@@ -77,10 +76,10 @@ export interface ChannelDeps {
   scope: Pick<FleetScope, 'claimScope' | 'checkReporter'>;
   /** This worker's duty scheduler: the wait for a publish is a duty on it. */
   scheduler: Pick<DutyScheduler, 'add'>;
-  /** What the wait reads of the ready set (default: the node's ready set). */
-  ready?: () => WaitView;
-  /** Counts into the node's metrics (default: the node's cells); every claim made is `channel_claims`. */
-  count?: (name: MetricName, n: number) => void;
+  /** What the wait reads of the node's ready set (a getter: sized at first use). */
+  ready: () => WaitView;
+  /** Counts into the node's metrics; every claim made is `channel_claims`. */
+  count: (name: MetricName, n: number) => void;
   /** Harper's `server.ws` (default: the runtime's). */
   ws?: (listener: WsListener, opts: Record<string, unknown>) => void;
 }
@@ -251,8 +250,8 @@ export class ChannelHub {
   readonly count: (name: MetricName, n: number) => void;
 
   constructor(readonly deps: ChannelDeps) {
-    this.count = deps.count ?? count;
-    this.waits = new ChannelWaits(deps.ready ?? readySet);
+    this.count = deps.count;
+    this.waits = new ChannelWaits(deps.ready);
     this.duty = deps.scheduler.add(
       { name: 'channel-wait', runOnce: (now) => this.waits.runOnce(now) },
       {

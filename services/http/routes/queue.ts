@@ -1,6 +1,10 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
 import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
-import { stateMaxAgeMs } from '../../../util/handoff/keeperSignal.js';
+import type { KeeperSignal } from '../../../util/handoff/keeperSignal.js';
+import type { ReadySet } from '../../../util/handoff/readySet.js';
+import type { StateDoc } from '../../../util/handoff/stateDoc.js';
+import type { LeaseTable } from '../../../util/leases/table.js';
+import type { RequestEndpoint } from '../../../util/metrics/catalogue.js';
 import { requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
@@ -9,12 +13,11 @@ import { config } from '../../runtime/config.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import { log, type HarperUser } from '../../runtime/harper.js';
 import { reply, type Router } from '../router.js';
-import { nodeStatusNow, servingView } from '../../keeper/servingView.js';
+import type { NodeServing } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
-import { keeperSignal, leaseTable, readySet, stateDoc } from '../../runtime/sharedStructures.js';
 import type { NodeControl } from '../../status/control.js';
-import { leaseFigures, liveFigures } from '../../metrics/healthFigures.js';
-import { timedRoute, type MetricValues } from '../../metrics/values.js';
+import type { HealthFigures } from '../../metrics/healthFigures.js';
+import type { MetricValues } from '../../metrics/values.js';
 import { PROMETHEUS_CONTENT_TYPE } from '../../../util/metrics/prometheus.js';
 
 /** Results per `job_results`, `next` or channel message. */
@@ -38,34 +41,27 @@ function resultBodyLimit(): number {
   return config().render.maxBodyBytes + (64 << 10);
 }
 
-interface StateDocShape {
-  now: { due: number; inFlight: number; paused: boolean; status: string };
-  trust: { live: boolean; exact: boolean; phase: string; stateAt: number; maxAgeMs: number };
-}
-
-/**
- * The state document when the keeper can vouch for it: live, not stale, and a document no
- * older than maxAgeMs; otherwise the phase to report. queue-state and the metrics answer from this one
- * judgement.
- */
-export function vouchedState(
-  now: number,
-): { ok: true; doc: StateDocShape; maxAgeMs: number } | { ok: false; phase: string } {
-  const read = stateDoc<StateDocShape>().read();
-  const signal = keeperSignal().read();
-  const maxAgeMs = stateMaxAgeMs(config().queue.keeper.stateInterval);
-  const fresh = read !== null && now - read.doc.trust.stateAt <= maxAgeMs;
-  if (read && fresh && signal.phase === 'live' && !servingView(now).stale)
-    return { ok: true, doc: read.doc, maxAgeMs };
-  return { ok: false, phase: read && !fresh && signal.phase === 'live' ? 'stale' : signal.phase };
-}
-
 export interface QueueRouteDeps {
   claims: ClaimService;
   results: ResultService;
   scope: FleetScope;
-  metrics: Pick<MetricValues, 'text'>;
+  /** The node's metrics: the scrape's text, and each fleet endpoint's duration. */
+  metrics: Pick<MetricValues, 'text' | 'observe'>;
   control: Pick<NodeControl, 'isPaused'>;
+  /** The serving view and the node's status (services/keeper/servingView.ts). */
+  serving: Pick<NodeServing, 'view' | 'status'>;
+  /** What queue-state, the overview and the metrics answer from (services/metrics/healthFigures.ts). */
+  figures: Pick<HealthFigures, 'leaseFigures' | 'vouchedState' | 'liveFigures'>;
+  /** The node's shared structures the overview shows (getters: sized at first use). */
+  leases: () => Pick<LeaseTable, 'maxLeases'>;
+  ready: () => Pick<ReadySet, 'snapshot'>;
+  signal: () => Pick<KeeperSignal, 'read'>;
+  state: () => Pick<StateDoc<OverviewDoc>, 'read'>;
+}
+
+/** What the overview shows of the state document (any shape it holds: each part is optional). */
+interface OverviewDoc {
+  trust?: { keeper?: unknown; exact?: boolean };
 }
 
 /**
@@ -117,10 +113,30 @@ async function answerTokenResult(
   return reply({ accepted: true, nextRenderTime: a!.nextRenderTime, ...dup });
 }
 
-export function registerQueue(
-  router: Router,
-  { claims, results, scope: fleetScope, metrics, control }: QueueRouteDeps,
-): void {
+export function registerQueue(router: Router, deps: QueueRouteDeps): void {
+  const { claims, results, scope: fleetScope, metrics, control, serving, figures } = deps;
+  /** `router.route` with the handler's duration observed under `endpoint`, whether it answers or throws. */
+  const timedRoute = (
+    on: Router,
+    endpoint: RequestEndpoint,
+    ...[method, path, caller, handler, opts]: Parameters<Router['route']>
+  ): void => {
+    const labels = { endpoint };
+    on.route(
+      method,
+      path,
+      caller,
+      async (req) => {
+        const t0 = performance.now();
+        try {
+          return await handler(req);
+        } finally {
+          metrics.observe('request_ms', performance.now() - t0, labels);
+        }
+      },
+      opts,
+    );
+  };
   const isPaused = () => control.isPaused();
   timedRoute(router, 'claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = claims.parseLimit(req.body);
@@ -202,16 +218,16 @@ export function registerQueue(
 
   router.route('GET', '/prerender_admin/overview', 'admin', async () => {
     const now = Date.now();
-    const leases = leaseTable();
+    const leases = deps.leases();
     // Reads never write: the lease figures are worker 0's last reconcile (every stateInterval).
-    const rec = leaseFigures(now);
-    const snap = readySet().snapshot();
-    const signal = keeperSignal().read();
-    const view = servingView(now);
-    const doc = stateDoc<{ trust?: { keeper?: unknown; exact?: boolean } }>().read();
+    const rec = figures.leaseFigures(now);
+    const snap = deps.ready().snapshot();
+    const signal = deps.signal().read();
+    const view = serving.view(now);
+    const doc = deps.state().read();
     return reply({
       node: nodeName(),
-      status: nodeStatusNow(isPaused(), now),
+      status: serving.status(now),
       paused: isPaused(),
       leases: {
         occupancy: rec.occupancy,
@@ -245,16 +261,16 @@ export function registerQueue(
 
   router.route('GET', '/prerender_admin/queue-state', 'admin', async () => {
     const now = Date.now();
-    const state = vouchedState(now);
+    const state = figures.vouchedState(now);
     if (!state.ok) {
       return reply(
         {
           error: `the keeper cannot vouch for its numbers (${state.phase})`,
           code: 'unavailable',
           now: {
-            inFlight: leaseFigures(now).occupancy,
+            inFlight: figures.leaseFigures(now).occupancy,
             paused: isPaused(),
-            status: nodeStatusNow(isPaused(), now),
+            status: serving.status(now),
           },
           trust: { live: false, exact: false, phase: state.phase },
         },
@@ -268,7 +284,7 @@ export function registerQueue(
 
   router.route('GET', '/prerender_admin/metrics', 'admin', async () => {
     const now = Date.now();
-    const text = metrics.text(liveFigures(now, vouchedState(now)));
+    const text = metrics.text(figures.liveFigures(now));
     return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
   });
 }
