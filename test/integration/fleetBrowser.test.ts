@@ -28,6 +28,7 @@ import {
 import { startTogether } from '../startTogether.js';
 import { fileTargets, postConfig } from '../api.js';
 import { until } from '../wait.js';
+import { builtText, jsPage, serveJsSite } from '../jsSite.js';
 
 const MIN = 60_000;
 /** The JS pages' cadence: inside queue-state's next60m and outside next15m once rescheduled. */
@@ -37,7 +38,6 @@ const RAW_CADENCE = 6 * 60 * MIN;
 const fleetUser: Credentials = { username: 'browser-fleet', password: 'browser-fleet-pass' };
 // Far longer than any wait below: a claim that comes sooner was woken, not polled.
 const LONG_IDLE = { baseMs: 120_000, capMs: 120_000 };
-const BUILT_TEXT = (n: string) => `built ${n}: héllo — 日本語 🎉`;
 
 let h: HarperInstance | undefined;
 let chromium: ChromiumRenderer | undefined;
@@ -48,39 +48,8 @@ let fleetId = '';
 const dataHits = new Map<string, number>();
 const clients: FleetClient[] = [];
 
-/**
- * A page whose content exists only after its script ran: the script fetches /data/<n> (answered
- * 200 ms late, so the network is busy after `load`) and appends the text as <p id="built">.
- */
-function sitePage(n: string): string {
-  return `<!doctype html><html><head><title>js ${n}</title></head><body><h1>page ${n}</h1>
-<script>
-fetch('/data/${n}').then((r) => r.json()).then((d) => {
-  const p = document.createElement('p');
-  p.id = 'built';
-  p.textContent = d.text;
-  document.body.append(p);
-});
-</script></body></html>`;
-}
-
 function serveSite(req: http.IncomingMessage, res: http.ServerResponse): void {
-  const path = req.url ?? '/';
-  const data = /^\/data\/([\w-]+)$/.exec(path);
-  if (data) {
-    dataHits.set(data[1]!, (dataHits.get(data[1]!) ?? 0) + 1);
-    setTimeout(() => {
-      res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' });
-      res.end(JSON.stringify({ text: BUILT_TEXT(data[1]!) }));
-    }, 200);
-    return;
-  }
-  const page = /^\/js\/([\w-]+)$/.exec(path);
-  if (page) {
-    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-    res.end(sitePage(page[1]!));
-    return;
-  }
+  if (serveJsSite(req, res, dataHits)) return;
   res.writeHead(404, { 'content-type': 'text/plain' }).end('not here');
 }
 
@@ -194,12 +163,12 @@ test(
     // The browser ran each page's script: it fetched the data, and the stored page holds the result.
     for (const n of ids) assert.equal(dataHits.get(n), 1, `/data/${n} fetched by the page's script`);
     for (const [i, url] of urls.entries()) {
-      const served = sitePage(ids[i]!);
+      const served = jsPage(ids[i]!);
       assert.ok(!served.includes('id="built"'), 'the served HTML has no built paragraph');
       const got = await botGet(url);
       assert.equal(got.status, 200, got.text);
       assert.equal(got.headers['content-type'], 'text/html; charset=utf-8');
-      assert.ok(got.text.includes(`<p id="built">${BUILT_TEXT(ids[i]!)}</p>`), got.text);
+      assert.ok(got.text.includes(`<p id="built">${builtText(ids[i]!)}</p>`), got.text);
       assert.ok(got.text.includes(`<h1>page ${ids[i]}</h1>`), got.text);
     }
 

@@ -23,12 +23,12 @@ import {
   type PrerenderJob,
 } from '../prerenderFleet.js';
 import { sleep, until } from '../wait.js';
+import { builtText, jsPage, serveJsSite } from '../jsSite.js';
 
 const MIN = 60_000;
 /** The pages' cadence: a rendered row comes due again this far out. */
 const CADENCE = 30 * MIN;
 const fleetUser: Credentials = { username: 'pfb-fleet', password: 'pfb-fleet-pass' };
-const BUILT_TEXT = (n: string) => `built ${n}: héllo — 日本語 🎉`;
 /** The response headers the site sends with every page; the fleet forwards only its allowed ones. */
 const PAGE_HEADERS = {
   'content-type': 'text/html; charset=utf-8',
@@ -50,36 +50,8 @@ let site: http.Server | undefined;
 let siteBase = '';
 const dataHits = new Map<string, number>();
 
-function sitePage(n: string): string {
-  return `<!doctype html><html><head><title>js ${n}</title></head><body><h1>page ${n}</h1>
-<script>
-fetch('/data/${n}').then((r) => r.json()).then((d) => {
-  const p = document.createElement('p');
-  p.id = 'built';
-  p.textContent = d.text;
-  document.body.append(p);
-});
-</script></body></html>`;
-}
-
 function serveSite(req: http.IncomingMessage, res: http.ServerResponse): void {
-  const path = req.url ?? '/';
-  const data = /^\/data\/([\w-]+)$/.exec(path);
-  if (data) {
-    dataHits.set(data[1]!, (dataHits.get(data[1]!) ?? 0) + 1);
-    // Answered late, so the page is still busy on the network after `load`.
-    setTimeout(() => {
-      res.writeHead(200, { 'content-type': 'application/json; charset=utf-8' });
-      res.end(JSON.stringify({ text: BUILT_TEXT(data[1]!) }));
-    }, 200);
-    return;
-  }
-  const page = /^\/js\/([\w-]+)$/.exec(path);
-  if (page) {
-    res.writeHead(200, PAGE_HEADERS);
-    res.end(sitePage(page[1]!));
-    return;
-  }
+  if (serveJsSite(req, res, dataHits, PAGE_HEADERS)) return;
   res.writeHead(404, { 'content-type': 'text/plain' }).end('not here');
 }
 
@@ -200,7 +172,7 @@ test(
     // The browser ran each page's script: it fetched the data, and the stored page holds the result.
     for (const n of ids) assert.equal(dataHits.get(n), 1, `/data/${n} fetched by the page's script`);
     for (const [i, url] of urls.entries()) {
-      assert.ok(!sitePage(ids[i]!).includes('id="built"'), 'the served HTML has no built paragraph');
+      assert.ok(!jsPage(ids[i]!).includes('id="built"'), 'the served HTML has no built paragraph');
       const stored = (await h!.operation({
         operation: 'search_by_id',
         database: 'render_queue',
@@ -209,7 +181,7 @@ test(
         get_attributes: ['*'],
       })) as Array<{ body: unknown; statusCode: number | null; headers?: unknown }>;
       const body = String(stored[0]?.body);
-      assert.ok(body.includes(`<p id="built">${BUILT_TEXT(ids[i]!)}</p>`), body.slice(0, 500));
+      assert.ok(body.includes(`<p id="built">${builtText(ids[i]!)}</p>`), body.slice(0, 500));
       assert.ok(body.includes(`<h1>page ${ids[i]}</h1>`), body.slice(0, 500));
       assert.equal(stored[0]?.statusCode, 200);
       assert.deepEqual(stored[0]?.headers, {
