@@ -21,7 +21,7 @@ import { Router } from './services/http/router.js';
 import { KeeperLeadership, type KeeperSeat } from './services/keeper/leadership.js';
 import { KeeperService, type ScheduleSource } from './services/keeper/service.js';
 import { NodeServing } from './services/keeper/servingView.js';
-import { startMaintenance } from './services/keeper/maintenance.js';
+import { startMaintenance } from './util/duties/maintenance.js';
 import { harperConnections } from './services/cluster/connections.js';
 import { CALLBACK_ORIGIN_ENV, callbackOrigin, environmentOrigin } from './services/cluster/nodeName.js';
 import { harperMembership, harperPeers } from './services/cluster/membership.js';
@@ -31,7 +31,7 @@ import { peerWait } from './services/cluster/peerWait.js';
 import { ClaimService } from './services/leases/claims.js';
 import { readClaimMarks, writeClaimMarks } from './services/leases/claimMarks.js';
 import { FleetScope } from './services/leases/fleetScope.js';
-import { ResultService } from './services/leases/results.js';
+import { ResultService } from './services/results/service.js';
 import { hookPolicy, pinnedSend, userAgent } from './services/notify/delivery.js';
 import { Dispatcher } from './services/notify/dispatcher.js';
 import {

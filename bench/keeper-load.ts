@@ -11,7 +11,7 @@ import { mkdirSync } from 'node:fs';
 import { startHarper } from '../test/harness.js';
 import { CONFIG_ROUTES, SCALE_SEED, scaleTargets, seededRandom } from './fixtures.js';
 import { fileAll, loadavg, machine } from './lib.js';
-import type { ScheduleSource } from '../services/keeper/types.js';
+import type { ScheduleSource } from '../services/keeper/deps.js';
 
 async function seedRoot(rows: number, root: string): Promise<void> {
   mkdirSync(root, { recursive: true });
@@ -37,9 +37,9 @@ async function measure(rounds: number): Promise<void> {
   const { KeeperService } = await import('../services/keeper/service.js');
   const { applyValues, checkPartial, defaultConfig } = await import('../util/config/schema.js');
   const { DutyScheduler, realTimer } = await import('../util/duties/scheduler.js');
-  const { MIN_KEY_BYTES_PER_SLOT, ReadySet } = await import('../util/handoff/readySet.js');
-  const { KeeperSignal } = await import('../util/handoff/keeperSignal.js');
-  const { StateDoc } = await import('../util/handoff/stateDoc.js');
+  const { MIN_KEY_BYTES_PER_SLOT, ReadySet } = await import('../util/sharedMemory/readySet.js');
+  const { KeeperSignal } = await import('../util/sharedMemory/keeperSignal.js');
+  const { StateDoc } = await import('../util/sharedMemory/stateDoc.js');
   const cfg = applyValues(defaultConfig(), checkPartial({ render: { routes: CONFIG_ROUTES } }).values);
   const capacity = cfg.queue.ready.capacity;
   const keyBytes = Math.max(MIN_KEY_BYTES_PER_SLOT, capacity * 160);

@@ -10,7 +10,7 @@
 import { KeeperCore, type HeldClass, type ScheduleRow, type TopSkip } from '../util/keeper/core.js';
 import { keyHash } from '../util/keyHash.js';
 import { LeaseTable } from '../util/leases/table.js';
-import { flagBits, ReadySet } from '../util/handoff/readySet.js';
+import { flagBits, ReadySet } from '../util/sharedMemory/readySet.js';
 import { MINUTE_MS } from '../util/time.js';
 import { summarize } from './lib.js';
 import { DAY, classify, seededRandom, urlOf } from './fixtures.js';

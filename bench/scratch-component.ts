@@ -77,7 +77,7 @@ import { threadId as qkThreadId } from 'node:worker_threads';
 // core away (or a GC on another thread's behalf); the GC entries say when the worker's own collector ran.
 function publishProfileSource(dir: string): string {
   return `
-import { ReadySet as QkPpReady } from './util/handoff/readySet.js';
+import { ReadySet as QkPpReady } from './util/sharedMemory/readySet.js';
 import { appendFileSync as qkPpAppend, readFileSync as qkPpRead } from 'node:fs';
 import { PerformanceObserver as QkPpObserver } from 'node:perf_hooks';
 import { threadId as qkPpThread } from 'node:worker_threads';

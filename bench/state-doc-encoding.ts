@@ -1,4 +1,4 @@
-// Which encoding the shared queue-state document uses (util/handoff/stateDoc.ts): JSON or msgpackr.
+// Which encoding the shared queue-state document uses (util/sharedMemory/stateDoc.ts): JSON or msgpackr.
 // The state duty writes the document every 5 s on worker 0 and every queue-state request on any worker
 // reads it, so decode cost matters more than encode cost. Both paths are measured end to end as the
 // store runs them: encode into a shared slot, then copy out of it and decode.

@@ -7,7 +7,7 @@
 import type { ClusterMembership } from '../../util/cluster/membership.js';
 import { PEER_WAIT_CAP_MS, waitForPeers } from '../../util/cluster/peerWait.js';
 import type { DutyScheduler } from '../../util/duties/scheduler.js';
-import type { KeeperSignal } from '../../util/handoff/keeperSignal.js';
+import type { KeeperSignal } from '../../util/sharedMemory/keeperSignal.js';
 import { log } from '../runtime/harper.js';
 
 function capFromEnv(): number {

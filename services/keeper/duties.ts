@@ -23,7 +23,7 @@ import {
   type DutyScheduler,
 } from '../../util/duties/scheduler.js';
 import type { KeeperService } from './service.js';
-import type { KeeperDeps } from './types.js';
+import type { KeeperDeps } from './deps.js';
 
 export const RESUBSCRIBE_BACKOFF_MS = 30_000;
 export const VERIFY_RETRY_MS = 30_000;

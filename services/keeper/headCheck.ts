@@ -1,7 +1,7 @@
 // The head check: after each publish the keeper point-reads the head of the published set
 // (each key at most once a minute) and repairs what it holds wrongly; it also reports, once per batch,
 // rows refused as unclaimable.
-import type { RowCheckDeps } from './types.js';
+import type { RowCheckDeps } from './deps.js';
 
 export const HEAD_CHECK_ROWS = 64;
 const HEAD_CHECK_EVERY_MS = 60_000;

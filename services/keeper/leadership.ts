@@ -9,7 +9,7 @@ import type { HeldDescription } from '../../util/keeper/core.js';
 import { nameHash, randomWord } from '../../util/leases/token.js';
 import type { LeaseTable } from '../../util/leases/table.js';
 import { threadId } from 'node:worker_threads';
-import type { Ownership } from '../../util/cluster/ownership.js';
+import type { OwnershipView } from '../../util/cluster/ownership.js';
 import type { HoldingView } from '../../util/cluster/holding.js';
 import { beatEveryMs } from '../../util/cluster/membership.js';
 import {
@@ -19,10 +19,10 @@ import {
   type HandoffLease,
 } from '../../util/cluster/handoff.js';
 import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../../util/time.js';
-import { leaderIdFor, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
+import { leaderIdFor, type KeeperSignal } from '../../util/sharedMemory/keeperSignal.js';
 import { log, threads, workerIndex } from '../runtime/harper.js';
 import type { KeeperService } from './service.js';
-import type { KeeperDeps } from './types.js';
+import type { KeeperDeps } from './deps.js';
 import type { NodeControl, NodeStatus } from '../status/control.js';
 import type { RepairRound } from '../../util/cluster/repair.js';
 
@@ -70,7 +70,7 @@ export interface KeeperLeadershipDeps {
    * The cluster membership the keeper holds rows by (services/cluster), re-read every beat
    * (max(1 s, publishInterval)) or every maintenance tick when that is shorter.
    */
-  currentOwnership: () => Promise<Ownership & Partial<Pick<HoldingView, 'handedOver'>>>;
+  currentOwnership: () => Promise<OwnershipView & Partial<Pick<HoldingView, 'handedOver'>>>;
   /**
    * Replica repair (services/cluster/repair.ts): a step every beat while clustered, over the nodes the
    * keeper holds rows by; its last round shows in queue-state `trust.keeper.lastRepair`.
@@ -80,7 +80,7 @@ export interface KeeperLeadershipDeps {
 
 export class KeeperLeadership {
   private service: KeeperService | undefined;
-  private ownership: Ownership | undefined;
+  private ownership: OwnershipView | undefined;
   /** The leases this node hands over with rows it no longer holds (util/cluster/handoff.ts). */
   private readonly handoff = new HandoffLedger();
   /** When the membership last changed: a tick later the keeper walks for gains once more (refreshMembership). */
@@ -101,7 +101,7 @@ export class KeeperLeadership {
   }
 
   /** The cluster membership the keeper holds rows by (undefined before the keeper starts). */
-  clusterOwnership(): Ownership | undefined {
+  clusterOwnership(): OwnershipView | undefined {
     return this.ownership;
   }
 

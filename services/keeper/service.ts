@@ -11,12 +11,12 @@ import {
   type PublishResult,
   type ReadyWriter,
   type StagedSlot,
-} from '../../util/handoff/readySet.js';
-import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
+} from '../../util/sharedMemory/readySet.js';
+import type { KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
-import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './types.js';
-import { WALK_CHUNK } from './types.js';
+import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './deps.js';
+import { WALK_CHUNK } from './deps.js';
 import { KeeperVerifier, type VerifyResult } from './verification.js';
 import { HEAD_CHECK_ROWS, HeadCheck } from './headCheck.js';
 import { keeperStateDocument } from './stateDocument.js';
@@ -30,8 +30,8 @@ export type {
   KeeperStats,
   ScheduleEvent,
   ScheduleSource,
-} from './types.js';
-export { WALK_CHUNK } from './types.js';
+} from './deps.js';
+export { WALK_CHUNK } from './deps.js';
 export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
 
 const FORCED_PUBLISH_MS = 10_000;

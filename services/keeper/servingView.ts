@@ -1,8 +1,12 @@
 // The serving view every worker derives from the keeper signal in shared memory, and the node status it
 // gives with pause on top. One NodeServing per worker, built in resources.ts over the node's shared
 // structures; the claims, the routes, the metrics and the keeper's status sync read it.
-import { keeperStaleAfterMs, type KeeperPhase, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
-import type { ReadySet } from '../../util/handoff/readySet.js';
+import {
+  keeperStaleAfterMs,
+  type KeeperPhase,
+  type KeeperSignal,
+} from '../../util/sharedMemory/keeperSignal.js';
+import type { ReadySet } from '../../util/sharedMemory/readySet.js';
 import { deriveStatus, type NodeStatus, type ServingView } from '../status/control.js';
 
 export interface NodeServingDeps {

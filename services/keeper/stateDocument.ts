@@ -1,9 +1,9 @@
 // The queue-state document (`GET /prerender_admin/queue-state`, docs/monitoring.md) as the keeper computes
 // it: the held rows' counts, the lease figures and the node's pause and status, and the trust block that says
 // how far the keeper vouches for them.
-import { stateMaxAgeMs, type KeeperPhase } from '../../util/handoff/keeperSignal.js';
+import { stateMaxAgeMs, type KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
 import type { KeeperCore } from '../../util/keeper/core.js';
-import type { KeeperStats } from './types.js';
+import type { KeeperStats } from './deps.js';
 import { MINUTE_MS } from '../../util/time.js';
 
 /** What the document reads of the keeper service. */

@@ -1,8 +1,8 @@
 // The keeper's verification walk (every queue.keeper.verifyInterval): walks the table to add missing rows,
 // fix mismatched ones and drop rows no longer owned, then point-checks what it holds for rows deleted without
 // an event. A cluster membership change drops the rows lost at once and walks for the rows gained.
-import type { KeeperStats, RowCheckDeps } from './types.js';
-import { WALK_CHUNK } from './types.js';
+import type { KeeperStats, RowCheckDeps } from './deps.js';
+import { WALK_CHUNK } from './deps.js';
 
 export type VerifyResult = NonNullable<KeeperStats['lastVerify']>;
 

@@ -5,7 +5,7 @@ import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { HttpError } from '../../util/http/errors.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { LeaseTable } from '../../util/leases/table.js';
-import type { ReadyEntry, ReadySet } from '../../util/handoff/readySet.js';
+import type { ReadyEntry, ReadySet } from '../../util/sharedMemory/readySet.js';
 import type { MetricName } from '../../util/metrics/catalogue.js';
 import { classifyUrl } from '../../util/schedule/rules.js';
 import type { ClaimRow } from '../../util/schedule/rawRecord.js';
@@ -143,7 +143,7 @@ export class ClaimService {
   /**
    * Grants up to `limit` due jobs from the ready set, from every queue or only from `scope`
    * (a fleet-bound user, or a body's `queues`). An unscoped claim takes entries off the shared cursor in
-   * the set's global order; a scoped one takes from its queues' sections (util/handoff/readySet.ts),
+   * the set's global order; a scoped one takes from its queues' sections (util/sharedMemory/readySet.ts),
    * best head first, so it never uses up entries of queues it does not serve and a small queue still
    * gets full claims.
    */

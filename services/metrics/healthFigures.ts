@@ -5,8 +5,8 @@
 // any Prometheus scraping. One HealthFigures per worker, built in resources.ts over the node's shared
 // structures.
 import type { Duty } from '../../util/duties/scheduler.js';
-import { stateMaxAgeMs, type KeeperSignal } from '../../util/handoff/keeperSignal.js';
-import type { StateDoc } from '../../util/handoff/stateDoc.js';
+import { stateMaxAgeMs, type KeeperSignal } from '../../util/sharedMemory/keeperSignal.js';
+import type { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 import type { LeaseTable } from '../../util/leases/table.js';
 import { queueNames, queueSeries, type QueueStateLateness } from '../../util/metrics/queueSeries.js';
 import type { LiveFigures, MetricValues } from './values.js';

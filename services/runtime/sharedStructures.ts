@@ -3,11 +3,11 @@
 // fixed for the life of the process (`restart` keys); a later different size keeps the original buffer.
 // The poke (a claim found the set used up) travels as a notify on the keeper signal's buffer: the claim
 // path calls pokeKeeper, the keeper on worker 0 listens through onKeeperPoke; resources.ts wires both.
-import { KeeperSignal } from '../../util/handoff/keeperSignal.js';
+import { KeeperSignal } from '../../util/sharedMemory/keeperSignal.js';
 import { LeaseTable } from '../../util/leases/table.js';
 import { RELEASE_ROOM_SLOTS } from '../../util/leases/slots.js';
-import { MIN_KEY_BYTES_PER_SLOT, ReadySet } from '../../util/handoff/readySet.js';
-import { StateDoc } from '../../util/handoff/stateDoc.js';
+import { MIN_KEY_BYTES_PER_SLOT, ReadySet } from '../../util/sharedMemory/readySet.js';
+import { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 import { config } from './config.js';
 import { log } from './harper.js';
 import { sharedBuffer } from './sharedBuffers.js';

@@ -22,7 +22,7 @@ import {
   type StallCharge,
   type StallConfig,
 } from '../../util/stall/rules.js';
-import type { KeeperPhase } from '../../util/handoff/keeperSignal.js';
+import type { KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
 import type { Duty } from '../../util/duties/scheduler.js';
 
 export interface StallSweepResult extends Record<string, number> {

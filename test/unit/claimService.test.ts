@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { defaultConfig, type QueueKeeperConfig } from '../../util/config/schema.js';
-import { MIN_KEY_BYTES_PER_SLOT, ReadySet, type ReadyEntryInput } from '../../util/handoff/readySet.js';
+import { MIN_KEY_BYTES_PER_SLOT, ReadySet, type ReadyEntryInput } from '../../util/sharedMemory/readySet.js';
 import { LeaseTable } from '../../util/leases/table.js';
 import { FakeClock } from '../fakeClock.js';
 import { nameHash } from '../../util/leases/token.js';

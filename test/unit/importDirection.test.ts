@@ -24,6 +24,7 @@ const LAYERS: readonly string[] = [
   'stall',
   'notify',
   'leases',
+  'results',
   'keeper',
   'metrics',
   'http',

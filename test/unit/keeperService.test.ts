@@ -13,10 +13,10 @@ import {
 } from '../../util/config/schema.js';
 import { DutyScheduler } from '../../util/duties/scheduler.js';
 import { keyHash } from '../../util/keyHash.js';
-import { KeeperSignal } from '../../util/handoff/keeperSignal.js';
-import { ReadySet } from '../../util/handoff/readySet.js';
+import { KeeperSignal } from '../../util/sharedMemory/keeperSignal.js';
+import { ReadySet } from '../../util/sharedMemory/readySet.js';
 import { toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
-import { StateDoc } from '../../util/handoff/stateDoc.js';
+import { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 import {
   KeeperService,
   RESUBSCRIBE_BACKOFF_MS,

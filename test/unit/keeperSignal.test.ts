@@ -5,7 +5,7 @@ import {
   keeperStaleAfterMs,
   leaderIdFor,
   POKE_MIN_INTERVAL_MS,
-} from '../../util/handoff/keeperSignal.js';
+} from '../../util/sharedMemory/keeperSignal.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { applyValues, checkPartial, defaultConfig } from '../../util/config/schema.js';
 import { DutyScheduler, type Duty } from '../../util/duties/scheduler.js';
-import { startMaintenance } from '../../services/keeper/maintenance.js';
+import { startMaintenance } from '../../util/duties/maintenance.js';
 import { FakeClock } from '../fakeClock.js';
 
 const T0 = 1_000_000;

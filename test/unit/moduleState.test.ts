@@ -29,7 +29,7 @@ const PROCESS_WIDE: Record<string, string> = {
     "this thread's decode plans per shared struct for the walk's fields; no rows",
   'util/leases/token.ts processWideRandomPool': "this thread's CSPRNG bytes: one pool serves every grant",
   'util/leases/memory.ts napCell': 'never written: the SharedArrayBuffer word Atomics.wait naps on',
-  'util/handoff/stateDoc.ts packr': 'a codec without shared structures: each message carries its own',
+  'util/sharedMemory/stateDoc.ts packr': 'a codec without shared structures: each message carries its own',
   'util/notify/wakeBody.ts QUEUE_NAME': 'a RegExp without the g/y flags keeps no lastIndex',
   'services/http/requestChecks.ts utf8': 'a TextDecoder used without `stream` keeps nothing between calls',
   'util/text.ts strictUtf8': 'a TextDecoder used without `stream` keeps nothing between calls',

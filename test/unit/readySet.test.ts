@@ -8,9 +8,9 @@ import {
   type ReadyEntry,
   type ReadyEntryInput,
   type PublishResult,
-} from '../../util/handoff/readySet.js';
+} from '../../util/sharedMemory/readySet.js';
 import { nameHash } from '../../util/leases/token.js';
-import { SLOT_HEADER, S_COUNT } from '../../util/handoff/readyLayout.js';
+import { SLOT_HEADER, S_COUNT } from '../../util/sharedMemory/readyLayout.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 const MINUTE = 60_000;
@@ -177,7 +177,7 @@ test('a take that meets a slot still held by its writer gives up, and the head i
 
 /** A writer's fill that writes `xs` as the global top. */
 const fillWith =
-  (xs: readonly ReadyEntryInput[]) => (w: import('../../util/handoff/readySet.js').ReadyWriter) => {
+  (xs: readonly ReadyEntryInput[]) => (w: import('../../util/sharedMemory/readySet.js').ReadyWriter) => {
     for (const e of xs) w.top(e.key, e.score, e.dueMs, 0, e.route);
     return [];
   };

@@ -1,4 +1,4 @@
-// The result path (services/leases/results.ts) over a real lease table on a plain ArrayBuffer, with a
+// The result path (services/results/service.ts, util/results/check.ts) over a real lease table on a plain ArrayBuffer, with a
 // fake schedule writer, page store, clock and sleep.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,14 +13,8 @@ import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { HttpError } from '../../util/http/errors.js';
 import { decodePage } from '../../util/prerender/page.js';
 import { checkFleetResult, splitFrame } from '../../util/prerender/result.js';
-import {
-  PENDING_WAIT_MS,
-  ResultService,
-  retryableOnFault,
-  checkFramedResult,
-  checkResult,
-  type CheckedResult,
-} from '../../services/leases/results.js';
+import { PENDING_WAIT_MS, ResultService, retryableOnFault } from '../../services/results/service.js';
+import { checkFramedResult, checkResult, type CheckedResult } from '../../util/results/check.js';
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
 const NEXT = NOW + 86_400_000;

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { StateDoc } from '../../util/handoff/stateDoc.js';
+import { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0);
 

@@ -16,7 +16,7 @@ import type { Counts } from '../duties/scheduler.js';
 /** A waiting socket claims again at least this often, even when no publish showed anything for it. */
 export const CHANNEL_SAFETY_MS = 1500;
 
-/** What the wait reads of the ready set (util/handoff/readySet.ts). */
+/** What the wait reads of the ready set (util/sharedMemory/readySet.ts). */
 export interface WaitView {
   snapshot(): { generation: number; remaining: number };
   /** The section of a queue (its nameHash) in the active set, or null when the queue has none. */

@@ -18,10 +18,10 @@
 // was already due; a `created` can still come early after a move, paced by the new judge's cooldown).
 // While a departed node's rows are being picked up by the others' walk, its queues can look drained and
 // then due again: a `created` then rings once for the cluster (the work did move), not once per node.
-import type { Ownership } from './ownership.js';
+import type { OwnershipView } from './ownership.js';
 
-/** What the judge needs of the membership (util/cluster/ownership.ts Ownership). */
-export type Judges = Pick<Ownership, 'nodes' | 'self' | 'ownerOf'>;
+/** What the judge needs of the membership (util/cluster/ownership.ts OwnershipView). */
+export type Judges = Pick<OwnershipView, 'nodes' | 'self' | 'ownerOf'>;
 
 /** One node's published view of one queue: due gate-passing rows, the oldest unleased one, requeues. */
 export interface NodeQueueView {

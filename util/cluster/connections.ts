@@ -3,7 +3,8 @@
 // close at once (loopback: well under a second), long before its last heartbeat is 15 s old;
 // util/cluster/holding.ts lets a peer leave early only when both agree — its connection down for the quick
 // window and its beat as old. The answer carries retained credentials in clear text in Harper 4.7.29: only
-// names and `connected` flags are kept, nothing of it is ever logged.
+// names and `connected` flags are kept, nothing of it is ever logged. services/cluster/connections.ts runs
+// the operation.
 import type { ConnectionView } from './membership.js';
 
 /** The database whose socket carries the heartbeats (QueueNode). */

@@ -13,7 +13,7 @@
 // longer counts: its rows are picked up at once. (If it was only cut off and still alive, both sides
 // hold its rows until the partition heals — the price of having no coordinator.)
 import type { HandoffLease } from './handoff.js';
-import { Ownership } from './ownership.js';
+import { Ownership, type OwnershipView } from './ownership.js';
 
 /** One node's heartbeat as replicated: when it last beat and the node list it holds rows by. */
 export interface NodeBeat {
@@ -100,16 +100,22 @@ export function presentPeers(
  * the guard of rule (2). `nodes` are this node plus the present peers; `ownerOf` is plain rendezvous
  * over them (the stall sweep charges a pair on its owner).
  */
-export class HoldingView extends Ownership {
+export class HoldingView implements OwnershipView {
+  readonly nodes: readonly string[];
+  readonly self: string;
+  /** Plain rendezvous over this node and the present peers, before the peers' views are consulted. */
+  private readonly base: Ownership;
   private readonly peerViews: ReadonlyArray<{ node: string; view: Ownership }>;
   private readonly signature: string;
   private readonly present: readonly NodeBeat[];
 
   constructor(self: string, present: readonly NodeBeat[]) {
-    super(
+    this.base = new Ownership(
       present.map((b) => b.node),
       self,
     );
+    this.nodes = this.base.nodes;
+    this.self = self;
     this.present = present;
     this.peerViews = present
       .filter((b): b is NodeBeat & { view: readonly string[] } => b.view !== null && b.view.length > 0)
@@ -118,14 +124,22 @@ export class HoldingView extends Ownership {
     this.signature = this.peerViews.map((p) => `${p.node}:${p.view.nodes.join(',')}`).join(';');
   }
 
-  override owns(key: string): boolean {
-    if (!super.owns(key)) return false;
+  ownerOf(key: string): string {
+    return this.base.ownerOf(key);
+  }
+
+  ownerOfHash(hi: number, lo: number): string {
+    return this.base.ownerOfHash(hi, lo);
+  }
+
+  owns(key: string): boolean {
+    if (!this.base.owns(key)) return false;
     for (const p of this.peerViews) if (p.view.ownerOf(key) === p.node) return false;
     return true;
   }
 
-  override ownsHash(hi: number, lo: number): boolean {
-    if (!super.ownsHash(hi, lo)) return false;
+  ownsHash(hi: number, lo: number): boolean {
+    if (!this.base.ownsHash(hi, lo)) return false;
     for (const p of this.peerViews) if (p.view.ownerOfHash(hi, lo) === p.node) return false;
     return true;
   }
@@ -143,8 +157,12 @@ export class HoldingView extends Ownership {
   }
 
   /** The same holding decision for every key: same nodes and the same published peer views. */
-  override sameMembership(other: Ownership): boolean {
-    return super.sameMembership(other) && other instanceof HoldingView && other.signature === this.signature;
+  sameMembership(other: OwnershipView): boolean {
+    return (
+      other instanceof HoldingView &&
+      this.base.sameMembership(other.base) &&
+      other.signature === this.signature
+    );
   }
 
   /** Peers whose published view still lists a different membership than ours (rows may be moving). */

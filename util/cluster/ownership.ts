@@ -3,7 +3,23 @@
 // membership change moves only the rows of the node that left (or the share the newcomer takes).
 import { keyHash, mix32 } from '../keyHash.js';
 
-export class Ownership {
+/**
+ * Who holds which row, as the keeper, the lease table and the stall sweep ask it. Ownership is plain
+ * rendezvous over the nodes; util/cluster/holding.ts HoldingView wraps one with the peers' published views.
+ */
+export interface OwnershipView {
+  /** Sorted, distinct node names. */
+  readonly nodes: readonly string[];
+  readonly self: string;
+  ownerOf(key: string): string;
+  ownerOfHash(hi: number, lo: number): string;
+  owns(key: string): boolean;
+  ownsHash(hi: number, lo: number): boolean;
+  /** The same holding decision for every key as `other`. */
+  sameMembership(other: OwnershipView): boolean;
+}
+
+export class Ownership implements OwnershipView {
   /** Sorted, distinct node names. */
   readonly nodes: readonly string[];
   private readonly nodeHashes: ReadonlyArray<{ hi: number; lo: number }>;
@@ -49,7 +65,7 @@ export class Ownership {
     return this.nodes.length === 1 || this.ownerOfHash(hi, lo) === this.self;
   }
 
-  sameMembership(other: Ownership): boolean {
+  sameMembership(other: OwnershipView): boolean {
     return this.self === other.self && this.nodes.join('\n') === other.nodes.join('\n');
   }
 }

@@ -3,8 +3,8 @@
 // the skipped row never arrives. So each node's keeper digests its RenderSchedule table by the Harper
 // record version of every key (the origin transaction's time, the same on every node once replicated),
 // the nodes compare digests through a replicated table, look at the keys of the buckets that differ, and
-// the node holding the newest version of a key another node lacks sends it again (services/cluster/
-// repair.ts does the reading and writing).
+// the node holding the newest version of a key another node lacks sends it again
+// (services/cluster/repair.ts does the reading and writing).
 //
 // A round has a cutoff on a grid every node computes alike. The digest covers live rows whose version is at
 // or before the cutoff, walked well after it, so rows written since do not count and two nodes in step give

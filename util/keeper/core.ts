@@ -7,8 +7,8 @@
 // util/keeper/selection.ts and the due counts and oldest-due reads in util/keeper/dueReads.ts, both
 // over the same rows and classes.
 import { HeldRows } from './heldRows.js';
-import type { Bucket, KeeperClass } from './class.js';
-import { KeeperClasses, MARK_INDEX } from './classes.js';
+import type { Bucket, KeeperClass } from './keeperClass.js';
+import { KeeperClasses, MARK_INDEX } from './classSet.js';
 import { DueReads } from './dueReads.js';
 import { FlowLedger } from './flow.js';
 import { TopSelection } from './selection.js';

@@ -1,8 +1,8 @@
 // The keeper's due reads: due counts per queue, each queue's oldest due row, and the counting parts of
 // the queue-state document. They walk class heads, not rows, over what KeeperCore holds; apart from
 // closing flow minutes (syncDue) they change nothing. Pure: the clock is an argument.
-import type { Bucket } from './class.js';
-import type { KeeperClasses } from './classes.js';
+import type { Bucket } from './keeperClass.js';
+import type { KeeperClasses } from './classSet.js';
 import type { FlowLedger } from './flow.js';
 import type { HeldRows } from './heldRows.js';
 import { queueState, type QueueStateCounts } from './stateCounts.js';

@@ -1,10 +1,10 @@
 // The keeper's publish selection: the best due rows by score, read as a heap merge
 // over the class heads, and the per-queue extras a publish adds for the ready set's sections. Reads the
-// held rows (util/keeper/heldRows.ts) and classes (util/keeper/classes.ts) that KeeperCore keeps; never
+// held rows (util/keeper/heldRows.ts) and classes (util/keeper/classSet.ts) that KeeperCore keeps; never
 // changes them. Pure: the clock is an argument.
 import { CHUNK, HeldRows } from './heldRows.js';
-import type { Bucket, KeeperClass } from './class.js';
-import { HeadHeap, type KeeperClasses } from './classes.js';
+import type { Bucket, KeeperClass } from './keeperClass.js';
+import { HeadHeap, type KeeperClasses } from './classSet.js';
 import type { FlowLedger } from './flow.js';
 import type { HeldClass, PublishSink, PublishWalk, TopSkip, TopVisitor, TopWalk } from './types.js';
 import { type QueueShare, sectionQuotas } from './sections.js';

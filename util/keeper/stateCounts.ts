@@ -1,7 +1,7 @@
 // The counting parts of the queue-state document (docs/monitoring.md), computed from the keeper's buckets.
 // Every row in one bucket shares class and minute, so each figure is one addition per bucket: the
 // cost follows the number of (class, minute) pairs, never the number of rows.
-import type { KeeperClass } from './class.js';
+import type { KeeperClass } from './keeperClass.js';
 import type { FlowLedger, FlowMinute } from './flow.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
 

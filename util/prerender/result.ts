@@ -1,6 +1,6 @@
 // A prerender fleet's result (docs/prerender-fleet.md): the raw-bytes framing, its metadata as the fleet
 // writes it, and the outcome that decides what happens to the row. Pure: the page bytes are decoded by
-// util/prerender/page.ts, the lease and the row by services/leases/results.ts.
+// util/prerender/page.ts, the lease and the row by services/results/service.ts.
 import { badRequest, echo } from '../http/errors.js';
 import { describeType } from '../http/input.js';
 import { utf8Text } from '../text.js';

@@ -15,7 +15,7 @@ import type { DutyHandle, DutyScheduler } from '../../../util/duties/scheduler.j
 import { nameHash } from '../../../util/leases/token.js';
 import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
-import type { ResultService } from '../../leases/results.js';
+import type { ResultService } from '../../results/service.js';
 import { config } from '../../runtime/config.js';
 import { log, server, type HarperUser } from '../../runtime/harper.js';
 import type { MetricName } from '../../metrics/values.js';

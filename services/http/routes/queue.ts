@@ -1,14 +1,15 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
 import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
-import type { KeeperSignal } from '../../../util/handoff/keeperSignal.js';
-import type { ReadySet } from '../../../util/handoff/readySet.js';
-import type { StateDoc } from '../../../util/handoff/stateDoc.js';
+import type { KeeperSignal } from '../../../util/sharedMemory/keeperSignal.js';
+import type { ReadySet } from '../../../util/sharedMemory/readySet.js';
+import type { StateDoc } from '../../../util/sharedMemory/stateDoc.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import type { RequestEndpoint } from '../../../util/metrics/catalogue.js';
 import { requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
-import { retryableOnFault, type CheckedResult, type ResultService } from '../../leases/results.js';
+import { retryableOnFault, type ResultService } from '../../results/service.js';
+import type { CheckedResult } from '../../../util/results/check.js';
 import { config } from '../../runtime/config.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import { log, type HarperUser } from '../../runtime/harper.js';

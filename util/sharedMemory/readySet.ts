@@ -1,9 +1,9 @@
 // The ready set: worker 0 publishes the best due rows into a shared buffer; every worker takes from it
 // with one atomic add and no lock. Two slots flip so a publish never writes the slot readers are using.
 // This file holds the publish and the global take (entries 0..count, the only part an unscoped take
-// reads); the per-queue sections a scoped claim takes from are in util/handoff/readySections.ts, and
+// reads); the per-queue sections a scoped claim takes from are in util/sharedMemory/readySections.ts, and
 // the byte layout (RDY3), the entry codec and the seqlock slot read both use in
-// util/handoff/readyLayout.ts.
+// util/sharedMemory/readyLayout.ts.
 import { Buffer } from 'node:buffer';
 import { nameHash } from '../leases/token.js';
 import { fromSharedSeconds, sharedSecondsAtOrBefore } from '../time.js';

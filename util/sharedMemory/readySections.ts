@@ -3,8 +3,8 @@
 // one section per queue: an index list of that queue's entries, global ones first, best first, with its
 // own cursor. A scoped claim takes from its queues' sections, so a queue with 1 % of the due rows still
 // gets full claims. An entry may be reachable from the global cursor and from its section: the lease
-// table grants it once. The layout (RDY3) is in util/handoff/readyLayout.ts; the publish that writes the
-// sections and the global take are in util/handoff/readySet.ts.
+// table grants it once. The layout (RDY3) is in util/sharedMemory/readyLayout.ts; the publish that writes the
+// sections and the global take are in util/sharedMemory/readySet.ts.
 //
 // A section cursor is (generation & TAG_MASK) << POS_BITS | position: a take moves it by CAS only while
 // its tag is the generation it read, so a take can never spend positions of a set it did not read.

@@ -1,5 +1,5 @@
-// The ready set's shared memory: the byte layout both the global set (util/handoff/readySet.ts) and
-// the per-queue sections (util/handoff/readySections.ts) read and write, the entry codec, the slot
+// The ready set's shared memory: the byte layout both the global set (util/sharedMemory/readySet.ts) and
+// the per-queue sections (util/sharedMemory/readySections.ts) read and write, the entry codec, the slot
 // writer's lock and the seqlock read of the active slot that every take goes through.
 //
 // The buffer is an ordinary ArrayBuffer shared by all workers (Harper's getUserSharedBuffer):

@@ -4,7 +4,7 @@
 // overlap (a slow sweep must not meet a second sweep of itself, which would plan from the same ledger
 // twice). Results are counts; the tick itself stays silent when every count is zero. A changed
 // `maintenance.tickInterval` (a `timers` key) re-arms the waiting tick.
-import { every, type Duty, type DutyHandle, type DutyScheduler } from '../../util/duties/scheduler.js';
+import { every, type Duty, type DutyHandle, type DutyScheduler } from './scheduler.js';
 
 /** Starts the tick on `scheduler` (call on worker 0 only); the handle's stop() ends it. */
 export function startMaintenance(

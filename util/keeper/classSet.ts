@@ -1,6 +1,6 @@
 // The set of keeper classes: finding a row's class, unlisting classes that empty, and the due cursor
 // that keeps every class's due count exact as the clock moves. Also the heap that merges class heads.
-import { type Bucket, KeeperClass } from './class.js';
+import { type Bucket, KeeperClass } from './keeperClass.js';
 import type { FlowLedger } from './flow.js';
 import type { Mark } from './score.js';
 import { minuteOf } from '../time.js';

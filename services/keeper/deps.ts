@@ -2,10 +2,10 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type { Counts, DutyScheduler } from '../../util/duties/scheduler.js';
 import type { DueSummary, HeldFields, KeeperCore } from '../../util/keeper/core.js';
-import type { KeeperSignal } from '../../util/handoff/keeperSignal.js';
-import type { ReadySet } from '../../util/handoff/readySet.js';
+import type { KeeperSignal } from '../../util/sharedMemory/keeperSignal.js';
+import type { ReadySet } from '../../util/sharedMemory/readySet.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
-import type { StateDoc } from '../../util/handoff/stateDoc.js';
+import type { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 import type { RepairRound } from '../../util/cluster/repair.js';
 
 export interface ScheduleEvent {
