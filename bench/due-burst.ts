@@ -1,11 +1,14 @@
-// The due instant alone (target: the first grant ≤ 50 ms after the due instant): 100,000 rows held and
-// not due, then per round 20,000 rows filed due at the next whole minute, 24 fleet clients polling
-// (claim 25, 10 ms back-off when empty, each grant reported), and the first grant's wall time after the
-// due instant. The side by side's C measures the same within a longer run; this isolates it.
+// The due instant alone: the side by side's C (claims-vs-bullmq.ts) without the rest. 100,000 rows held
+// and not due, then per round 20,000 rows filed due at the next whole minute and drained with results by
+// 24 fleet clients (claim 25, 10 ms back-off when empty). Per round: the first, median and last grant
+// after the due instant, the claims answered empty while rows of the burst were still due (as a share of
+// the burst's claims), and the publishes (ready-set generations) during the drain.
+// With COMPONENT_B=<dir> it boots a second build beside this one and alternates rounds between them
+// (A, B, A, B, …), for a before/after pair taken in one run.
 // Run: npx tsc -p tsconfig.json && ROUNDS=3 node dist/bench/due-burst.js
-import type { Credentials } from '../test/harness.js';
-import { bootSideBySide, renderedResults, type Granted } from './claim-drain.js';
-import { benchUrl, fileAll, fleetClient, loadavg, machine, sleep } from './lib.js';
+import type { Credentials, HarperInstance } from '../test/harness.js';
+import { bootSideBySide, dueAtOnce } from './claim-drain.js';
+import { benchUrl, fileAll, fleetClient, loadavg, machine, type FleetClient } from './lib.js';
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const AT_ONCE = Number(process.env.AT_ONCE ?? 20_000);
@@ -13,47 +16,53 @@ const HELD = Number(process.env.HELD ?? 100_000);
 const CLIENTS = 24;
 const fleet: Credentials = { username: 'bench-fleet', password: 'bench-fleet-pass' };
 
+interface Side {
+  name: string;
+  h: HarperInstance;
+  clients: FleetClient[];
+}
+
 console.log(
   JSON.stringify({ bench: 'due-burst', ...machine(), rounds: ROUNDS, atOnce: AT_ONCE, held: HELD }),
 );
-const h = await bootSideBySide(fleet, process.env.COMPONENT);
-const clients = Array.from({ length: CLIENTS }, () => fleetClient(h, fleet));
+const sides: Side[] = [];
 try {
-  const later = Date.now() + 86_400_000;
-  await fileAll(
-    h,
-    Array.from({ length: HELD }, (_, i) => ({ url: benchUrl('held', i), dueAt: later })),
-  );
-  for (let round = 1; round <= ROUNDS; round++) {
-    const dueAt = Math.ceil((Date.now() + 20_000) / 60_000) * 60_000;
+  const builds: Array<[string, string | undefined]> = [['A', process.env.COMPONENT]];
+  if (process.env.COMPONENT_B) builds.push(['B', process.env.COMPONENT_B]);
+  for (const [name, dir] of builds) {
+    const h = await bootSideBySide(fleet, dir);
+    sides.push({ name, h, clients: Array.from({ length: CLIENTS }, () => fleetClient(h, fleet)) });
+    const later = Date.now() + 86_400_000;
     await fileAll(
       h,
-      Array.from({ length: AT_ONCE }, (_, i) => ({ url: benchUrl(`burst${round}`, i), dueAt })),
+      Array.from({ length: HELD }, (_, i) => ({ url: benchUrl('held', i), dueAt: later })),
     );
-    await sleep(dueAt - 1500 - Date.now());
-    const loadBefore = loadavg();
-    let first = NaN;
-    let last = NaN;
-    let granted = 0;
-    await Promise.all(
-      clients.map(async (c) => {
-        while (granted < AT_ONCE) {
-          const jobs = ((await c.post('/render_queue/claim', { limit: 25 })).json ?? []) as Granted[];
-          if (jobs.length === 0) {
-            await sleep(10);
-            continue;
-          }
-          const at = Date.now() - dueAt;
-          if (Number.isNaN(first)) first = at;
-          granted += jobs.length;
-          if (granted >= AT_ONCE && Number.isNaN(last)) last = at;
-          await c.post('/render_queue/job_results', renderedResults(jobs));
-        }
-      }),
-    );
-    console.log(JSON.stringify({ round, loadBefore, firstMs: first, lastMs: last }));
+  }
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const side of sides) {
+      const loadBefore = loadavg();
+      const r = await dueAtOnce(side.h, side.clients, round, AT_ONCE);
+      console.log(
+        JSON.stringify({
+          side: side.name,
+          round,
+          loadBefore,
+          firstMs: r.dueMs?.first,
+          p50Ms: r.dueMs?.p50,
+          lastMs: r.dueMs?.last,
+          emptyWhileDue: r.burst?.emptyWhileDue,
+          emptyPct: r.burst?.emptyPct,
+          claims: r.claims,
+          publishes: r.publishes,
+          jobsPerSec: r.jobsPerSec,
+          dups: r.dups,
+        }),
+      );
+    }
   }
 } finally {
-  await Promise.all(clients.map((c) => c.close()));
-  await h.destroy();
+  for (const s of sides) {
+    await Promise.all(s.clients.map((c) => c.close()));
+    await s.h.destroy();
+  }
 }

@@ -1,13 +1,10 @@
 // The keeper's timers, every one a duty on the scheduler (util/duties/scheduler.ts):
 // - load: subscribe, then walk; a failed load retries after 30 s, doubling to 10 min;
-// - publish tick every `queue.keeper.publishInterval` (leadership check, publish, requeued pass, status);
-// - the minute publish just after each minute boundary (rows come due on minute boundaries), written
-//   STAGE_LEAD_MS ahead into the ready set's inactive slot when rows come due at that boundary, so the
-//   publish only flips it active;
-// - the early publish, when woken (a due-now write, the exhausted-set poke, the refill watch), at most
-//   every 50 ms, and further apart when publishes are slow (never more than ~1/4 of worker 0's time);
-// - the refill watch, every 10 ms while the last publish left due rows out of the set (a burst): it
-//   asks for the early publish once a quarter of the set is left, so claims rarely find it empty;
+// - publish: one duty that carries out util/keeper/publishPlan.ts: the periodic refresh every
+//   `queue.keeper.publishInterval` (with the leadership check, the requeued pass and the status), the
+//   publish at each due instant, the minute publish staged ahead of its boundary, and the early publish
+//   when woken (a due-now write, a claim's poke), spaced by what publishes cost. It looks again when
+//   the plan says;
 // - state document every `queue.keeper.stateInterval`;
 // - verification every `queue.keeper.verifyInterval` (0 = off, re-checked each minute; a failed walk
 //   retries in 30 s);
@@ -31,30 +28,10 @@ export const LOAD_BACKOFF_MS = 30_000;
 export const LOAD_BACKOFF_MAX_MS = 600_000;
 /** Verification off (interval 0) is re-checked this often. */
 const VERIFY_OFF_RECHECK_MS = 60_000;
-const POKE_MIN_MS = 50;
-/** An early publish waits at least this many times the last publish's own cost after the previous one. */
-const PUBLISH_COST_SPACING = 4;
-/** How often the refill watch looks at the set while a burst has due rows left out of it. */
-export const REFILL_POLL_MS = 10;
-/** The watch asks for a publish once this share of the published entries (or less) is left. */
-export const REFILL_AT_SHARE = 0.25;
-const MINUTE_MS = 60_000;
-/** The minute publish runs this long after the boundary, so `now` is surely past it on every clock read. */
-const MINUTE_SLACK_MS = 5;
-/**
- * How long before a minute boundary the minute publish is written (staged). The walk and write it takes off
- * the due instant ran 40–100 ms of wall time on a loaded worker 0 (an instrumented bench/due-burst.ts); the
- * lead leaves room for that. Periodic publishes in the lead wait for the flip; early ones drop the stage.
- */
-export const STAGE_LEAD_MS = 400;
-
 export class KeeperDuties {
   private readonly scheduler: DutyScheduler;
   private readonly handles: DutyHandle[] = [];
-  private readonly early: DutyHandle;
-  private readonly refill: DutyHandle;
-  /** The last publish left due, unleased rows out of the set: the refill watch runs. */
-  private watching = false;
+  private readonly publish: DutyHandle;
   private readonly resubscribe: DutyHandle;
   private loadRetryMs = LOAD_BACKOFF_MS;
   private loadWait: number | null = 0;
@@ -67,13 +44,16 @@ export class KeeperDuties {
     private readonly deps: KeeperDeps,
   ) {
     this.scheduler = deps.scheduler;
-    this.early = this.add(
-      { name: 'keeper early publish', runOnce: (now) => this.publishForced(now) },
-      onWake((now, last) => (last ? Math.max(0, last.at + this.earlySpacing() - now) : 0)),
-    );
-    this.refill = this.add(
-      { name: 'keeper refill watch', runOnce: () => this.refillOnce() },
-      { next: () => (this.watching ? REFILL_POLL_MS : null), wake: () => REFILL_POLL_MS },
+    // From construction: an early publish may be asked for while the load runs. A plan that has
+    // something to do runs at once; one that only waits is armed for when it says.
+    const wait = (now: number): number | null => {
+      const p = svc.publishPlan(now);
+      if (p.action !== 'wait') return 0;
+      return Number.isFinite(p.next) ? Math.max(0, p.next - now) : null;
+    };
+    this.publish = this.add(
+      { name: 'keeper publish', runOnce: (now) => this.publishOnce(now) },
+      { next: wait, wake: (now) => wait(now) ?? 0 },
     );
     this.resubscribe = this.add(
       { name: 'keeper resubscribe', runOnce: () => this.resubscribeOnce() },
@@ -88,18 +68,9 @@ export class KeeperDuties {
     return h;
   }
 
+  /** Wakes the publish duty: it publishes as soon as the plan's spacing allows. */
   publishSoon(): void {
-    this.early.wake();
-  }
-
-  /**
-   * A publish just happened: `complete` says whether every due, unleased row made it into the set. An
-   * incomplete set (a burst larger than the set) starts the refill watch; a complete one stops it.
-   */
-  published(complete: boolean): void {
-    const was = this.watching;
-    this.watching = !complete;
-    if (this.watching && !was) this.refill.wake();
+    this.publish.wake();
   }
 
   resubscribeSoon(): void {
@@ -111,26 +82,6 @@ export class KeeperDuties {
    * state and verify duties run.
    */
   start(): Promise<void> {
-    this.add(
-      { name: 'keeper minute stage', runOnce: (now) => this.stageOnce(now) },
-      {
-        next: (now) => {
-          const ms = MINUTE_MS - (now % MINUTE_MS) - STAGE_LEAD_MS;
-          return ms > 0 ? ms : ms + MINUTE_MS;
-        },
-      },
-    );
-    this.add(
-      {
-        name: 'keeper minute publish',
-        runOnce: (now) => {
-          if (this.svc.serving) return this.publishForced(now);
-          this.svc.dropStage();
-          return {};
-        },
-      },
-      { next: (now) => MINUTE_MS - (now % MINUTE_MS) + MINUTE_SLACK_MS },
-    );
     return new Promise((resolve) => {
       this.live = resolve;
       this.add({ name: 'keeper load', runOnce: () => this.loadOnce() }, { next: () => this.loadWait });
@@ -142,38 +93,35 @@ export class KeeperDuties {
     await Promise.all(this.handles.map((h) => h.stop()));
   }
 
-  /**
-   * The gap between early publishes: POKE_MIN_MS, or PUBLISH_COST_SPACING × the last publish's cost when
-   * that is longer (a publish skipping 100,000 leased rows took 213 ms; every 50 ms it would leave worker
-   * 0 no time for claims), never longer than the publish interval. A flipped stage costs what its walk
-   * did before the boundary: the next early publish walks.
-   */
-  private earlySpacing(): number {
-    const last = this.svc.stats.lastPublish;
-    const cost = (last === null ? 0 : last.ms + last.stageMs) * PUBLISH_COST_SPACING;
-    const interval = this.deps.publishInterval();
-    return Math.max(POKE_MIN_MS, Math.min(cost, interval));
-  }
-
-  /** The refill watch: once a quarter of an incomplete set is left, ask for the early publish. */
-  private refillOnce(): Counts {
-    if (!this.watching || !this.svc.serving) return {};
-    const set = this.deps.ready.snapshot();
-    if (set.remaining > set.count * REFILL_AT_SHARE) return {};
-    this.early.wake();
-    return { refill: 1 };
-  }
-
-  /** Writes the next minute publish ahead (stageMinutePublish), when this runs shortly before its boundary. */
-  private stageOnce(now: number): Counts {
-    const at = now - (now % MINUTE_MS) + MINUTE_MS + MINUTE_SLACK_MS;
-    if (!this.svc.serving || at - now > 2 * STAGE_LEAD_MS) return {};
-    return this.svc.stageMinutePublish(now, at) ? { staged: 1 } : {};
-  }
-
-  private publishForced(now: number): Counts {
-    this.svc.publishOnce(now, true);
-    return {};
+  /** Carries out the publish plan at `now` (util/keeper/publishPlan.ts). */
+  private async publishOnce(now: number): Promise<Counts> {
+    const svc = this.svc;
+    const p = svc.publishPlan(now);
+    if (p.tick) {
+      svc.publishTicked(now);
+      // A keeper that lost its leader slot (it stalled past the stale limit and a new worker 0 took
+      // over) must stop writing shared memory: two publishers would interleave sets.
+      if (this.deps.holdLeadership && !this.deps.holdLeadership(now)) {
+        const was = svc.serving;
+        if (was) this.deps.log.error('keeper lost its leader slot to another worker 0; no longer publishing');
+        svc.serving = false;
+        svc.dropStage(); // its held slot would block the new keeper's publishes
+        return { leadershipLost: was ? 1 : 0 };
+      }
+      if (!svc.serving && svc.phase === 'live') svc.serving = true;
+    }
+    if (!svc.serving) {
+      if (p.dropStage) svc.dropStage();
+      return {};
+    }
+    if (p.action === 'stage') {
+      if (!svc.stageMinutePublish(now, p.at)) return {};
+      return { staged: 1 };
+    }
+    if (p.action === 'publish' || p.action === 'flip') svc.publishOnce(now, true);
+    else if (p.tick) svc.publishOnce(now, false);
+    if (!p.tick) return {};
+    return (await this.deps.afterPublish?.(now)) ?? {};
   }
 
   private async loadOnce(): Promise<Counts> {
@@ -202,10 +150,9 @@ export class KeeperDuties {
   private startLive(): void {
     const svc = this.svc;
     const keeper = () => this.deps.config().queue.keeper;
-    this.add(
-      { name: 'keeper publish', runOnce: (now) => this.publishTick(now) },
-      every(this.deps.publishInterval),
-    );
+    // The load publishes while it walks, and its last publish counts as this interval's refresh.
+    svc.startTimedPublishes(svc.clock());
+    this.publish.wake();
     this.add(
       {
         name: 'keeper state',
@@ -224,24 +171,6 @@ export class KeeperDuties {
         next: () => (this.verifyFailed ? VERIFY_RETRY_MS : keeper().verifyInterval || VERIFY_OFF_RECHECK_MS),
       },
     );
-  }
-
-  /** The periodic publish: only while this keeper holds the leader slot. */
-  private async publishTick(now: number): Promise<Counts> {
-    const svc = this.svc;
-    // A keeper that lost its leader slot (it stalled past the stale limit and a new worker 0 took over)
-    // must stop writing shared memory: two publishers would interleave sets.
-    if (this.deps.holdLeadership && !this.deps.holdLeadership(now)) {
-      const was = svc.serving;
-      if (was)
-        this.deps.log.error('keeper lost its leadership slot to another worker 0; no longer publishing');
-      svc.serving = false;
-      svc.dropStage(); // its held slot would block the new keeper's publishes
-      return { leadershipLost: was ? 1 : 0 };
-    }
-    if (!svc.serving && svc.phase === 'live') svc.serving = true;
-    svc.publishOnce(now, false);
-    return (await this.deps.afterPublish?.(now)) ?? {};
   }
 
   private async verifyOnce(): Promise<Counts> {

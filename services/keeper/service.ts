@@ -5,23 +5,18 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
-import { KeeperCore, type HeldFields, type PublishWalk, type TopSkip } from '../../util/keeper/core.js';
-import {
-  flagBits,
-  type PublishResult,
-  type ReadyWriter,
-  type StagedSlot,
-} from '../../util/sharedMemory/readySet.js';
+import { KeeperCore, type HeldFields } from '../../util/keeper/core.js';
+import type { PublishPlan } from '../../util/keeper/publishPlan.js';
 import type { KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
 import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './deps.js';
 import { WALK_CHUNK } from './deps.js';
 import { KeeperVerifier, type VerifyResult } from './verification.js';
-import { HEAD_CHECK_ROWS, HeadCheck } from './headCheck.js';
+import { HeadCheck } from './headCheck.js';
+import { dueByMinute, KeeperPublisher } from './publisher.js';
 import { keeperStateDocument } from './stateDocument.js';
 import { endSubscription } from '../runtime/tableFollower.js';
-import { minuteOf } from '../../util/time.js';
 
 export type {
   EventStream,
@@ -33,38 +28,6 @@ export type {
 } from './deps.js';
 export { WALK_CHUNK } from './deps.js';
 export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
-
-const FORCED_PUBLISH_MS = 10_000;
-/**
- * A staged minute publish is flipped by a publish up to this long after the instant it was made for; a
- * later one lets it go and walks afresh.
- */
-const STAGE_USE_MS = 1000;
-
-/**
- * The minute publish, written ahead of its boundary into the ready set's inactive slot
- * (stageMinutePublish) and flipped active at the boundary. In a 20,000-row burst the due instant's
- * publish cost 20–40 ms of worker 0's CPU to walk rows never published before, and 10–18 ms more to
- * write them (an instrumented bench/due-burst.ts), all between the due instant and the first grant. Dropped
- * (the slot let go) by an early publish before the boundary, a change to a row due by then, a head row
- * leased meanwhile, a flip more than STAGE_USE_MS late, a reclassify, a membership change, withdraw(),
- * stop() and a lost leadership.
- */
-interface StagedPublish {
-  /** The instant it was selected for: the minute publish's time. */
-  at: number;
-  /** The inactive slot, written and held until the flip (or let go). */
-  slot: StagedSlot;
-  walk: PublishWalk;
-  head: string[];
-  /** What its walk and write took (ms), for the early publishes' spacing after the flip. */
-  ms: number;
-}
-
-/** Whether the keeper holds a row due at `now`: its minute has begun (no finite time: due now). */
-function dueByMinute(nextRenderTime: number, now: number): boolean {
-  return !Number.isFinite(nextRenderTime) || minuteOf(nextRenderTime) <= minuteOf(now);
-}
 
 /** Which way a load walk runs: forward from the bottom, or top-down to where the forward walk stopped. */
 interface LoadWalk {
@@ -100,17 +63,7 @@ export class KeeperService {
   readonly clock: () => number;
   private touched: Set<string> | null = null;
   private stream: EventStream | null = null;
-  private lastPublishKey = '';
-  private lastPublishAt = -Infinity;
-  /** The earliest instant a row the last publish skipped as leased may be free again (its TopWalk). */
-  private skippedFreeAt = Infinity;
-  private staged: StagedPublish | null = null;
-  /**
-   * The active set may still list rows a membership change gave away: their republish met the slot
-   * busy (a stalled writer, up to its takeover). Claims are stopped (the signal says not live) until a
-   * publish goes through; otherwise they would grant rows the new holder grants after its settle.
-   */
-  private activeSetStale = false;
+  private readonly publisher: KeeperPublisher;
   private readonly verifier: KeeperVerifier;
   private readonly headChecker: HeadCheck;
   private readonly duties: KeeperDuties;
@@ -141,6 +94,7 @@ export class KeeperService {
     };
     this.verifier = new KeeperVerifier(rows);
     this.headChecker = new HeadCheck(rows);
+    this.publisher = new KeeperPublisher(this, deps, deps.publishInterval);
     this.duties = new KeeperDuties(this, deps);
   }
 
@@ -189,9 +143,29 @@ export class KeeperService {
     return this.duties.add(duty, cadence);
   }
 
-  /** An early publish, at most every 50 ms (a due-now write, the exhausted-set poke, the refill watch). */
+  /**
+   * An early publish (a due-now write, a claim's poke), spaced by what publishes cost
+   * (util/keeper/publishPlan.ts).
+   */
   publishSoon(): void {
-    if (this.serving) this.duties.publishSoon();
+    if (!this.serving) return;
+    this.publisher.askSoon();
+    this.duties.publishSoon();
+  }
+
+  /** What the publish duty does at `now`, and when it looks again (util/keeper/publishPlan.ts). */
+  publishPlan(now: number): PublishPlan {
+    return this.publisher.plan(now);
+  }
+
+  /** The periodic refresh ran at `now` (the publish duty's tick). */
+  publishTicked(now: number): void {
+    this.publisher.ticked(now);
+  }
+
+  /** Live: the timed publishes start (util/keeper/publishPlan.ts). */
+  startTimedPublishes(now: number): void {
+    this.publisher.startTimed(now);
   }
 
   /** The config changed: a key whose schema effect is `reclassify` re-sorts the held rows. */
@@ -211,7 +185,10 @@ export class KeeperService {
     this.serving = false;
     this.dropStage();
     this.deps.ready.publish([], now);
-    this.deps.signal.write({ live: false, phase: this.phase, dueCount: 0, complete: false }, now);
+    this.deps.signal.write(
+      { live: false, phase: this.phase, dueCount: 0, complete: false, leftOut: false },
+      now,
+    );
     this.deps.metric?.('keeper_live', 0);
   }
 
@@ -238,8 +215,7 @@ export class KeeperService {
    */
   private applyHeld(key: string, held: ScheduleRow | null, now: number): boolean {
     const changed = this.core.apply(key, held, now);
-    if (changed && held && this.staged !== null && dueByMinute(held.nextRenderTime, this.staged.at))
-      this.dropStage();
+    if (changed && held) this.publisher.rowChanged(held.nextRenderTime);
     return changed;
   }
 
@@ -381,14 +357,10 @@ export class KeeperService {
       // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
       // ~45 % of a 1M-row load's CPU (bench/keeper-load-profile.ts), for sets claims mostly never saw.
       const t = now();
-      if (walk.publish && t - this.lastPublishAt >= this.deps.publishInterval()) this.publishOnce(t, false);
+      if (walk.publish && t - (this.stats.lastPublish?.at ?? -Infinity) >= this.deps.publishInterval())
+        this.publishOnce(t, false);
       await this.yieldLoop();
     }
-  }
-
-  /** What a publish depends on: held version, minute, lease occupancy, consumption of the set. */
-  private changeKey(now: number): string {
-    return `${this.core.version}|${Math.floor(now / 60_000)}|${this.deps.inFlight(now)}|${this.deps.ready.cursorPosition()}`;
   }
 
   /** The store's row count as a sizing hint, 0 when it cannot be had: a hint never fails the load. */
@@ -401,157 +373,22 @@ export class KeeperService {
     }
   }
 
-  /** Publishes the ready set when anything changed (or 10 s passed); always writes the heartbeat. */
+  /**
+   * A publish now (`force`), or the periodic refresh's: publish when anything the set depends on
+   * changed (or 10 s passed), else write the heartbeat only. True when a set was published.
+   */
   publishOnce(now: number, force: boolean): boolean {
-    this.core.tick(now);
-    const key = this.changeKey(now);
-    const summary = this.core.dueSummary(now);
-    const due = summary.due;
-    // Only a complete load is a baseline: a queue first seen in a later chunk is not a new edge.
-    if (this.serving && this.loadComplete) this.deps.onDue?.(summary, now);
-    const complete = this.loadComplete && !this.partial;
-    // A row the last publish passed as leased may be free by now (a hold or a release grace that ended
-    // with nothing else changing): the set is stale from that instant, not from the forced refresh.
-    const unchanged =
-      key === this.lastPublishKey &&
-      now - this.lastPublishAt < FORCED_PUBLISH_MS &&
-      now < this.skippedFreeAt &&
-      !this.activeSetStale;
-    // A staged minute publish holds the inactive slot until its boundary (at most ~STAGE_LEAD_MS away):
-    // a periodic publish before it leaves the slot to it; an early one (a due-now row, a refill) takes
-    // the slot now, and the boundary walks afresh.
-    const ahead = this.staged !== null && minuteOf(now) < minuteOf(this.staged.at);
-    if (!force && (unchanged || ahead)) {
-      this.deps.signal.write({ live: this.servingClaims(), phase: this.phase, dueCount: due, complete }, now);
-      return false;
-    }
-    if (ahead) this.dropStage();
-    const t0 = performance.now();
-    const staged = this.takeStaged(now);
-    let head: string[] = [];
-    let top: PublishWalk = { complete: true, skipped: 0, skipEndsAt: Infinity, completeQueues: new Set() };
-    // Written before the boundary: only the flip is left. Rows rescheduled or deleted since are skipped
-    // by the claims, as in any set, and a row that came due by then dropped the stage. Claims went on
-    // granting from the old set in the lead: a staged head they leased would make the boundary's first
-    // claims come back empty, so such a stage gives way to a fresh walk.
-    if (staged !== null && staged.head.some((k) => this.deps.isLeased(k, now))) staged.slot.abandon();
-    const flip = staged?.slot.flip(now);
-    const flipped = flip !== undefined && !flip.busy;
-    let r: PublishResult;
-    if (flipped) {
-      r = flip;
-      top = staged!.walk;
-      head = staged!.head;
-    } else {
-      r = this.deps.ready.publishWith(now, (w) => {
-        top = this.walkInto(w, now, head);
-        return top.completeQueues;
-      });
-    }
-    const ms = performance.now() - t0;
-    if (!r.busy) this.activeSetStale = false;
-    // Taken after the write: the publish resets the cursor, which must not read as a change next tick.
-    this.lastPublishKey = this.changeKey(now);
-    this.lastPublishAt = now;
-    this.skippedFreeAt = top.skipEndsAt;
-    this.stats.lastPublish = {
-      at: now,
-      ms,
-      published: r.published,
-      skippedLeased: top.skipped,
-      complete: top.complete,
-      staged: flipped,
-      stageMs: flipped ? staged!.ms : 0,
-    };
-    this.deps.metric?.('keeper_publish_ms', ms);
-    this.deps.signal.write({ live: this.servingClaims(), phase: this.phase, dueCount: due, complete }, now);
-    this.duties.published(top.complete);
-    this.headCheck(now, head);
-    return true;
+    return this.publisher.publishOnce(now, force);
   }
 
-  /** Whether claims may take from the active set: serving, and no given-away row left in it. */
-  private servingClaims(): boolean {
-    return this.serving && !this.activeSetStale;
-  }
-
-  /** The rows a publish takes: at most the set's own capacity (fixed at first allocation). */
-  private publishCapacity(): number {
-    return Math.min(this.deps.config().queue.ready.capacity, this.deps.ready.capacity);
-  }
-
-  /**
-   * The global top, then extra rows for the queues it under-represents (their ready-set sections),
-   * walked straight into the ready set's slot: no entry objects. The first keys go to `head`.
-   */
-  private walkInto(w: ReadyWriter, now: number, head: string[], countFlow = true): PublishWalk {
-    return this.core.publishWalk(
-      this.publishCapacity(),
-      this.deps.ready.extraCapacity,
-      now,
-      {
-        top: (key, score, dueMs, held) => {
-          if (head.length < HEAD_CHECK_ROWS) head.push(key);
-          w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
-        },
-        extra: (key, score, dueMs, held) =>
-          w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
-      },
-      this.leaseSkip(now),
-      countFlow,
-    );
-  }
-
-  /** The publish's lease skip at `now`: the stored lease hash when the table is wired, else the key. */
-  private leaseSkip(now: number): TopSkip {
-    const leasedUntil = this.deps.leasedUntilHash;
-    return leasedUntil ? (_k, hi, lo) => leasedUntil(hi, lo, now) : (k) => this.deps.isLeased(k, now);
-  }
-
-  /**
-   * Writes now, into the ready set's inactive slot, what the minute publish at `at` (just after the next
-   * boundary) would write, when rows come due at that boundary; that publish then only flips the slot
-   * active, so the due instant's first grant waits for no walk and no write. Nothing is staged while
-   * loading, when `at` is not the next minute, when no row comes due, or when the slot is busy. The walk
-   * reads the due counts at `at` without counting a minute's flow (rows are counted as come due when the
-   * clock gets there). True when staged.
-   */
+  /** Writes the minute publish at `at` ahead of its boundary (services/keeper/publisher.ts). */
   stageMinutePublish(now: number, at: number): boolean {
-    this.dropStage();
-    if (!this.serving || !this.loadComplete || minuteOf(at) !== minuteOf(now) + 1) return false;
-    if (this.core.rowsComingDue(now, at) === 0) return false;
-    const t0 = performance.now();
-    const head: string[] = [];
-    let walk: PublishWalk = { complete: true, skipped: 0, skipEndsAt: Infinity, completeQueues: new Set() };
-    const slot = this.deps.ready.stageWith(at, (w) => {
-      walk = this.walkInto(w, at, head, false);
-      return walk.completeQueues;
-    });
-    // The walk's section extras moved the due cursor to `at` (without counting flow): back to the present,
-    // or the clock's own arrival at `at` would find the cursor there already and count nothing.
-    this.core.tick(now);
-    if (slot === null) return false;
-    this.staged = { at, slot, walk, head, ms: performance.now() - t0 };
-    return true;
+    return this.publisher.stageMinutePublish(now, at);
   }
 
-  /** Lets a staged minute publish go (its slot released unpublished); a no-op when none is staged. */
+  /** Lets a staged minute publish go; a no-op when none is staged. */
   dropStage(): void {
-    this.staged?.slot.abandon();
-    this.staged = null;
-  }
-
-  /**
-   * The staged publish, for a publish in the minute it was made for (within STAGE_USE_MS of its instant);
-   * that publish takes it either way (a late one lets it go). Called only once its boundary has passed.
-   */
-  private takeStaged(now: number): StagedPublish | null {
-    const s = this.staged;
-    if (s === null) return null;
-    this.staged = null;
-    if (minuteOf(now) === minuteOf(s.at) && now - s.at < STAGE_USE_MS) return s;
-    s.slot.abandon();
-    return null;
+    this.publisher.dropStage();
   }
 
   /** Point-reads the head of the published set and repairs what the keeper holds wrongly (headCheck.ts). */
@@ -579,9 +416,9 @@ export class KeeperService {
     // util/cluster/membership.ts, which only covers claims already under way).
     return this.verifier.membershipChanged(now, (dropped) => {
       if (dropped === 0 || !this.serving) return;
-      this.activeSetStale = true;
+      this.publisher.activeSetStale = true;
       this.publishOnce(now(), true);
-      if (this.activeSetStale)
+      if (this.publisher.activeSetStale)
         this.deps.log.warn(
           `keeper: the ready set is held by another writer, so the rows given away (${dropped}) could not be ` +
             'taken out of it; claims answer unready until a publish goes through',

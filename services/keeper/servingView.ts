@@ -24,6 +24,8 @@ export interface ServingNow extends ServingView {
   /** The heartbeat is too old: reported, not enforced (the last set drains first). */
   stale: boolean;
   phase: KeeperPhase;
+  /** The last publish left due, unleased rows out of the set. */
+  leftOut: boolean;
 }
 
 export class NodeServing {
@@ -36,7 +38,14 @@ export class NodeServing {
       s.heartbeatAt === null || now - s.heartbeatAt > keeperStaleAfterMs(this.deps.publishInterval());
     // A stale keeper's last set is drained first; only an empty set makes the node not serving.
     const serving = s.live && (!stale || this.deps.ready().snapshot().remaining > 0);
-    return { serving, due: s.dueCount, complete: s.complete, stale, phase: s.phase };
+    return {
+      serving,
+      due: s.dueCount,
+      complete: s.complete,
+      stale,
+      phase: s.phase,
+      leftOut: s.leftOut === true,
+    };
   }
 
   /** This node's status at `now`: the serving view, with pause on top. */

@@ -4,19 +4,23 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { HttpError } from '../../util/http/errors.js';
 import { nameHash } from '../../util/leases/token.js';
+import type { Caller } from './caller.js';
 import type { LeaseTable } from '../../util/leases/table.js';
 import type { ReadyEntry, ReadySet } from '../../util/sharedMemory/readySet.js';
 import type { MetricName } from '../../util/metrics/catalogue.js';
 import { classifyUrl } from '../../util/schedule/rules.js';
 import type { ClaimRow } from '../../util/schedule/rawRecord.js';
 import { requireObject } from '../../util/http/input.js';
-import type { HarperUser } from '../runtime/harper.js';
 import type { QueueScope } from './fleetScope.js';
 import type { NodeStatus } from '../status/control.js';
 import type { SchedulerTimer } from '../../util/duties/scheduler.js';
 
 // A claim takes up to this many entries per job wanted: leased or stale entries cost no place.
 const OVER_TAKE = 4;
+// And up to this many more per job wanted that turn out leased (a lease-table probe, no row read): a
+// refill published while claims took from the set before it begins with rows those claims leased
+// during its walk, and a claim must get past them rather than answer short.
+const LEASED_OVER_TAKE = 32;
 // A queue's "last claim" mark is written at most this often per worker (read by the stall sweep).
 export const CLAIM_MARK_EVERY_MS = 5000;
 /** A full lease window is warned about at most this often per worker, not once per refused key. */
@@ -39,26 +43,20 @@ export interface Job {
 export interface ClaimResult {
   jobs: Job[];
   status: NodeStatus;
+  /**
+   * Set when the claim found the set used up while the keeper had left due rows out of it: the set's
+   * generation then, which the next publish moves on.
+   */
+  refillFrom?: number;
 }
 
 /**
- * Who is claiming or reporting: a lease is bound to its grantee, the user and the `x-worker-id` the
- * claim came with (docs/fleets.md, docs/prerender-fleet.md).
+ * A claim that finds the set used up while the keeper has left due rows out of it waits up to this long
+ * for the refill it asked for, instead of answering []: a fleet would back off longer than the refill takes.
  */
-export interface Caller {
-  user: number;
-  /** nameHash of the request's `x-worker-id` ("" when it has none). */
-  worker: number;
-  superUser: boolean;
-}
-
-export function callerOf(user: HarperUser | undefined, workerId?: string | null): Caller {
-  return {
-    user: nameHash(user?.username ?? ''),
-    worker: nameHash(workerId ?? ''),
-    superUser: user?.role?.permission?.super_user === true,
-  };
-}
+export const REFILL_WAIT_MS = 100;
+/** How often the wait reads the set's generation (one shared-memory load). */
+const REFILL_POLL_MS = 2;
 
 /** What every job carries for a prerender fleet: where to post its result, and how to render it. */
 export interface JobTarget {
@@ -70,11 +68,13 @@ export interface JobTarget {
 export interface ServingRead {
   serving: boolean;
   due: number;
+  /** The last publish left due, unleased rows out of the set. */
+  leftOut: boolean;
 }
 
 export interface ClaimDeps {
   /** The node's ready set and lease table (shared memory; a getter, as they are sized at first use). */
-  readySet: () => Pick<ReadySet, 'take' | 'takeSection' | 'section'>;
+  readySet: () => Pick<ReadySet, 'take' | 'takeSection' | 'section' | 'snapshot'>;
   leases: () => Pick<LeaseTable, 'isLeased' | 'grant'>;
   /**
    * A local point read of the fields a claim uses, as stored now (undefined: no row). Wired to the raw
@@ -112,6 +112,8 @@ interface ClaimTally {
   stale: number;
   wedged: number;
   refusedFull: number;
+  /** Entries skipped because a lease holds their key. */
+  leased: number;
 }
 
 export class ClaimService {
@@ -153,27 +155,54 @@ export class ClaimService {
     if (deps.isPaused()) return { jobs: [], status: 'paused' };
     const view = deps.servingView(now);
     if (!view.serving) return { jobs: [], status: 'unready' };
-    const t: ClaimTally = { jobs: [], queues: new Set(), stale: 0, wedged: 0, refusedFull: 0 };
+    const t: ClaimTally = { jobs: [], queues: new Set(), stale: 0, wedged: 0, refusedFull: 0, leased: 0 };
     const target = deps.jobTarget();
     const took = scope
       ? this.takeScoped(limit, caller, scope, now, t, target)
       : this.takeGlobal(limit, caller, now, t, target);
     // A set used up only by keys the lease table has no room for would be republished with the same keys
     // every 50 ms until a lease frees a slot; the normal publish interval is soon enough for those.
-    if (took.wantsPublish && view.due > 0 && !(t.refusedFull > 0 && t.refusedFull === took.taken))
+    const onlyFull = t.refusedFull > 0 && t.refusedFull === took.taken;
+    let refillFrom: number | undefined;
+    if (took.wantsPublish && view.due > 0 && !onlyFull) {
       deps.pokeKeeper(now);
+      if (view.leftOut && t.jobs.length === 0) refillFrom = deps.readySet().snapshot().generation;
+    } else if (view.leftOut && !scope && !onlyFull) {
+      // A burst larger than the set: the refill is asked for once half of the set is taken, at the rate
+      // claims take it, so the next set is out before this one runs dry (bench/due-burst.ts).
+      const set = deps.readySet().snapshot();
+      if (set.remaining * 2 <= set.count) deps.pokeKeeper(now);
+    }
     if (t.jobs.length) deps.count('claim_granted', t.jobs.length);
     if (t.stale) deps.count('claim_stale', t.stale);
     if (t.wedged) deps.count('claim_wedged', t.wedged);
     if (t.queues.size) this.markClaimed(t.queues, now);
     const status: NodeStatus = t.jobs.length > 0 ? 'queued' : deps.nodeStatus(now);
-    return { jobs: t.jobs, status };
+    return refillFrom === undefined ? { jobs: t.jobs, status } : { jobs: t.jobs, status, refillFrom };
+  }
+
+  /**
+   * claim(), and when it found the set used up while the keeper had left due rows out of it, a wait of
+   * up to REFILL_WAIT_MS for the publish it asked for, then one claim more.
+   */
+  async claimOrWait(limit: number, caller: Caller, scope: QueueScope = null): Promise<ClaimResult> {
+    const first = this.claim(limit, caller, scope, Date.now());
+    if (first.refillFrom === undefined) return first;
+    const ready = this.deps.readySet();
+    for (let waited = 0; waited < REFILL_WAIT_MS; waited += REFILL_POLL_MS) {
+      if (ready.snapshot().generation !== first.refillFrom) break;
+      await new Promise<void>((r) => this.deps.timer.set(() => r(), REFILL_POLL_MS));
+    }
+    if (ready.snapshot().generation === first.refillFrom) return first;
+    const again = this.claim(limit, caller, scope, Date.now());
+    return { jobs: again.jobs, status: again.status };
   }
 
   /** The unscoped claim: entries off the shared cursor, in the set's global order. */
   private takeGlobal(limit: number, caller: Caller, now: number, t: ClaimTally, target: JobTarget): Took {
     const ready = this.deps.readySet();
     let budget = limit * OVER_TAKE;
+    let leasedRefund = limit * LEASED_OVER_TAKE;
     let taken = 0;
     while (t.jobs.length < limit && budget > 0) {
       // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
@@ -183,10 +212,14 @@ export class ClaimService {
       if (batch.length === 0) return { taken, wantsPublish: true };
       budget -= batch.length;
       taken += batch.length;
+      const leasedBefore = t.leased;
       for (const entry of batch) {
         if (t.jobs.length >= limit) break;
         this.grantEntry(entry, caller, null, now, t, target);
       }
+      const refund = Math.min(t.leased - leasedBefore, leasedRefund);
+      leasedRefund -= refund;
+      budget += refund;
     }
     return { taken, wantsPublish: false };
   }
@@ -255,7 +288,10 @@ export class ClaimService {
   ): boolean {
     const cfg = this.deps.config();
     const leases = this.deps.leases();
-    if (leases.isLeased(entry.key, now)) return false;
+    if (leases.isLeased(entry.key, now)) {
+      t.leased++;
+      return false;
+    }
     const row = this.deps.readRow(entry.key);
     if (!row || row.nextRenderTime > now) {
       t.stale++;

@@ -16,7 +16,7 @@ import {
   type FleetResultStatus,
 } from '../../util/results/check.js';
 import type { PageWrite } from '../pages/store.js';
-import type { Caller } from '../leases/claims.js';
+import type { Caller } from '../leases/caller.js';
 
 export type ResultAnswer =
   | { id: string; accepted: true; nextRenderTime: number; duplicate?: true }

@@ -93,7 +93,7 @@ test('with the publish tick a minute away, rows filed due now, revalidated or ch
   }
 });
 
-test('a burst larger than the ready set is republished once a quarter of the set is left, before any claim finds it empty', async (t) => {
+test('a burst larger than the ready set is refilled once claims have taken half of it, before any claim finds it empty', async (t) => {
   await configForTest(t, h, { queue: { keeper: { publishInterval: 60_000 } } });
   const capacity = Number((await overview()).ready.capacity);
   const burst = capacity + capacity / 5;
@@ -109,17 +109,17 @@ test('a burst larger than the ready set is republished once a quarter of the set
       ? (o.ready.generation as number)
       : undefined;
   });
-  // Take three quarters of the set, never all of it: no claim finds it empty, so no claim pokes the
-  // keeper, and the tick and the minute publish are out of reach.
+  // Take half of the set, never all of it: no claim finds it empty, and the tick and the minute publish
+  // are out of reach. The claim that takes it to half asks for the refill.
   let taken = 0;
-  while (taken < capacity * 0.75) {
+  while (taken < capacity / 2) {
     const jobs = await claim(25);
     assert.equal(jobs.length, 25, 'the set still has entries');
     taken += jobs.length;
   }
-  // Without the refill watch (checked by removing it) no new set comes before the next minute.
+  // Without the half-way poke (checked by removing it) no new set comes before the next minute.
   const next = await until(
-    'a new set published while a quarter of the old one was left',
+    'a new set published while half of the old one was left',
     async () => {
       const o = await overview();
       return o.ready.generation !== full ? o.ready : undefined;

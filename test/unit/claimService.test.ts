@@ -12,8 +12,9 @@ import {
   CLAIM_MARK_EVERY_MS,
   ClaimService,
   FULL_WARN_EVERY_MS,
-  type Caller,
+  REFILL_WAIT_MS,
 } from '../../services/leases/claims.js';
+import type { Caller } from '../../services/leases/caller.js';
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
 const MINUTE = 60_000;
@@ -59,7 +60,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
   const counts = new Map<string, number>();
   const warnings: string[] = [];
   const pokes: number[] = [];
-  const state = { paused: false, pauseKnown: true, serving: true, due: 10 };
+  const state = { paused: false, pauseKnown: true, serving: true, due: 10, leftOut: false };
   const clock = new FakeClock(NOW);
   const claims = new ClaimService({
     readySet: () => ready,
@@ -74,7 +75,7 @@ function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeper
     timer: clock,
     isPaused: () => state.paused,
     pauseKnown: () => state.pauseKnown,
-    servingView: () => ({ serving: state.serving, due: state.due }),
+    servingView: () => ({ serving: state.serving, due: state.due, leftOut: state.leftOut }),
     nodeStatus: () => 'empty',
     pokeKeeper: (now) => pokes.push(now),
     config: () => cfg,
@@ -189,6 +190,70 @@ test('a claim that finds the set used up while rows are due pokes the keeper; wi
   w.state.due = 0;
   w.claims.claim(5, FLEET, null, NOW + 1);
   assert.deepEqual(w.pokes, [NOW]);
+});
+
+test('with due rows left out of the set, the claim that takes it to half pokes the keeper; a complete set is not refilled early', () => {
+  const w = world();
+  w.publish(Array.from({ length: 8 }, (_, i) => url('product', i)));
+  w.claims.claim(3, FLEET, null, NOW);
+  assert.deepEqual(w.pokes, [], 'a complete set: nothing left out to refill with');
+  w.state.leftOut = true;
+  w.claims.claim(1, FLEET, null, NOW + 1);
+  assert.deepEqual(w.pokes, [NOW + 1], '4 of 8 left: the refill is asked for');
+  w.publish(Array.from({ length: 8 }, (_, i) => url('product', 10 + i)));
+  w.claims.claim(3, FLEET, null, NOW + 2);
+  assert.deepEqual(w.pokes, [NOW + 1], '5 of 8 left: not yet');
+});
+
+test('a claim that finds the set used up while rows were left out waits for the refill and grants from it', async () => {
+  // Fails without claimOrWait's wait: the first claim's [] would be the answer.
+  const w = world();
+  w.state.leftOut = true;
+  w.publish([url('product', 0)]);
+  assert.equal(w.claims.claim(1, FLEET, null).jobs.length, 1);
+  const answer = w.claims.claimOrWait(1, FLEET, null);
+  await w.clock.advance(10);
+  w.publish([url('product', 1)]);
+  await w.clock.advance(2);
+  const r = await answer;
+  assert.deepEqual(
+    r.jobs.map((j) => j.id),
+    [url('product', 1)],
+  );
+  assert.equal(r.refillFrom, undefined);
+});
+
+test('a claim that finds the set used up answers [] after REFILL_WAIT_MS when no publish comes, and at once with nothing left out', async () => {
+  const w = world();
+  w.publish([url('product', 0)]);
+  w.claims.claim(1, FLEET, null);
+  const prompt = await w.claims.claimOrWait(1, FLEET, null);
+  assert.deepEqual(prompt.jobs, [], 'nothing left out: answered at once');
+  w.state.leftOut = true;
+  let done = false;
+  const answer = w.claims.claimOrWait(1, FLEET, null).then((r) => {
+    done = true;
+    return r;
+  });
+  await w.clock.advance(REFILL_WAIT_MS - 2);
+  assert.equal(done, false, 'still waiting for the refill');
+  await w.clock.advance(2);
+  assert.deepEqual((await answer).jobs, []);
+  assert.equal(done, true);
+});
+
+test('a claim gets past a head of entries leased since the publish, beyond the over-take budget', () => {
+  // Fails with leased entries counted against the 4× budget alone: 8 taken, all leased, nothing granted.
+  const w = world();
+  const keys = Array.from({ length: 40 }, (_, i) => url('product', i));
+  w.publish(keys);
+  const lease = { leaseMs: 60_000, dueMs: NOW - MINUTE, cadenceMs: 3_600_000, fastRetries: 0 };
+  for (const k of keys.slice(0, 30)) assert.ok(w.leases.grant(k, Date.now(), lease).ok);
+  const r = w.claims.claim(2, FLEET, null);
+  assert.deepEqual(
+    r.jobs.map((j) => j.id),
+    [keys[30], keys[31]],
+  );
 });
 
 test("a queue's claim mark is written at most once per interval per worker, and again after it", () => {

@@ -22,6 +22,7 @@ test('a blank signal reads as a stopped keeper that is stale and has no leader',
     heartbeatAt: null,
     dueCount: 0,
     complete: false,
+    leftOut: false,
     leader: null,
     lastPokeAt: null,
   });
@@ -30,13 +31,14 @@ test('a blank signal reads as a stopped keeper that is stale and has no leader',
 
 test('what the keeper writes through one view every worker reads through another', () => {
   const [keeper, worker] = twoViews();
-  keeper.write({ live: true, phase: 'live', dueCount: 1234, complete: true }, NOW + 200);
+  keeper.write({ live: true, phase: 'live', dueCount: 1234, complete: true, leftOut: true }, NOW + 200);
   assert.deepEqual(worker.read(), {
     live: true,
     phase: 'live',
     heartbeatAt: NOW + 1000, // rounded up to the second
     dueCount: 1234,
     complete: true,
+    leftOut: true,
     leader: null,
     lastPokeAt: null,
   });

@@ -8,7 +8,7 @@ import { nameHash } from '../../util/leases/token.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
-import type { Caller } from '../../services/leases/claims.js';
+import type { Caller } from '../../services/leases/caller.js';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { HttpError } from '../../util/http/errors.js';
 import { decodePage } from '../../util/prerender/page.js';

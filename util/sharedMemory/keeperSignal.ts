@@ -18,6 +18,11 @@ export interface KeeperStatus {
   dueCount: number;
   /** The load finished (nothing is missing from the keeper's picture). */
   complete: boolean;
+  /**
+   * The last publish left due, unleased rows out of the set (a burst larger than the set): claims ask for
+   * the next one before the set runs dry, and wait briefly for it when it has (services/leases/claims.ts).
+   */
+  leftOut?: boolean;
 }
 
 export interface KeeperLeader {
@@ -62,6 +67,7 @@ const I_PHASE = 3;
 const I_HEARTBEAT = 4;
 const I_DUE = 5;
 const I_COMPLETE = 6;
+const I_LEFT_OUT = 7;
 // 64-bit words (BigInt64 index = byte offset / 8).
 const B_LEADER = 4; // owner id << 32 | heartbeat seconds: one CAS claims AND stamps, so no window exists
 // where an owner is recorded with somebody else's (stale) heartbeat
@@ -97,6 +103,7 @@ export class KeeperSignal {
     Atomics.store(a, I_PHASE, Math.max(0, PHASES.indexOf(status.phase)));
     Atomics.store(a, I_DUE, Math.max(0, Math.min(0x7fffffff, Math.floor(status.dueCount))));
     Atomics.store(a, I_COMPLETE, status.complete ? 1 : 0);
+    Atomics.store(a, I_LEFT_OUT, status.leftOut === true ? 1 : 0);
     Atomics.store(a, I_HEARTBEAT, sharedSecondsAtOrAfter(now));
     Atomics.store(a, I_SEQ, (writing + 1) | 0);
   }
@@ -108,6 +115,7 @@ export class KeeperSignal {
     let heartbeat = 0;
     let due = 0;
     let complete = 0;
+    let leftOut = 0;
     for (let attempt = 0; attempt < READ_ATTEMPTS; attempt++) {
       const seq = Atomics.load(a, I_SEQ);
       live = Atomics.load(a, I_LIVE);
@@ -115,6 +123,7 @@ export class KeeperSignal {
       heartbeat = Atomics.load(a, I_HEARTBEAT);
       due = Atomics.load(a, I_DUE);
       complete = Atomics.load(a, I_COMPLETE);
+      leftOut = Atomics.load(a, I_LEFT_OUT);
       if ((seq & 1) === 0 && Atomics.load(a, I_SEQ) === seq) break;
     }
     const poke = Atomics.load(this.words, B_POKE_MS);
@@ -124,6 +133,7 @@ export class KeeperSignal {
       heartbeatAt: heartbeat === 0 ? null : fromSharedSeconds(heartbeat),
       dueCount: due,
       complete: complete === 1,
+      leftOut: leftOut === 1,
       leader: this.leader(),
       lastPokeAt: poke === 0n ? null : Number(poke),
     };

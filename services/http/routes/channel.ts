@@ -13,7 +13,8 @@ import { checkEnvelope, type ChannelEnvelope } from '../../../util/channel/envel
 import { ChannelWaits, type EmptyClaim, type WaitView } from '../../../util/channel/wait.js';
 import type { DutyHandle, DutyScheduler } from '../../../util/duties/scheduler.js';
 import { nameHash } from '../../../util/leases/token.js';
-import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
+import { callerOf, type Caller } from '../../leases/caller.js';
+import type { ClaimService } from '../../leases/claims.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import type { ResultService } from '../../results/service.js';
 import { config } from '../../runtime/config.js';

@@ -7,7 +7,8 @@ import type { LeaseTable } from '../../../util/leases/table.js';
 import type { RequestEndpoint } from '../../../util/metrics/catalogue.js';
 import { requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
-import { callerOf, type Caller, type ClaimService } from '../../leases/claims.js';
+import { callerOf, type Caller } from '../../leases/caller.js';
+import type { ClaimService } from '../../leases/claims.js';
 import { retryableOnFault, type ResultService } from '../../results/service.js';
 import type { CheckedResult } from '../../../util/results/check.js';
 import { config } from '../../runtime/config.js';
@@ -142,7 +143,7 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
   timedRoute(router, 'claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
     const limit = claims.parseLimit(req.body);
     const scope = await fleetScope.claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
-    const r = claims.claim(limit, callerOf(req.user, req.headers.get('x-worker-id')), scope);
+    const r = await claims.claimOrWait(limit, callerOf(req.user, req.headers.get('x-worker-id')), scope);
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
 
@@ -211,7 +212,7 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
       const scope = await fleetScope.claimScope(req.user?.username, parseQueues(obj.queues));
       const caller = callerOf(req.user, req.headers.get('x-worker-id'));
       const answered = list.length > 0 ? await reportBatch(results, list, caller) : [];
-      const r = claims.claim(limit, caller, scope);
+      const r = await claims.claimOrWait(limit, caller, scope);
       return reply({ results: answered, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
     },
     { maxBodyBytes: () => config().render.maxBatchBytes },
