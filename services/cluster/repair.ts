@@ -20,13 +20,16 @@
 import {
   bucketOf,
   MAX_REPAIR_ROWS,
-  REPAIR_BUCKETS,
   REPAIR_WINDOW_MS,
   decodeDetails,
   differingBuckets,
   encodeDetails,
   planRepair,
   RepairDigest,
+  carriedRows,
+  emptyRound,
+  listedBuckets,
+  type CarriedRow,
   type RepairRound,
   type VersionedKey,
 } from '../../util/cluster/repair.js';
@@ -58,13 +61,6 @@ export interface ReplicaRepairDeps {
 }
 
 type Phase = 'digested' | 'listed' | 'sent' | 'done';
-
-/** A row one node carries to the others in its QueueRepair row. */
-interface CarriedRow {
-  key: string;
-  version: number;
-  record: Record<string, unknown>;
-}
 
 export class ReplicaRepair {
   private round = 0;
@@ -348,59 +344,4 @@ export class ReplicaRepair {
       await this.deps.yieldLoop();
     }
   }
-}
-
-/** The rows a peer carries in its QueueRepair row; anything malformed is skipped. */
-function carriedRows(text: unknown): CarriedRow[] {
-  if (typeof text !== 'string') return [];
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    return [];
-  }
-  if (!Array.isArray(parsed)) return [];
-  return parsed.filter(
-    (r): r is CarriedRow =>
-      typeof r === 'object' &&
-      r !== null &&
-      typeof (r as CarriedRow).key === 'string' &&
-      typeof (r as CarriedRow).version === 'number' &&
-      Number.isFinite((r as CarriedRow).version) &&
-      typeof (r as CarriedRow).record === 'object' &&
-      (r as CarriedRow).record !== null,
-  );
-}
-
-/** A listing peer's bucket list for the round, or null when it is not one. */
-function listedBuckets(text: unknown): { buckets: number[]; total: number } | null {
-  if (typeof text !== 'string') return null;
-  try {
-    const v = JSON.parse(text) as { buckets?: unknown; total?: unknown };
-    if (!Array.isArray(v.buckets) || typeof v.total !== 'number') return null;
-    const buckets = v.buckets.filter((b): b is number => Number.isInteger(b) && b >= 0 && b < REPAIR_BUCKETS);
-    return { buckets, total: v.total };
-  } catch {
-    return null;
-  }
-}
-
-function emptyRound(round: number): RepairRound {
-  return {
-    round,
-    at: 0,
-    rows: 0,
-    buckets: 0,
-    listed: 0,
-    sent: 0,
-    received: 0,
-    deleted: 0,
-    tooOld: 0,
-    recent: 0,
-    conflicting: 0,
-    deferred: 0,
-    ms: 0,
-    unfinished: false,
-    waitingOn: [],
-  };
 }

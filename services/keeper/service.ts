@@ -5,16 +5,16 @@
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { pathsWithEffect } from '../../util/config/effects.js';
 import type { Cadence, Duty, DutyHandle } from '../../util/duties/scheduler.js';
-import { KeeperCore, type HeldFields } from '../../util/keeper/core.js';
+import { KeeperCore } from '../../util/keeper/core.js';
 import type { PublishPlan } from '../../util/keeper/publishPlan.js';
 import type { KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
 import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './deps.js';
-import { WALK_CHUNK } from './deps.js';
 import { KeeperVerifier, type VerifyResult } from './verification.js';
 import { HeadCheck } from './headCheck.js';
 import { dueByMinute, KeeperPublisher } from './publisher.js';
+import { loadWalk, rowEstimate, type LoadHost, type WalkCursor } from './loadWalk.js';
 import { keeperStateDocument } from './stateDocument.js';
 import { endSubscription } from '../runtime/tableFollower.js';
 
@@ -28,19 +28,6 @@ export type {
 } from './deps.js';
 export { WALK_CHUNK } from './deps.js';
 export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
-
-/** Which way a load walk runs: forward from the bottom, or top-down to where the forward walk stopped. */
-interface LoadWalk {
-  reverse: boolean;
-  end?: string;
-  /** Publish while loading (only the forward walk does; the top-down rest is short). */
-  publish: boolean;
-}
-
-/** Where a load walk got to: the last key it read. */
-interface WalkCursor {
-  last?: string;
-}
 
 export class KeeperService {
   readonly core: KeeperCore;
@@ -278,11 +265,11 @@ export class KeeperService {
     this.touched = new Set();
     const tally = { rows: 0 };
     // A node that owns every row holds about as many as the table has: size the held-row table once.
-    if (this.deps.owns === undefined) this.core.reserve(this.rowEstimate());
+    if (this.deps.owns === undefined) this.core.reserve(rowEstimate(this.deps));
     const forward: WalkCursor = {};
     let forwardFailed: unknown = null;
     try {
-      await this.loadWalk({ reverse: false, publish: true }, forward, tally, now);
+      await loadWalk(this.loadHost(), { reverse: false, publish: true }, forward, tally, now);
     } catch (e) {
       forwardFailed = e;
     }
@@ -292,7 +279,7 @@ export class KeeperService {
         forwardFailed,
       );
       try {
-        await this.loadWalk({ reverse: true, end: forward.last, publish: false }, {}, tally, now);
+        await loadWalk(this.loadHost(), { reverse: true, end: forward.last, publish: false }, {}, tally, now);
       } catch (e) {
         this.partial = true;
         this.stats.lastError = `partial load: ${(e as Error)?.message ?? String(e)}`;
@@ -313,64 +300,22 @@ export class KeeperService {
     this.publishOnce(now(), true);
   }
 
-  /**
-   * One load walk, chunk after chunk from `cursor.last` on, serving from the first chunk on. Rows are
-   * applied as the walk yields them, never after collecting a chunk: a walk that throws at an unreadable
-   * key must keep the rows it read before it, and `cursor.last` must be the last one read, or the good
-   * rows beside the bad key would be dropped (and the top-down walk could not reach them either).
-   */
-  private async loadWalk(
-    walk: LoadWalk,
-    cursor: WalkCursor,
-    tally: { rows: number },
-    now: () => number,
-  ): Promise<void> {
-    const source = this.deps.source;
-    const core = this.core;
-    const touched = this.touched;
-    const ownsAll = this.deps.owns === undefined;
-    let read = 0;
-    // One call per key, before the walk reads the next. `fields` may be one object the walk reuses:
-    // KeeperCore.apply reads it during the call only.
-    const visit = (key: string, fields: HeldFields | undefined): void => {
-      // Events win: a key an event touched since the walk began keeps the event's value.
-      if (fields !== undefined && !(touched !== null && touched.size > 0 && touched.has(key))) {
-        if (ownsAll || this.owns(key)) core.apply(key, fields, now());
-      }
-      tally.rows++;
-      read++;
-      cursor.last = key;
+  /** What a load walk reads and calls of the keeper. */
+  private loadHost(): LoadHost {
+    return {
+      core: this.core,
+      source: this.deps.source,
+      touched: this.touched,
+      owns: this.deps.owns === undefined ? null : (key) => this.owns(key),
+      yieldLoop: this.yieldLoop,
+      chunkRead: (t, publish) => {
+        this.serving = true;
+        // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
+        // ~45 % of a 1M-row load's CPU (bench/keeper-load-profile.ts), for sets claims mostly never saw.
+        if (publish && t - (this.stats.lastPublish?.at ?? -Infinity) >= this.deps.publishInterval())
+          this.publishOnce(t, false);
+      },
     };
-    for (;;) {
-      read = 0;
-      const range = {
-        start: cursor.last,
-        end: walk.end,
-        reverse: walk.reverse,
-        exclusiveStart: cursor.last !== undefined,
-        limit: WALK_CHUNK,
-      };
-      if (source.walkHeld !== undefined) source.walkHeld(range, visit);
-      else for (const { key, row } of source.walk(range)) visit(key, row);
-      if (read === 0) return;
-      this.serving = true;
-      // Serve from the first chunk on, then publish at the publish interval: a publish per chunk was
-      // ~45 % of a 1M-row load's CPU (bench/keeper-load-profile.ts), for sets claims mostly never saw.
-      const t = now();
-      if (walk.publish && t - (this.stats.lastPublish?.at ?? -Infinity) >= this.deps.publishInterval())
-        this.publishOnce(t, false);
-      await this.yieldLoop();
-    }
-  }
-
-  /** The store's row count as a sizing hint, 0 when it cannot be had: a hint never fails the load. */
-  private rowEstimate(): number {
-    try {
-      return this.deps.source.estimateRows?.() ?? 0;
-    } catch (e) {
-      this.deps.log.warn(`keeper: no row count to size the held rows by (${(e as Error)?.message ?? e})`);
-      return 0;
-    }
   }
 
   /**

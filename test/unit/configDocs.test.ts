@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { CONFIG_KEYS, type ConfigKey } from '../../util/config/keys.js';
+import { CONFIG_KEYS } from '../../util/config/keys.js';
+import type { ConfigKey } from '../../util/config/shape.js';
 import { repoRoot } from '../harness.js';
 
 interface ConfigDocs {

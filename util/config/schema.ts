@@ -4,22 +4,11 @@ import { parseAllowList } from '../notify/addressPolicy.js';
 import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from '../notify/wakeBody.js';
 import { normaliseOrigin } from '../prerender/origin.js';
 import { wellFormed } from '../text.js';
-import {
-  CONFIG_KEYS,
-  DAY,
-  MINUTE,
-  type ConfigKey,
-  type QueueKeeperConfig,
-  type RouteConfig,
-} from './keys.js';
+import { CONFIG_KEYS, DAY, MINUTE } from './keys.js';
+import type { ConfigKey, QueueKeeperConfig, RouteConfig } from './shape.js';
 
-export {
-  CONFIG_KEYS,
-  type ConfigEffect,
-  type ConfigKey,
-  type QueueKeeperConfig,
-  type RouteConfig,
-} from './keys.js';
+export { CONFIG_KEYS } from './keys.js';
+export type { ConfigEffect, ConfigKey, QueueKeeperConfig, RouteConfig } from './shape.js';
 
 const KEY_BY_PATH: ReadonlyMap<string, ConfigKey> = new Map(CONFIG_KEYS.map((k) => [k.path, k]));
 

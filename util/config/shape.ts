@@ -1,0 +1,74 @@
+// The shapes of the configuration: a key of the schema (util/config/keys.ts lists them all) and the
+// whole configuration as the code reads it once validated (util/config/schema.ts).
+
+/** What a change to the key does at runtime. */
+export type ConfigEffect = 'live' | 'timers' | 'reclassify' | 'restart';
+
+export type Kind =
+  'int' | 'number' | 'boolean' | 'roles' | 'durations' | 'routes' | 'cidrs' | 'origin' | 'name';
+
+export interface ConfigKey {
+  path: string;
+  kind: Kind;
+  default: unknown;
+  min?: number;
+  max?: number;
+  /** 0 is allowed besides the range (e.g. verifyInterval: 0 = off). */
+  zeroAllowed?: boolean;
+  effect: ConfigEffect;
+  description: string;
+}
+
+export interface RouteConfig {
+  name: string;
+  match: 'exact' | 'prefix';
+  path: string;
+  renderInterval?: number;
+}
+
+export interface QueueKeeperConfig {
+  queue: {
+    keeper: {
+      publishInterval: number;
+      stateInterval: number;
+      verifyInterval: number;
+      repairInterval: number;
+    };
+    ready: { capacity: number; sitemapBoost: number; urgentHeadStart: number; changedHeadStart: number };
+    jobLeaseTime: number;
+    maxClaimLimit: number;
+    maxLeases: number;
+    statusSyncInterval: number;
+    fleetRoles: string[];
+    feederRoles: string[];
+    discoverRoles: string[];
+    observerRoles: string[];
+  };
+  render: {
+    /** The origin fleets post results to; null derives it (docs/prerender-fleet.md). */
+    callbackOrigin: string | null;
+    deviceType: string;
+    defaultInterval: number;
+    routes: RouteConfig[];
+    failureRetry: {
+      fastRetries: number;
+      backoffFactor: number;
+      maxBackoff: number;
+      nonSitemapPenalty: number;
+    };
+    maxBodyBytes: number;
+    maxBatchBytes: number;
+  };
+  notify: {
+    allowHttp: boolean;
+    allowCidrs: string[];
+    attemptTimeout: number;
+    maxAttempts: number;
+    maxHooksPerFleet: number;
+    disableAfterFailures: number;
+    ratePerMinute: number;
+    edgeCooldown: number;
+  };
+  stall: { after: number; backoff: number[]; maxNudges: number; sweepLimit: number };
+  maintenance: { tickInterval: number };
+}
