@@ -234,6 +234,14 @@ export async function drainClaims(h: HarperInstance, clients: FleetClient[], opt
     claims: claimMs.length,
     // publishes = ready-set generations during the drain; stale/wedged = entries the claim path skipped
     publishes: counters1.generation - counters0.generation,
+    // The keeper's publishes in the drain (walks and flips) and their mean cost on worker 0.
+    keeperPublishes: counters1.publishCount - counters0.publishCount,
+    publishMsMean:
+      Math.round(
+        ((1000 * (counters1.publishSec - counters0.publishSec)) /
+          Math.max(1, counters1.publishCount - counters0.publishCount)) *
+          10,
+      ) / 10,
     stale: counters1.stale - counters0.stale,
     wedged: counters1.wedged - counters0.wedged,
     claimMs: summarize(claimMs),

@@ -2,7 +2,9 @@
 // and not due, then per round 20,000 rows filed due at the next whole minute and drained with results by
 // 24 fleet clients (claim 25, 10 ms back-off when empty). Per round: the first, median and last grant
 // after the due instant, the claims answered empty while rows of the burst were still due (as a share of
-// the burst's claims), and the publishes (ready-set generations) during the drain.
+// the burst's claims), the publishes during the drain (ready-set generations; the keeper's walks and
+// flips with their mean cost on worker 0), the take rate (jobs/s) and the claims' latency (a claim that
+// finds the set used up while rows were left out waits for the refill: that wait is in its latency).
 // With COMPONENT_B=<dir> it boots a second build beside this one and alternates rounds between them
 // (A, B, A, B, …), for a before/after pair taken in one run.
 // Run: npx tsc -p tsconfig.json && ROUNDS=3 node dist/bench/due-burst.js
@@ -54,6 +56,9 @@ try {
           emptyPct: r.burst?.emptyPct,
           claims: r.claims,
           publishes: r.publishes,
+          keeperPublishes: r.keeperPublishes,
+          publishMsMean: r.publishMsMean,
+          claimMs: r.claimMs,
           jobsPerSec: r.jobsPerSec,
           dups: r.dups,
         }),

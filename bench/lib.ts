@@ -331,7 +331,7 @@ export async function metricValues(h: HarperInstance): Promise<Map<string, numbe
   return out;
 }
 
-/** What the claim path did between two points: ready-set publishes, grants, stale and wedged skips. */
+/** What the claim path did between two points: ready-set publishes (and their cost), grants, stale and wedged skips. */
 export async function claimCounters(h: HarperInstance) {
   const [o, m] = await Promise.all([overview(h), metricValues(h)]);
   const pick = (name: string) => m.get(name) ?? NaN;
@@ -340,6 +340,9 @@ export async function claimCounters(h: HarperInstance) {
     granted: pick('queue_keeper_claim_granted_total'),
     stale: pick('queue_keeper_claim_stale_total'),
     wedged: pick('queue_keeper_claim_wedged_total'),
+    // Walks and flips of the keeper, and their summed duration.
+    publishCount: pick('queue_keeper_keeper_publish_duration_seconds_count'),
+    publishSec: pick('queue_keeper_keeper_publish_duration_seconds_sum'),
   };
 }
 
