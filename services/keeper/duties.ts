@@ -19,8 +19,33 @@ import {
   type DutyHandle,
   type DutyScheduler,
 } from '../../util/duties/scheduler.js';
-import type { KeeperService } from './service.js';
-import type { KeeperDeps } from './deps.js';
+import type { PublishPlan } from '../../util/keeper/publishPlan.js';
+import type { KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
+import type { VerifyResult } from './verification.js';
+import type { KeeperDeps, KeeperStats } from './deps.js';
+
+/** What the duties run of the keeper (services/keeper/service.ts KeeperService). */
+export interface DutyHost {
+  readonly clock: () => number;
+  readonly core: { readonly size: number };
+  readonly stats: KeeperStats;
+  phase: KeeperPhase;
+  serving: boolean;
+  resyncing: boolean;
+  subscribe(now: () => number, onClosed: (err?: unknown) => void): Promise<void>;
+  subscriptionClosed(err?: unknown): void;
+  closeSubscription(): void;
+  load(now: () => number): Promise<void>;
+  withdraw(now: number): void;
+  verify(now: () => number): Promise<VerifyResult | null>;
+  writeState(now: number): boolean;
+  publishPlan(now: number): PublishPlan;
+  publishTicked(now: number): void;
+  startTimedPublishes(now: number): void;
+  publishOnce(now: number, force: boolean): boolean;
+  stageMinutePublish(now: number, at: number): boolean;
+  dropStage(): void;
+}
 
 export const RESUBSCRIBE_BACKOFF_MS = 30_000;
 export const VERIFY_RETRY_MS = 30_000;
@@ -40,7 +65,7 @@ export class KeeperDuties {
   private stopped = false;
 
   constructor(
-    private readonly svc: KeeperService,
+    private readonly svc: DutyHost,
     private readonly deps: KeeperDeps,
   ) {
     this.scheduler = deps.scheduler;
