@@ -17,10 +17,11 @@ import type { SchedulerTimer } from '../../util/duties/scheduler.js';
 
 // A claim takes up to this many entries per job wanted: leased or stale entries cost no place.
 const OVER_TAKE = 4;
-// And up to this many more per job wanted that turn out leased (a lease-table probe, no row read): a
-// refill published while claims took from the set before it begins with rows those claims leased
-// during its walk, and a claim must get past them rather than answer short.
-const LEASED_OVER_TAKE = 32;
+// And up to this many more per job wanted that turn out leased or no longer due: a refill published
+// while claims took from the set before it begins with rows those claims leased during its walk (and
+// rows already reported since), and a claim must get past them rather than answer short. A leased one
+// costs a lease-table probe, one no longer due a point read of three fields (bench/due-burst.ts).
+const SKIPPED_OVER_TAKE = 32;
 // A queue's "last claim" mark is written at most this often per worker (read by the stall sweep).
 export const CLAIM_MARK_EVERY_MS = 5000;
 /** A full lease window is warned about at most this often per worker, not once per refused key. */
@@ -202,7 +203,7 @@ export class ClaimService {
   private takeGlobal(limit: number, caller: Caller, now: number, t: ClaimTally, target: JobTarget): Took {
     const ready = this.deps.readySet();
     let budget = limit * OVER_TAKE;
-    let leasedRefund = limit * LEASED_OVER_TAKE;
+    let refundLeft = limit * SKIPPED_OVER_TAKE;
     let taken = 0;
     while (t.jobs.length < limit && budget > 0) {
       // Take only what is still wanted: an entry taken is used up for this generation, so taking extra
@@ -212,13 +213,13 @@ export class ClaimService {
       if (batch.length === 0) return { taken, wantsPublish: true };
       budget -= batch.length;
       taken += batch.length;
-      const leasedBefore = t.leased;
+      const skippedBefore = t.leased + t.stale;
       for (const entry of batch) {
         if (t.jobs.length >= limit) break;
         this.grantEntry(entry, caller, null, now, t, target);
       }
-      const refund = Math.min(t.leased - leasedBefore, leasedRefund);
-      leasedRefund -= refund;
+      const refund = Math.min(t.leased + t.stale - skippedBefore, refundLeft);
+      refundLeft -= refund;
       budget += refund;
     }
     return { taken, wantsPublish: false };

@@ -242,17 +242,19 @@ test('a claim that finds the set used up answers [] after REFILL_WAIT_MS when no
   assert.equal(done, true);
 });
 
-test('a claim gets past a head of entries leased since the publish, beyond the over-take budget', () => {
+test('a claim gets past a head of entries leased or reported since the publish, beyond the over-take budget', () => {
   // Fails with leased entries counted against the 4× budget alone: 8 taken, all leased, nothing granted.
   const w = world();
   const keys = Array.from({ length: 40 }, (_, i) => url('product', i));
   w.publish(keys);
   const lease = { leaseMs: 60_000, dueMs: NOW - MINUTE, cadenceMs: 3_600_000, fastRetries: 0 };
-  for (const k of keys.slice(0, 30)) assert.ok(w.leases.grant(k, Date.now(), lease).ok);
-  const r = w.claims.claim(2, FLEET, null);
+  for (const k of keys.slice(0, 30)) assert.ok(w.leases.grant(k, NOW, lease).ok);
+  // And past rows reported since (rescheduled: no longer due).
+  for (const k of keys.slice(30, 35)) w.rows.set(k, row(k, NOW + 3_600_000));
+  const r = w.claims.claim(2, FLEET, null, NOW);
   assert.deepEqual(
     r.jobs.map((j) => j.id),
-    [keys[30], keys[31]],
+    [keys[35], keys[36]],
   );
 });
 
