@@ -86,16 +86,23 @@ export class KeeperVerifier {
       lastKey = chunk[chunk.length - 1]!.key;
       await this.deps.yieldLoop();
     }
-    // Deleted rows leave no trace in a walk: point-check what we hold.
+    // Deleted rows leave no trace in a walk: point-check what we hold, a slice at a time (a copy of
+    // every held key at once would hold worker 0 for seconds at 10M rows).
     this.deps.source.refreshReads?.();
-    const held = [...this.deps.core.keys()];
-    for (let i = 0; i < held.length; i++) {
-      const key = held[i]!;
-      if (!touched.has(key) && this.deps.source.read(key) === undefined) {
-        this.deps.repair(key, null, now());
-        phantom++;
+    const held = this.deps.core.keyWalk();
+    try {
+      for (let keys = held.next(WALK_CHUNK); keys !== null; keys = held.next(WALK_CHUNK)) {
+        for (const key of keys) {
+          if (touched.has(key) || !this.deps.core.has(key)) continue;
+          if (this.deps.source.read(key) === undefined) {
+            this.deps.repair(key, null, now());
+            phantom++;
+          }
+        }
+        await this.deps.yieldLoop();
       }
-      if (i % WALK_CHUNK === WALK_CHUNK - 1) await this.deps.yieldLoop();
+    } finally {
+      held.close();
     }
     const repaired = missing + mismatched + phantom;
     const result = {
@@ -132,11 +139,14 @@ export class KeeperVerifier {
     afterDrop?: (dropped: number) => void,
   ): Promise<{ dropped: number; gained: number }> {
     let dropped = 0;
-    for (const key of [...this.deps.core.keys()]) {
-      if (this.deps.owns(key)) continue;
-      this.deps.repair(key, null, now());
-      dropped++;
-    }
+    // At once, before any claim is served with the new membership: slices without a yield between.
+    const held = this.deps.core.keyWalk();
+    for (let keys = held.next(WALK_CHUNK); keys !== null; keys = held.next(WALK_CHUNK))
+      for (const key of keys) {
+        if (this.deps.owns(key) || !this.deps.core.has(key)) continue;
+        this.deps.repair(key, null, now());
+        dropped++;
+      }
     afterDrop?.(dropped);
     // The caller logs the new membership; a walk that drops nothing (the re-walk a tick later) says nothing here.
     if (dropped > 0)

@@ -92,4 +92,78 @@ describe('HeldRows', () => {
     }
     assert.ok(rows.locate(key(12_000), rows.hash(key(12_000))) < 0);
   });
+
+  it('hands a sliced key walk every key held from its first slice to its last, while rows are put, moved and deleted between slices and the table grows', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 500, max: 760 }),
+        fc.array(
+          fc.record({
+            op: fc.constantFrom('put', 'put', 'move', 'delete', 'delete', 'slice'),
+            n: fc.integer({ min: 0, max: 1_000 }),
+            to: fc.integer({ min: 0, max: 2 }),
+            max: fc.integer({ min: 1, max: 6 }),
+          }),
+          { minLength: 600, maxLength: 1_200 },
+        ),
+        (start, ops) => {
+          // 500–760 rows in a 1,024-entry table (it grows at 768): long probe runs, so deletions shift
+          // entries across the walk, and puts may grow the table under it.
+          const rows = new HeldRows<ChunkList>(5);
+          const buckets = [bucket(), bucket(), bucket()];
+          const key = (n: number) => `https://x.example/k/${n}`;
+          const put = (k: string, to: number) => {
+            const index = rows.locate(k, rows.hash(k));
+            if (index < 0) rows.insert(index, buckets[to]!, k, rows.hash(k));
+          };
+          for (let n = 0; n < start; n++) put(key(n), n % 3);
+          const throughout = new Set<string>();
+          for (let n = 0; n < start; n++) throughout.add(key(n));
+          const ever = new Set(throughout);
+          const seen = new Set<string>();
+          const walk = rows.keyWalk();
+          const take = (max: number) => {
+            const keys = walk.next(max);
+            if (keys === null) return false;
+            assert.ok(keys.length > 0 && keys.length <= max);
+            for (const k of keys) {
+              assert.ok(ever.has(k), `${k} was held at some point`);
+              seen.add(k);
+            }
+            return true;
+          };
+          for (const { op, n, to, max } of ops) {
+            const k = key(n);
+            const index = rows.locate(k, rows.hash(k));
+            if (op === 'put' && index < 0) {
+              put(k, to);
+              ever.add(k);
+            } else if (op === 'move' && index >= 0) rows.move(index, buckets[to]!);
+            else if (op === 'delete' && index >= 0) {
+              rows.delete(index);
+              throughout.delete(k);
+            } else if (op === 'slice') take(max);
+          }
+          while (take(17));
+          for (const k of throughout) assert.ok(seen.has(k), `${k} was held throughout and handed out`);
+          assert.equal(walk.next(5), null, 'a finished walk stays finished');
+        },
+      ),
+      { numRuns: 400 },
+    );
+  });
+
+  it('starts a sliced key walk over when the table grows under it, so no key held throughout is missed', () => {
+    const rows = new HeldRows<ChunkList>(9);
+    const b = bucket();
+    const key = (i: number) => `https://x.example/g/${i}`;
+    const put = (k: string) => rows.insert(rows.locate(k, rows.hash(k)), b, k, rows.hash(k));
+    for (let i = 0; i < 700; i++) put(key(i));
+    const seen = new Set<string>();
+    const walk = rows.keyWalk();
+    for (let i = 0; i < 20; i++) for (const k of walk.next(20) ?? []) seen.add(k);
+    for (let i = 700; i < 5_000; i++) put(key(i)); // the 1,024-entry table grows twice, every entry moves
+    for (let keys = walk.next(50); keys !== null; keys = walk.next(50)) for (const k of keys) seen.add(k);
+    for (let i = 0; i < 700; i++) assert.ok(seen.has(key(i)), `${key(i)} handed out`);
+  });
 });

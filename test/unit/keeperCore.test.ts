@@ -44,6 +44,14 @@ function row(cacheKey: string, nextRenderTime: number, extra: Partial<ScheduleRo
 
 const keeper = (): KeeperCore => new KeeperCore({ classify, score: OPTIONS });
 
+/** Every key the core holds, through its sliced walk. */
+function heldKeys(core: KeeperCore): Set<string> {
+  const out = new Set<string>();
+  const walk = core.keyWalk();
+  for (let keys = walk.next(500); keys !== null; keys = walk.next(500)) for (const k of keys) out.add(k);
+  return out;
+}
+
 /** A row as a publish walk hands it over, collected by a test. */
 interface Walked {
   key: string;
@@ -239,7 +247,7 @@ describe("KeeperCore.publishWalk's top", () => {
       fc.property(fc.array(opArb, { minLength: 200, maxLength: 3000, size: 'max' }), (ops) => {
         const { core, model } = replay(ops);
         for (const [key, r] of model) assert.ok(core.matches(key, r), `mismatch for ${key}`);
-        assert.deepEqual(new Set(core.keys()), new Set(model.keys()));
+        assert.deepEqual(heldKeys(core), new Set(model.keys()));
         const summary = core.dueSummary(NOW);
         const due = [...model.values()].filter((r) => minuteOf(r.nextRenderTime) * MINUTE_MS <= NOW);
         assert.equal(summary.due, due.length);
@@ -580,15 +588,17 @@ describe('KeeperCore storage', () => {
     assert.equal(core.oldestDue('unrouted', NOW)?.key, key(0));
   });
 
-  it('hands out keys as a snapshot, so rows can be deleted while walking them', () => {
+  it('walks every held key in slices while the walker deletes each one it is handed', () => {
     const core = keeper();
     for (let i = 0; i < 3000; i++)
       core.apply(`https://x.example/p/${i}`, row(`https://x.example/p/${i}`, NOW + i * 1000), NOW);
     let seen = 0;
-    for (const key of core.keys()) {
-      seen++;
-      core.apply(key, null, NOW);
-    }
+    const walk = core.keyWalk();
+    for (let keys = walk.next(100); keys !== null; keys = walk.next(100))
+      for (const key of keys) {
+        seen++;
+        core.apply(key, null, NOW);
+      }
     assert.equal(seen, 3000);
     assert.equal(core.size, 0);
     assert.equal(core.classCount, 0);

@@ -6,7 +6,7 @@
 // index and answers per-key questions; the publish walk (top K and section extras) is in
 // util/keeper/selection.ts and the due counts and oldest-due reads in util/keeper/dueReads.ts, both
 // over the same rows and classes.
-import { HeldRows } from './heldRows.js';
+import { HeldRows, type KeyWalk } from './heldRows.js';
 import type { Bucket, KeeperClass } from './keeperClass.js';
 import { KeeperClasses, MARK_INDEX } from './classSet.js';
 import { DueReads } from './dueReads.js';
@@ -30,6 +30,7 @@ import { MINUTE_MS, minuteOf } from '../time.js';
 
 export type * from './types.js';
 export type { Mark, ScoreOptions } from './score.js';
+export type { KeyWalk } from './heldRows.js';
 
 // Gaining a stronger mark is a trigger; urgent outranks changed as it does in the score.
 const MARK_RANK = MARK_INDEX;
@@ -76,9 +77,12 @@ export class KeeperCore {
     return this.classes.list.length;
   }
 
-  /** Every held key, snapshotted: the caller may apply and delete while iterating. */
-  keys(): IterableIterator<string> {
-    return this.rows.snapshotKeys().values();
+  /**
+   * Every held key in slices, for a walk that yields between them (no whole-set copy: at 10M rows one
+   * costs seconds of the event loop). The caller may apply and delete meanwhile; see KeyWalk.
+   */
+  keyWalk(): KeyWalk {
+    return this.rows.keyWalk();
   }
 
   /** Room for about `rows` held rows in all (a load's estimate), so the load does not regrow the table. */

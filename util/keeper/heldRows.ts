@@ -31,6 +31,22 @@ const PARK_EPOCH_S = 1_700_000_000;
 // reserve() sizes the table for at most this many rows (a 2^24-entry table, 64 MiB); beyond it grows.
 const MAX_RESERVE = 1 << 23;
 
+/**
+ * Every held key in slices, for a walk that yields between them while rows come and go: a key held from
+ * the first slice to the last is handed out at least once (a key may come twice; keys added meanwhile may
+ * be missed). `next` answers null when the walk is done and ends it; `close` ends it early.
+ */
+export interface KeyWalk {
+  next(max: number): string[] | null;
+  close(): void;
+}
+
+/** An open KeyWalk's place in the table, and the keys a deletion moved from ahead of it to behind it. */
+interface Walker {
+  at: number;
+  moved: string[];
+}
+
 /** What HeldRows needs of a bucket: its row count and the chunk holding its newest rows. */
 export interface ChunkList {
   count: number;
@@ -76,6 +92,8 @@ export class HeldRows<B extends ChunkList> {
   private chunkOwner: (B | null)[] = [];
   private chunks = 0;
   private freeChunk = -1;
+  /** The open KeyWalks (a deletion or a regrowth that moves entries tells them). */
+  private walkers: Walker[] = [];
 
   constructor(seed = (Math.random() * 0x100000000) | 0) {
     this.seed = seed | 0;
@@ -270,16 +288,46 @@ export class HeldRows<B extends ChunkList> {
       if (!stays) {
         table[hole] = entry;
         table[j] = 0;
+        if (this.walkers.length > 0) this.shifted(hole, j, entry);
         hole = j;
       }
     }
   }
 
-  /** Every held key, as a snapshot: callers may apply and delete while they walk it. */
-  snapshotKeys(): string[] {
-    const out: string[] = [];
-    for (const entry of this.table) if (entry !== 0) out.push(this.keyAt((entry & SLOT_MASK) - 1));
-    return out;
+  /** Every held key in slices of the table (see KeyWalk); no copy of the whole key set is ever made. */
+  keyWalk(): KeyWalk {
+    const walker: Walker = { at: 0, moved: [] };
+    this.walkers.push(walker);
+    const close = (): void => {
+      const i = this.walkers.indexOf(walker);
+      if (i >= 0) this.walkers.splice(i, 1);
+    };
+    return {
+      next: (max) => {
+        if (!this.walkers.includes(walker)) return null;
+        const out = walker.moved.splice(0, max);
+        const table = this.table;
+        while (out.length < max && walker.at < table.length) {
+          const entry = table[walker.at++]!;
+          if (entry !== 0) out.push(this.keyAt((entry & SLOT_MASK) - 1));
+        }
+        if (out.length === 0) {
+          close();
+          return null;
+        }
+        return out;
+      },
+      close,
+    };
+  }
+
+  /**
+   * A backward shift moved `entry` from index `from` to `to`: a walk that has passed `to` but not `from`
+   * would never see it, so it is handed to that walk apart. (A move the other way only repeats a key.)
+   */
+  private shifted(to: number, from: number, entry: number): void {
+    for (const w of this.walkers)
+      if (from >= w.at && to < w.at) w.moved.push(this.keyAt((entry & SLOT_MASK) - 1));
   }
 
   private entry(hash: number, slot: number): number {
@@ -355,6 +403,8 @@ export class HeldRows<B extends ChunkList> {
   }
 
   private rehash(size: number): void {
+    // Every entry moves: an open walk starts over (it hands out keys twice, never misses one).
+    for (const w of this.walkers) w.at = 0;
     const old = this.table;
     this.table = new Int32Array(size);
     this.mask = size - 1;
