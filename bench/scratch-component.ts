@@ -36,6 +36,11 @@ export interface ScratchOptions {
    * the GC entries of the worker, appended as JSON lines to `<dir>/publishes-<threadId>.jsonl`.
    */
   publishProfileDir?: string;
+  /**
+   * Loads bench/scale-probe.ts (the stall, duty and heap files, the seed and storage routes) ahead of the
+   * component's own modules; it writes to the folder in the Harper process's QK_SCALE_PROBE_DIR.
+   */
+  scaleProbe?: boolean;
 }
 
 const KEEPER_START = '.then(() => leadership.start())';
@@ -213,6 +218,11 @@ export function scratchComponent(opts: ScratchOptions): string {
   if (opts.readPathRoute) src += READ_PATH_ROUTE;
   if (opts.writePathRoute) src += WRITE_PATH_ROUTE;
   if (opts.publishProfileDir) src += publishProfileSource(opts.publishProfileDir);
+  if (opts.scaleProbe) {
+    // First import, so its patch of the duty scheduler precedes every duty the component adds.
+    src = `import { registerScaleProbe as qkScaleProbe } from './bench/scale-probe.js';\n${src}`;
+    src += '\nqkScaleProbe(router, schedule);\n';
+  }
   writeFileSync(entry, src);
   return dir;
 }
