@@ -26,6 +26,14 @@ const httpPort = Number(process.env.PORT ?? 9926);
 const opsPort = Number(process.env.OPS_PORT ?? 9925);
 const mqttPort = Number(process.env.MQTT_PORT ?? 1883);
 const threads = Number(process.env.THREADS ?? 2);
+// Each worker thread's heap limit in MB (Harper's `threads.maxHeapMemory`). Unset: Harper's default,
+// the machine's memory (at most 20,000 MB) / (10 + threads / 4), at least 512. Worker 0 holds the
+// keeper's rows: docs/sizing.md says what a row count needs.
+const maxHeapMb = process.env.MAX_HEAP_MB ? Number(process.env.MAX_HEAP_MB) : undefined;
+if (maxHeapMb !== undefined && !(Number.isInteger(maxHeapMb) && maxHeapMb >= 256)) {
+  console.error(`MAX_HEAP_MB must be a whole number of MB, at least 256 (got ${process.env.MAX_HEAP_MB})`);
+  process.exit(1);
+}
 
 const setConfig = {
   // Harper's defaults also listen for TLS on every interface (http 9926, operations 9925, replication
@@ -38,7 +46,7 @@ const setConfig = {
   },
   replication: { securePort: `${host}:${Number(process.env.REPL_PORT ?? 9933)}` },
   mqtt: { network: { port: `${host}:${mqttPort}`, securePort: `${host}:${mqttPort + 7000}` } },
-  threads: { count: threads },
+  threads: { count: threads, ...(maxHeapMb ? { maxHeapMemory: maxHeapMb } : {}) },
   // The port pins Harper's authentication listener to the HTTP port; without one, 4.7.29 registers it
   // for port "all", which each worker also listens on as a plain HTTP server on a random port on `::`.
   authentication: { authorizeLocal: false, port: `${host}:${httpPort}` },
