@@ -84,6 +84,8 @@ export interface KeeperDeps {
   onDue?: (summary: DueSummary, now: number) => void;
   /** Yield to the event loop between chunks (tests pass a no-op). */
   yieldLoop?: () => Promise<void>;
+  /** Real time in ms for slice budgets (default performance.now); tests hand in a fake. */
+  sliceClock?: () => number;
   /** Runs the keeper's duties (publish, minute and early publish, state, verify, resubscribe, load). */
   scheduler: DutyScheduler;
   /** The clock (Date.now by default). */
@@ -102,6 +104,11 @@ export interface KeeperDeps {
 
 /** Rows per chunk of a table walk (load and verification); the walk yields to the event loop between. */
 export const WALK_CHUNK = 1000;
+/**
+ * The verification walk also ends a slice once it has run this long (ms), so a slice of slow reads (cold
+ * pages of a large table) does not hold worker 0 for the whole chunk.
+ */
+export const SLICE_BUDGET_MS = 10;
 
 export interface KeeperStats {
   loadMs: number | null;
@@ -133,6 +140,8 @@ export interface KeeperStats {
     /** Rows picked up because the cluster membership changed (not repairs). */
     gained: number;
     repaired: number;
+    /** The longest the walk held the event loop between two yields (ms). */
+    longestSliceMs: number;
   } | null;
   repairedTotal: number;
   /** Replica repair's last round on this node (clustered only; util/cluster/repair.ts). */
@@ -156,6 +165,8 @@ export interface RowCheckDeps {
   stats: KeeperStats;
   log: KeeperLog;
   yieldLoop: () => Promise<void>;
+  /** Real time in ms (performance.now) for the walk's slice budget; tests hand in their own. */
+  sliceClock: () => number;
   metric?: KeeperDeps['metric'];
   countRepaired?: (n: number) => void;
 }

@@ -76,6 +76,7 @@ export class KeeperService {
       stats: this.stats,
       log: deps.log,
       yieldLoop: this.yieldLoop,
+      sliceClock: deps.sliceClock ?? (() => performance.now()),
       metric: deps.metric,
       countRepaired: deps.countRepaired,
     };

@@ -2,7 +2,10 @@
 // fix mismatched ones and drop rows no longer owned, then point-checks what it holds for rows deleted without
 // an event. A cluster membership change drops the rows lost at once and walks for the rows gained.
 import type { KeeperStats, RowCheckDeps } from './deps.js';
-import { WALK_CHUNK } from './deps.js';
+import { SLICE_BUDGET_MS, WALK_CHUNK } from './deps.js';
+
+/** How many rows a slice handles between two looks at its clock. */
+const BUDGET_STEP = 16;
 
 export type VerifyResult = NonNullable<KeeperStats['lastVerify']>;
 
@@ -56,50 +59,69 @@ export class KeeperVerifier {
     let rows = 0;
     const gains = this.expectGains;
     this.expectGains = false;
+    const clock = this.deps.sliceClock;
+    let longestSliceMs = 0;
+    // A slice ends at WALK_CHUNK rows or once it has run SLICE_BUDGET_MS, whichever comes first.
+    const spent = (from: number, n: number, look: boolean): boolean =>
+      n >= WALK_CHUNK || (look && clock() - from >= SLICE_BUDGET_MS);
     let lastKey: string | undefined;
-    for (;;) {
-      const chunk = [
-        ...this.deps.source.walk({
-          start: lastKey,
-          exclusiveStart: lastKey !== undefined,
-          limit: WALK_CHUNK,
-        }),
-      ];
-      if (chunk.length === 0) break;
-      for (const { key, row } of chunk) {
+    for (let more = true; more;) {
+      const sliceStart = clock();
+      let n = 0;
+      more = false;
+      const range = { start: lastKey, exclusiveStart: lastKey !== undefined, limit: WALK_CHUNK };
+      for (const { key, row } of this.deps.source.walk(range)) {
+        lastKey = key;
+        n++;
         if (row) rows++;
-        if (touched.has(key) || !row) continue;
-        if (!this.deps.owns(key)) {
-          if (this.deps.core.has(key)) {
-            this.deps.repair(key, null, now());
-            unowned++;
+        if (!touched.has(key) && row) {
+          if (!this.deps.owns(key)) {
+            if (this.deps.core.has(key)) {
+              this.deps.repair(key, null, now());
+              unowned++;
+            }
+          } else if (!this.deps.core.has(key)) {
+            if (gains) gained++;
+            else missing++;
+            this.deps.repair(key, row, now());
+          } else if (!this.deps.core.matches(key, row)) {
+            mismatched++;
+            this.deps.repair(key, row, now());
           }
-          continue;
         }
-        if (!this.deps.core.has(key)) {
-          if (gains) gained++;
-          else missing++;
-        } else if (!this.deps.core.matches(key, row)) mismatched++;
-        else continue;
-        this.deps.repair(key, row, now());
+        if (spent(sliceStart, n, n % BUDGET_STEP === 0)) {
+          more = true;
+          break;
+        }
       }
-      lastKey = chunk[chunk.length - 1]!.key;
-      await this.deps.yieldLoop();
+      longestSliceMs = Math.max(longestSliceMs, clock() - sliceStart);
+      if (more) await this.deps.yieldLoop();
     }
     // Deleted rows leave no trace in a walk: point-check what we hold, a slice at a time (a copy of
     // every held key at once would hold worker 0 for seconds at 10M rows).
     this.deps.source.refreshReads?.();
     const held = this.deps.core.keyWalk();
     try {
-      for (let keys = held.next(WALK_CHUNK); keys !== null; keys = held.next(WALK_CHUNK)) {
-        for (const key of keys) {
-          if (touched.has(key) || !this.deps.core.has(key)) continue;
-          if (this.deps.source.read(key) === undefined) {
-            this.deps.repair(key, null, now());
-            phantom++;
+      for (let more = true; more;) {
+        const sliceStart = clock();
+        let n = 0;
+        more = false;
+        for (let keys = held.next(BUDGET_STEP); keys !== null; keys = held.next(BUDGET_STEP)) {
+          for (const key of keys) {
+            if (touched.has(key) || !this.deps.core.has(key)) continue;
+            if (this.deps.source.read(key) === undefined) {
+              this.deps.repair(key, null, now());
+              phantom++;
+            }
+          }
+          n += keys.length;
+          if (spent(sliceStart, n, true)) {
+            more = true;
+            break;
           }
         }
-        await this.deps.yieldLoop();
+        longestSliceMs = Math.max(longestSliceMs, clock() - sliceStart);
+        if (more) await this.deps.yieldLoop();
       }
     } finally {
       held.close();
@@ -115,6 +137,7 @@ export class KeeperVerifier {
       rows,
       gained,
       repaired,
+      longestSliceMs: Math.round(longestSliceMs * 10) / 10,
     };
     this.deps.stats.lastVerify = result;
     this.deps.stats.repairedTotal += repaired;

@@ -218,6 +218,8 @@ function harness(
   const closed: unknown[] = [];
   let hook: Hook | null = null;
   let yields = 0;
+  /** The verification walk's slice clock (real time in the service): moves only when a test moves it. */
+  const slice = { ms: 0 };
   type Listener = (next: QueueKeeperConfig, prev: QueueKeeperConfig, changed: string[]) => void;
   const configListeners = new Set<Listener>();
   let owner: (key: string) => boolean = () => true;
@@ -285,6 +287,7 @@ function harness(
       yields++;
       await hook?.(yields);
     },
+    sliceClock: () => slice.ms,
     ...(opts.estimateRows ? {} : { owns: (key: string) => owner(key) }),
     ...(opts.leadership ? { holdLeadership: () => opts.leadership!.held } : {}),
     scheduler,
@@ -313,6 +316,8 @@ function harness(
   };
   return {
     svc,
+    source,
+    slice,
     table,
     streams,
     ready,
@@ -564,6 +569,39 @@ test('verification repairs a missing, a mismatched and a deleted row, and the ne
   assert.equal(second?.repaired, 0);
   assert.equal(h.svc.exact(), true);
   assert.equal(h.svc.stats.repairedTotal, 3);
+});
+
+// Guard: the slice budget (`spent` in verification.ts). Without it a slice runs WALK_CHUNK rows whatever its
+// reads cost: no yield at all over these 400 rows (checked).
+test('a verification slice yields once it has run its budget, in the table walk and in the point checks', async () => {
+  const h = harness();
+  h.fill(400, () => NOW + HOUR);
+  await h.start();
+  h.table.put(keyOf(5000), stored(NOW + HOUR)); // added without an event: the walk still reaches it
+  const walk = h.source.walk;
+  const read = h.source.read;
+  let reads = 0;
+  // Every row the walk yields and every point read costs 1 ms of the slice clock.
+  h.source.walk = function* (o) {
+    for (const entry of walk(o)) {
+      h.slice.ms += 1;
+      yield entry;
+    }
+  };
+  h.source.read = (key) => {
+    h.slice.ms += 1;
+    reads++;
+    return read(key);
+  };
+  const yielded = { walk: 0, check: 0 };
+  h.setHook(() => void (reads === 0 ? yielded.walk++ : yielded.check++));
+  const result = await h.svc.verify(h.now);
+  assert.equal(result?.rows, 401, 'slices ended by the budget resume where they stopped');
+  assert.equal(result?.missing, 1);
+  assert.equal(reads, 401, 'every held key is point-checked once');
+  assert.ok(yielded.walk >= 20, `the table walk yielded ${yielded.walk} times`);
+  assert.ok(yielded.check >= 20, `the point checks yielded ${yielded.check} times`);
+  assert.equal(result?.longestSliceMs, 16, 'a slice stops at the first look at its clock past 10 ms');
 });
 
 // Race guard: the `while (this.verifyQueued)` loop in verify(). Without it the queued walk is dropped (checked).
