@@ -153,7 +153,7 @@ export interface KeeperStats {
 
 /** The held rows and what they are checked against: what the verification walk and head check need. */
 export interface RowCheckDeps {
-  /** Reads only (has, matches, keys); every change goes through `repair`. */
+  /** Reads (has, matches, keys) and the verification walk's sightings; every change goes through `repair`. */
   core: KeeperCore;
   /**
    * Applies a repaired row (null: hold nothing) through the keeper's one apply path, which also lets a

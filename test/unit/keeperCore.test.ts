@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { hashUrl } from '../../util/keeper/heldRows.js';
+import { hashUrl } from '../../util/keeper/urlHash.js';
 import { keyHash } from '../../util/keyHash.js';
 import {
   type Classify,

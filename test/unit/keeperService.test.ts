@@ -572,11 +572,12 @@ test('verification repairs a missing, a mismatched and a deleted row, and the ne
 });
 
 // Guard: the slice budget (`spent` in verification.ts). Without it a slice runs WALK_CHUNK rows whatever its
-// reads cost: no yield at all over these 400 rows (checked).
+// reads cost: no yield at all over these few hundred rows (checked).
 test('a verification slice yields once it has run its budget, in the table walk and in the point checks', async () => {
   const h = harness();
-  h.fill(400, () => NOW + HOUR);
+  h.fill(600, () => NOW + HOUR);
   await h.start();
+  for (let i = 0; i < 600; i += 2) h.table.delete(keyOf(i)); // deleted without an event: 300 point checks
   h.table.put(keyOf(5000), stored(NOW + HOUR)); // added without an event: the walk still reaches it
   const walk = h.source.walk;
   const read = h.source.read;
@@ -596,12 +597,32 @@ test('a verification slice yields once it has run its budget, in the table walk 
   const yielded = { walk: 0, check: 0 };
   h.setHook(() => void (reads === 0 ? yielded.walk++ : yielded.check++));
   const result = await h.svc.verify(h.now);
-  assert.equal(result?.rows, 401, 'slices ended by the budget resume where they stopped');
-  assert.equal(result?.missing, 1);
-  assert.equal(reads, 401, 'every held key is point-checked once');
-  assert.ok(yielded.walk >= 20, `the table walk yielded ${yielded.walk} times`);
-  assert.ok(yielded.check >= 20, `the point checks yielded ${yielded.check} times`);
-  assert.equal(result?.longestSliceMs, 16, 'a slice stops at the first look at its clock past 10 ms');
+  assert.equal(result?.rows, 301, 'slices ended by the budget resume where they stopped');
+  assert.deepEqual([result?.missing, result?.phantom], [1, 300]);
+  assert.equal(reads, 300, 'only the rows the walk did not see are point-checked');
+  assert.ok(yielded.walk >= 15, `the table walk yielded ${yielded.walk} times`);
+  assert.ok(yielded.check >= 15, `the point checks yielded ${yielded.check} times`);
+  // A slice looks at its clock every 16 rows: it ends under 10 ms plus one look's 16 reads.
+  const longest = result?.longestSliceMs ?? 0;
+  assert.ok(longest >= 10 && longest <= 25, `longest slice ${longest} ms`);
+});
+
+// Guard: `core.unseen` in the point checks. With `core.has` there, every held row is read back (checked).
+test('the point checks read only the held rows the table walk did not see', async () => {
+  const h = harness();
+  h.fill(1500, () => NOW + HOUR);
+  await h.start();
+  h.table.put(keyOf(5000), stored(NOW + HOUR)); // added without an event
+  h.table.put(keyOf(700), stored(NOW + 3 * HOUR)); // changed without an event
+  h.table.delete(keyOf(1200)); // deleted without an event
+  const before = h.table.reads;
+  const first = await h.svc.verify(h.now);
+  assert.deepEqual(first && [first.missing, first.mismatched, first.phantom], [1, 1, 1]);
+  assert.equal(h.table.reads - before, 1, 'one point read: the row the walk did not find');
+  const again = h.table.reads;
+  const second = await h.svc.verify(h.now);
+  assert.equal(second?.repaired, 0);
+  assert.equal(h.table.reads - again, 0, 'a later walk sees every row again, so it reads none back');
 });
 
 // Race guard: the `while (this.verifyQueued)` loop in verify(). Without it the queued walk is dropped (checked).

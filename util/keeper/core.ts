@@ -6,7 +6,8 @@
 // index and answers per-key questions; the publish walk (top K and section extras) is in
 // util/keeper/selection.ts and the due counts and oldest-due reads in util/keeper/dueReads.ts, both
 // over the same rows and classes.
-import { HeldRows, type KeyWalk } from './heldRows.js';
+import { HeldRows } from './heldRows.js';
+import type { KeyWalk } from './keyWalks.js';
 import type { Bucket, KeeperClass } from './keeperClass.js';
 import { KeeperClasses, MARK_INDEX } from './classSet.js';
 import { DueReads } from './dueReads.js';
@@ -30,7 +31,7 @@ import { MINUTE_MS, minuteOf } from '../time.js';
 
 export type * from './types.js';
 export type { Mark, ScoreOptions } from './score.js';
-export type { KeyWalk } from './heldRows.js';
+export type { KeyWalk } from './keyWalks.js';
 
 // Gaining a stronger mark is a trigger; urgent outranks changed as it does in the score.
 const MARK_RANK = MARK_INDEX;
@@ -92,6 +93,25 @@ export class KeeperCore {
 
   has(key: string): boolean {
     return this.rows.locate(key, this.rows.hash(key)) >= 0;
+  }
+
+  /** A new verification walk's sightings begin: no held row counts as seen until `sight` marks it. */
+  startSighting(): void {
+    this.rows.startSighting();
+  }
+
+  /** Marks `key` as seen in the table by the current verification walk; false when it is not held. */
+  sight(key: string): boolean {
+    const index = this.rows.locate(key, this.rows.hash(key));
+    if (index < 0) return false;
+    this.rows.sight(index);
+    return true;
+  }
+
+  /** Whether `key` is held and the current verification walk has not seen it in the table. */
+  unseen(key: string): boolean {
+    const index = this.rows.locate(key, this.rows.hash(key));
+    return index >= 0 && !this.rows.sighted(index);
   }
 
   /**

@@ -1,4 +1,6 @@
 import { keyHash } from '../keyHash.js';
+import { KeyWalks, type KeyWalk } from './keyWalks.js';
+import { hashUrl } from './urlHash.js';
 
 // Storage for the keeper's held rows: URL → slot, and the URLs themselves packed by bucket.
 //
@@ -7,7 +9,7 @@ import { keyHash } from '../keyHash.js';
 // sparse minute buckets — together well over a budget of 170 B per held row. Here a row costs a
 // 4-byte table entry (the table is kept 38–75% full, so 5–11 B), an 8-byte key slot and a 4-byte
 // stored hash, plus the URL (and per slot the lease table's 8-byte keyHash and a 4-byte park, both
-// read by the publish's lease skip). Neither the table nor the slot pages shrink after mass deletions;
+// read by the publish's lease skip, and the verification walk's 1-byte sighting). Neither the table nor the slot pages shrink after mass deletions;
 // freed chunks are reused by later rows.
 //
 // Every row lives at a slot `g` inside a fixed-size chunk owned by one bucket, so `g` alone names both
@@ -31,42 +33,11 @@ const PARK_EPOCH_S = 1_700_000_000;
 // reserve() sizes the table for at most this many rows (a 2^24-entry table, 64 MiB); beyond it grows.
 const MAX_RESERVE = 1 << 23;
 
-/**
- * Every held key in slices, for a walk that yields between them while rows come and go: a key held from
- * the first slice to the last is handed out at least once (a key may come twice; keys added meanwhile may
- * be missed). `next` answers null when the walk is done and ends it; `close` ends it early.
- */
-export interface KeyWalk {
-  next(max: number): string[] | null;
-  close(): void;
-}
-
-/** An open KeyWalk's place in the table, and the keys a deletion moved from ahead of it to behind it. */
-interface Walker {
-  at: number;
-  moved: string[];
-}
-
 /** What HeldRows needs of a bucket: its row count and the chunk holding its newest rows. */
 export interface ChunkList {
   count: number;
   /** The partly filled chunk (or -1 when empty); older chunks follow through `chunkNext`, all full. */
   head: number;
-}
-
-/**
- * 32-bit FNV-1a over every UTF-16 unit from a seeded basis, then a final mix so the low bits (the
- * probe start) spread. The seed is per keeper and random by default: the low-trust discover role can
- * file URLs, and with a known hash it could precompute URLs that pile into one probe run. (A defence
- * against offline crafting, not a cryptographic one.)
- */
-export function hashUrl(url: string, seed: number): number {
-  let h = (0x811c9dc5 ^ seed ^ url.length) | 0;
-  for (let i = 0; i < url.length; i++) h = Math.imul(h ^ url.charCodeAt(i), 0x01000193);
-  h ^= h >>> 16;
-  h = Math.imul(h ^ seed, 0x85ebca6b);
-  h ^= h >>> 13;
-  return h | 0;
 }
 
 export class HeldRows<B extends ChunkList> {
@@ -88,12 +59,21 @@ export class HeldRows<B extends ChunkList> {
    * passes it without asking the lease table again; 0 = not parked. Any change to the row clears it.
    */
   private parkPages: Int32Array[] = [];
+  /**
+   * Each row's sighting: the number of the last verification walk that saw it in the table (0: none
+   * since the row was added). The walk's point checks read only the rows it did not see.
+   */
+  private sightPages: Uint8Array[] = [];
+  private sighting = 0;
   private chunkNext = new Int32Array(512);
   private chunkOwner: (B | null)[] = [];
   private chunks = 0;
   private freeChunk = -1;
   /** The open KeyWalks (a deletion or a regrowth that moves entries tells them). */
-  private walkers: Walker[] = [];
+  private readonly walks = new KeyWalks({
+    entries: () => this.table,
+    keyOf: (entry) => this.keyAt((entry & SLOT_MASK) - 1),
+  });
 
   constructor(seed = (Math.random() * 0x100000000) | 0) {
     this.seed = seed | 0;
@@ -197,6 +177,27 @@ export class HeldRows<B extends ChunkList> {
     this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = 0;
   }
 
+  /** A new verification walk: the rows it sees from now on carry its number (see `sight`). */
+  startSighting(): void {
+    if (this.sighting === 255) {
+      for (const page of this.sightPages) page.fill(0);
+      this.sighting = 0;
+    }
+    this.sighting++;
+  }
+
+  /** Marks the row at a found table index as seen in the table by the current walk. */
+  sight(index: number): void {
+    const slot = this.slotAt(index);
+    this.sightPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = this.sighting;
+  }
+
+  /** Whether the current walk saw the row at a found table index (never before the first walk). */
+  sighted(index: number): boolean {
+    const slot = this.slotAt(index);
+    return this.sighting !== 0 && this.sightPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] === this.sighting;
+  }
+
   private setLease(slot: number, hi: number, lo: number): void {
     const page = this.leasePages[slot >>> PAGE_SHIFT]!;
     const at = (slot & PAGE_MASK) << 1;
@@ -243,7 +244,7 @@ export class HeldRows<B extends ChunkList> {
       this.rehash(this.table.length * 2);
       at = ~this.locate(key, hash); // growing moved every index
     }
-    this.table[at] = this.entry(hash, this.append(bucket, key, hash, 0, 0));
+    this.table[at] = this.entry(hash, this.append(bucket, key, hash, 0, 0, 0));
     this.used++;
   }
 
@@ -254,8 +255,9 @@ export class HeldRows<B extends ChunkList> {
     const hash = this.hashAt(slot);
     const hi = this.storedLeaseHi(slot);
     const lo = this.storedLeaseLo(slot);
+    const seen = this.sightPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
     this.detach(slot);
-    this.table[index] = this.entry(hash, this.append(bucket, key, hash, hi, lo));
+    this.table[index] = this.entry(hash, this.append(bucket, key, hash, hi, lo, seen));
   }
 
   /** Moves the row stored at `slot` to `bucket` (for walks that hold slots, not table indexes). */
@@ -288,53 +290,29 @@ export class HeldRows<B extends ChunkList> {
       if (!stays) {
         table[hole] = entry;
         table[j] = 0;
-        if (this.walkers.length > 0) this.shifted(hole, j, entry);
+        if (this.walks.open) this.walks.shifted(hole, j, entry);
         hole = j;
       }
     }
   }
 
-  /** Every held key in slices of the table (see KeyWalk); no copy of the whole key set is ever made. */
+  /** Every held key in slices of the table (keyWalks.ts); no copy of the whole key set is ever made. */
   keyWalk(): KeyWalk {
-    const walker: Walker = { at: 0, moved: [] };
-    this.walkers.push(walker);
-    const close = (): void => {
-      const i = this.walkers.indexOf(walker);
-      if (i >= 0) this.walkers.splice(i, 1);
-    };
-    return {
-      next: (max) => {
-        if (!this.walkers.includes(walker)) return null;
-        const out = walker.moved.splice(0, max);
-        const table = this.table;
-        while (out.length < max && walker.at < table.length) {
-          const entry = table[walker.at++]!;
-          if (entry !== 0) out.push(this.keyAt((entry & SLOT_MASK) - 1));
-        }
-        if (out.length === 0) {
-          close();
-          return null;
-        }
-        return out;
-      },
-      close,
-    };
-  }
-
-  /**
-   * A backward shift moved `entry` from index `from` to `to`: a walk that has passed `to` but not `from`
-   * would never see it, so it is handed to that walk apart. (A move the other way only repeats a key.)
-   */
-  private shifted(to: number, from: number, entry: number): void {
-    for (const w of this.walkers)
-      if (from >= w.at && to < w.at) w.moved.push(this.keyAt((entry & SLOT_MASK) - 1));
+    return this.walks.start();
   }
 
   private entry(hash: number, slot: number): number {
     return (((hash >>> 28) & 0xf) << TAG_SHIFT) | (slot + 1);
   }
 
-  private append(bucket: B, key: string, hash: number, leaseHi: number, leaseLo: number): number {
+  private append(
+    bucket: B,
+    key: string,
+    hash: number,
+    leaseHi: number,
+    leaseLo: number,
+    seen: number,
+  ): number {
     const fill = bucket.count & (CHUNK - 1);
     if (fill === 0) {
       const chunk = this.newChunk(bucket);
@@ -346,6 +324,7 @@ export class HeldRows<B extends ChunkList> {
     this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = hash;
     this.setLease(slot, leaseHi, leaseLo);
     this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = 0;
+    this.sightPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = seen;
     bucket.count++;
     return slot;
   }
@@ -366,6 +345,8 @@ export class HeldRows<B extends ChunkList> {
       this.setLease(slot, this.storedLeaseHi(last), this.storedLeaseLo(last));
       this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
         this.parkPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
+      this.sightPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
+        this.sightPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
       this.table[movedIndex] = this.entry(movedHash, slot);
     }
     this.keyPages[last >>> PAGE_SHIFT]![last & PAGE_MASK] = ''; // let the URL go
@@ -391,6 +372,7 @@ export class HeldRows<B extends ChunkList> {
         this.hashPages.push(new Int32Array(PAGE));
         this.leasePages.push(new Int32Array(2 * PAGE));
         this.parkPages.push(new Int32Array(PAGE));
+        this.sightPages.push(new Uint8Array(PAGE));
       }
       if (chunk >= this.chunkNext.length) {
         const grown = new Int32Array(this.chunkNext.length * 2);
@@ -403,8 +385,7 @@ export class HeldRows<B extends ChunkList> {
   }
 
   private rehash(size: number): void {
-    // Every entry moves: an open walk starts over (it hands out keys twice, never misses one).
-    for (const w of this.walkers) w.at = 0;
+    this.walks.restart();
     const old = this.table;
     this.table = new Int32Array(size);
     this.mask = size - 1;
