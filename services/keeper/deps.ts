@@ -74,6 +74,11 @@ export interface KeeperDeps {
   /** Pause and status as the node reports them, for the state document. */
   nodeView: () => { paused: boolean; status: string };
   owns?: (key: string) => boolean;
+  /**
+   * The share of the table's rows this node holds (1 alone, about 1/n among n nodes), to size the held
+   * rows before a load. Without it a node with `owns` grows its table as the load goes.
+   */
+  ownedShare?: () => number;
   log: KeeperLog;
   metric?: (
     name: 'keeper_load_ms' | 'keeper_publish_ms' | 'keeper_verify_ms' | 'keeper_live',
@@ -109,6 +114,8 @@ export const WALK_CHUNK = 1000;
  * pages of a large table) does not hold worker 0 for the whole chunk.
  */
 export const SLICE_BUDGET_MS = 10;
+/** A clustered node's share of the rows is about 1/n: the load reserves a tenth more (KeeperDeps.ownedShare). */
+export const RESERVE_SLACK = 1.1;
 
 export interface KeeperStats {
   loadMs: number | null;

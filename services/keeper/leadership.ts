@@ -42,7 +42,7 @@ const REPORT_CHECK_SLICE = 4096;
  * and the status sync) and what precedes each state document (the lease reconcile).
  */
 export type KeeperSeat = Required<
-  Pick<KeeperDeps, 'owns' | 'holdLeadership' | 'afterPublish' | 'beforeState'>
+  Pick<KeeperDeps, 'owns' | 'ownedShare' | 'holdLeadership' | 'afterPublish' | 'beforeState'>
 >;
 
 export interface KeeperLeadershipDeps {
@@ -197,6 +197,7 @@ export class KeeperLeadership {
     const syncStatus = () => control.publishStatus(this.deps.nodeStatus(Date.now()));
     const svc = this.deps.keeper({
       owns: (key) => this.ownership?.owns(key) ?? true,
+      ownedShare: () => 1 / Math.max(1, this.ownership?.nodes.length ?? 1),
       holdLeadership: (now) => signal.claimLeadership(ownerId, now, publishInterval()),
       afterPublish: async (now) => {
         // requeued at expiry (docs/wakes.md): one pass over the lease slots finds leases that ran out

@@ -11,6 +11,7 @@ import type { KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import { KeeperDuties } from './duties.js';
 import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './deps.js';
+import { RESERVE_SLACK } from './deps.js';
 import { KeeperVerifier, type VerifyResult } from './verification.js';
 import { HeadCheck } from './headCheck.js';
 import { dueByMinute, KeeperPublisher } from './publisher.js';
@@ -265,8 +266,9 @@ export class KeeperService {
     this.partial = false;
     this.touched = new Set();
     const tally = { rows: 0 };
-    // A node that owns every row holds about as many as the table has: size the held-row table once.
-    if (this.deps.owns === undefined) this.core.reserve(rowEstimate(this.deps));
+    // Sized once for the rows this node will hold: a regrowth mid-load rehashes them all at once.
+    const share = this.deps.ownedShare?.() ?? (this.deps.owns === undefined ? 1 : 0);
+    if (share > 0) this.core.reserve(Math.ceil(rowEstimate(this.deps) * Math.min(1, share * RESERVE_SLACK)));
     const forward: WalkCursor = {};
     let forwardFailed: unknown = null;
     try {

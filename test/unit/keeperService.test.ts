@@ -189,6 +189,8 @@ function harness(
     heldWalk?: boolean;
     /** The node owns every row (no `owns`), with the store's row count from this. */
     estimateRows?: () => number;
+    /** With estimateRows: a clustered node (`owns` given) holding this share of the rows. */
+    ownedShare?: number;
     /** The leader slot, as leadership.ts holds it: the keeper asks every publish tick. */
     leadership?: { held: boolean };
     /** The lease table's answer by hash, as resources.ts wires it: `leasedUntil` holds key → block end. */
@@ -288,7 +290,8 @@ function harness(
       await hook?.(yields);
     },
     sliceClock: () => slice.ms,
-    ...(opts.estimateRows ? {} : { owns: (key: string) => owner(key) }),
+    ...(opts.estimateRows && opts.ownedShare === undefined ? {} : { owns: (key: string) => owner(key) }),
+    ...(opts.ownedShare === undefined ? {} : { ownedShare: () => opts.ownedShare! }),
     ...(opts.leadership ? { holdLeadership: () => opts.leadership!.held } : {}),
     scheduler,
     clock: now,
@@ -500,6 +503,27 @@ test('a node that owns every row sizes its held rows from the row count, and a c
   });
   await failing.start();
   assert.match(String(failing.warnings[0]?.[0]), /no row count to size the held rows by \(store closed\)/);
+});
+
+// Guard: the reserve for a node given `ownedShare` in load(). Without it a clustered node's table grows
+// as its load goes, rehashing every row held so far each time (checked).
+test('a load sizes the held rows once: the whole row count alone, its share of it in a cluster', async () => {
+  for (const [ownedShare, want] of [
+    [undefined, 3000],
+    [1, 3000],
+    [1 / 3, 1100],
+  ] as const) {
+    const h = harness({ estimateRows: () => 3000, ...(ownedShare === undefined ? {} : { ownedShare }) });
+    const reserved: number[] = [];
+    const reserve = h.svc.core.reserve.bind(h.svc.core);
+    h.svc.core.reserve = (rows) => {
+      reserved.push(rows);
+      reserve(rows);
+    };
+    h.fill(300, () => NOW + HOUR);
+    await h.start();
+    assert.deepEqual(reserved, [want], `share ${ownedShare}`);
+  }
 });
 
 test('claims are served from the first chunk while the load goes on', async () => {
