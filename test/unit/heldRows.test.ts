@@ -24,7 +24,7 @@ describe('HeldRows', () => {
             n: fc.integer({ min: 0, max: 80 }),
             to: fc.integer({ min: 0, max: 2 }),
           }),
-          { minLength: 1, maxLength: 400 },
+          { minLength: 1, maxLength: 400, size: 'max' },
         ),
         (ops) => {
           const rows = new HeldRows<ChunkList>(7);
@@ -178,7 +178,7 @@ describe('HeldRows', () => {
             to: fc.integer({ min: 0, max: 2 }),
             walks: fc.constantFrom(1, 1, 1, 254, 255, 256),
           }),
-          { minLength: 100, maxLength: 500 },
+          { minLength: 100, maxLength: 500, size: 'max' },
         ),
         (ops) => {
           const rows = new HeldRows<ChunkList>(3);

@@ -303,7 +303,7 @@ describe("KeeperCore.publishWalk's top", () => {
             minutesAgo: fc.integer({ min: -1, max: 3 }),
             remove: fc.boolean(),
           }),
-          { minLength: 1, maxLength: 300 },
+          { minLength: 1, maxLength: 300, size: 'max' },
         ),
         (ops) => {
           const core = keeper();

@@ -621,7 +621,7 @@ test('property: random interleavings of grants, releases, expiry and reconcile n
     fc.record({ kind: fc.constant('reconcile' as const) }),
   );
   fc.assert(
-    fc.property(fc.array(command, { minLength: 1, maxLength: 60 }), (commands) => {
+    fc.property(fc.array(command, { minLength: 1, maxLength: 60, size: 'max' }), (commands) => {
       const { buffer, table, setInterleave } = setup(16);
       const worker2 = new LeaseTable(buffer, 16, { random: fixedRandom });
       // Same-width hex with the same random half: string order is grant order.
