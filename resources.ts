@@ -220,6 +220,7 @@ const buildKeeper = (seat: KeeperSeat): KeeperService => {
     log,
     metric: (name, v) => metrics.record(name, v),
     countRepaired: (n) => count('keeper_repaired', n),
+    countRecovered: (cause, n) => count('keeper_recovered', n, { cause }),
     onDue: (summary, at) => notify.onDueSummary(summary, at),
     scheduler: duties,
     onConfigChange: (l) => settings.onChange(l),

@@ -25,6 +25,7 @@ const WEIGHTS = {
   unit: 60,
   'cluster.test.js': 110,
   'cluster3.test.js': 100,
+  'clusterReturn.test.js': 90,
   'leases.test.js': 115,
   'notify.test.js': 75,
   'restart.test.js': 45,
@@ -43,7 +44,7 @@ const WEIGHTS = {
 };
 const DEFAULT_WEIGHT = 20;
 const APART = [
-  ['cluster.test.js', 'cluster3.test.js', 'clientCluster.test.js'],
+  ['cluster.test.js', 'cluster3.test.js', 'clusterReturn.test.js', 'clientCluster.test.js'],
   ['console.test.js', 'fleetBrowser.test.js', 'prerenderFleetBrowser.test.js'],
 ];
 

@@ -85,6 +85,7 @@ export interface KeeperDeps {
     value: number,
   ) => void;
   countRepaired?: (n: number) => void;
+  countRecovered?: RowCheckDeps['countRecovered'];
   /** Called on every publish tick with the per-queue due summary (the notify `created` edge reads it). */
   onDue?: (summary: DueSummary, now: number) => void;
   /** Yield to the event loop between chunks (tests pass a no-op). */
@@ -146,11 +147,22 @@ export interface KeeperStats {
     rows: number;
     /** Rows picked up because the cluster membership changed (not repairs). */
     gained: number;
+    /** Rows the walk once the membership settled took up: owned, held by no keeper (expected 0). */
+    recovered: number;
+    /** What the walk ran for (services/keeper/verification.ts WalkPurpose). */
+    purpose: 'verification' | 'membership' | 'settled';
     repaired: number;
     /** The longest the walk held the event loop between two yields (ms). */
     longestSliceMs: number;
   } | null;
   repairedTotal: number;
+  /**
+   * The last walk once a membership change settled (docs/clusters.md): rows it saw, and rows this node
+   * owned that no keeper held, which it took up (expected 0).
+   */
+  lastSettledWalk?: { at: number; ms: number; rows: number; recovered: number } | null;
+  /** Owned rows no keeper held, taken up by a settled walk since the keeper started. */
+  recoveredTotal: number;
   /** Replica repair's last round on this node (clustered only; util/cluster/repair.ts). */
   lastRepair?: RepairRound | null;
   lastError: string | null;
@@ -176,4 +188,6 @@ export interface RowCheckDeps {
   sliceClock: () => number;
   metric?: KeeperDeps['metric'];
   countRepaired?: (n: number) => void;
+  /** Counts owned rows taken up that no keeper held, by what found them (queue_keeper_rows_recovered_total). */
+  countRecovered?: (cause: 'membership' | 'verification', n: number) => void;
 }

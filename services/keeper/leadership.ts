@@ -25,6 +25,7 @@ import type { KeeperService } from './service.js';
 import type { KeeperDeps } from './deps.js';
 import type { NodeControl, NodeStatus } from '../status/control.js';
 import type { RepairRound } from '../../util/cluster/repair.js';
+import { SettledWalkPlan } from '../../util/cluster/settledWalk.js';
 
 const HELD_ASK = 'queue-keeper:held-ask';
 const HELD_REPLY = 'queue-keeper:held-reply';
@@ -70,7 +71,7 @@ export interface KeeperLeadershipDeps {
    * The cluster membership the keeper holds rows by (services/cluster), re-read every beat
    * (max(1 s, publishInterval)) or every maintenance tick when that is shorter.
    */
-  currentOwnership: () => Promise<OwnershipView & Partial<Pick<HoldingView, 'handedOver'>>>;
+  currentOwnership: () => Promise<OwnershipView & Partial<Pick<HoldingView, 'handedOver' | 'settling'>>>;
   /**
    * Replica repair (services/cluster/repair.ts): a step every beat while clustered, over the nodes the
    * keeper holds rows by; its last round shows in queue-state `trust.keeper.lastRepair`.
@@ -83,8 +84,8 @@ export class KeeperLeadership {
   private ownership: OwnershipView | undefined;
   /** The leases this node hands over with rows it no longer holds (util/cluster/handoff.ts). */
   private readonly handoff = new HandoffLedger();
-  /** When the membership last changed: a tick later the keeper walks for gains once more (refreshMembership). */
-  private walkAgainAt: number | null = null;
+  /** The walk owed once a membership change has settled (util/cluster/settledWalk.ts). */
+  private readonly settled = new SettledWalkPlan();
   /** When handed-over leases were last recorded (at every change, else once a tick). */
   private lastAdoptAt = -Infinity;
   private readonly heldAsks = new Map<number, (held: HeldDescription | null) => void>();
@@ -191,8 +192,12 @@ export class KeeperLeadership {
     this.ownership = first;
     this.handoff.changed(Date.now());
     this.adoptHandedOver(first, Date.now());
-    if (this.ownership.nodes.length > 1)
+    if (this.ownership.nodes.length > 1) {
       log.info(`keeper: clustered with ${this.ownership.nodes.join(', ')}; holding the rows this node owns`);
+      // The load walks under the views of this moment, which the peers may still be moving from (a node
+      // that returns): the walk once they settle is owed as after any change.
+      this.settled.changed(Date.now());
+    }
 
     const syncStatus = () => control.publishStatus(this.deps.nodeStatus(Date.now()));
     const svc = this.deps.keeper({
@@ -369,19 +374,21 @@ export class KeeperLeadership {
       this.lastAdoptAt = Date.now();
       this.adoptHandedOver(next, this.lastAdoptAt);
     }
-    if (same) {
-      // One more walk a tick after a change: rows still arriving by replication while the first walk ran
-      // (evaluated under the previous view) would otherwise wait for the verification walk.
-      if (this.walkAgainAt === null || Date.now() < this.walkAgainAt) return {};
-      this.walkAgainAt = null;
-      const again = await svc.membershipChanged(() => Date.now());
-      return again.gained > 0 || again.dropped > 0 ? { dropped: again.dropped, gained: again.gained } : {};
+    if (!same) {
+      log.info(`keeper: cluster membership is now ${next.nodes.join(', ')}`);
+      this.ownership = next;
+      this.handoff.changed(Date.now());
+      this.settled.changed(Date.now());
+      const r = await svc.membershipChanged(() => Date.now());
+      return { dropped: r.dropped, gained: r.gained };
     }
-    log.info(`keeper: cluster membership is now ${next.nodes.join(', ')}`);
-    this.ownership = next;
-    this.handoff.changed(Date.now());
-    this.walkAgainAt = Date.now() + tick;
-    const r = await svc.membershipChanged(() => Date.now());
-    return { dropped: r.dropped, gained: r.gained };
+    // Once the change settled: one more walk, under the views every node now publishes. It also covers a
+    // walk at the change that failed (the duty's error is logged; the walk stays owed until one completes).
+    if (!this.settled.due(Date.now(), tick, (next.settling?.().length ?? 0) > 0)) return {};
+    const startedAt = Date.now();
+    const walk = await svc.settledWalk(() => Date.now());
+    if (walk?.purpose !== 'settled') return {};
+    this.settled.walked(startedAt);
+    return walk.recovered > 0 ? { recovered: walk.recovered } : {};
   }
 }

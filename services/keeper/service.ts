@@ -45,6 +45,8 @@ export class KeeperService {
     headCheck: null,
     lastVerify: null,
     repairedTotal: 0,
+    lastSettledWalk: null,
+    recoveredTotal: 0,
     lastError: null,
     apply: { events: 0, ms: 0 },
   };
@@ -80,6 +82,7 @@ export class KeeperService {
       sliceClock: deps.sliceClock ?? (() => performance.now()),
       metric: deps.metric,
       countRepaired: deps.countRepaired,
+      countRecovered: deps.countRecovered,
     };
     this.verifier = new KeeperVerifier(rows);
     this.headChecker = new HeadCheck(rows);
@@ -186,7 +189,13 @@ export class KeeperService {
     if (ev.type !== 'put' && ev.type !== 'delete' && ev.type !== 'patch') return;
     this.touched?.add(key);
     this.verifier.touched(key);
-    const row = ev.type === 'delete' || !ev.value ? undefined : toScheduleRow(key, ev.value);
+    // A put that carries no schedule record (no value, or one without a due time) says nothing of the row:
+    // it is read from the table, never taken for a deletion, which would drop a live row until a walk.
+    let row: ScheduleRow | undefined;
+    if (ev.type !== 'delete') {
+      row = ev.value ? toScheduleRow(key, ev.value) : undefined;
+      if (row === undefined) row = this.deps.source.read(key);
+    }
     const held = row && this.owns(key) ? row : null;
     const changed = this.applyHeld(key, held, now);
     this.eventsApplied++;
@@ -372,6 +381,14 @@ export class KeeperService {
             'taken out of it; claims answer unready until a publish goes through',
         );
     });
+  }
+
+  /**
+   * The walk once a membership change has settled (services/keeper/verification.ts): takes up owned rows
+   * that no keeper holds, counted as recovered. Null when it was merged into a walk already running.
+   */
+  settledWalk(now: () => number): Promise<VerifyResult | null> {
+    return this.verifier.settledWalk(now);
   }
 
   /** Whether the keeper can vouch for its numbers right now. */

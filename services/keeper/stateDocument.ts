@@ -57,6 +57,8 @@ export function keeperStateDocument(k: KeeperStateView, input: StateInputs) {
         headCheck: stats.headCheck,
         lastVerify: stats.lastVerify,
         repairedTotal: stats.repairedTotal,
+        lastSettledWalk: stats.lastSettledWalk ?? null,
+        recoveredTotal: stats.recoveredTotal,
         lastRepair: stats.lastRepair ?? null,
         apply: {
           events: stats.apply.events,

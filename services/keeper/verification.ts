@@ -9,10 +9,24 @@ const BUDGET_STEP = 16;
 
 export type VerifyResult = NonNullable<KeeperStats['lastVerify']>;
 
+/**
+ * Why a walk runs, which decides how its finds count: `verification` (the interval, a resubscribe) counts
+ * owned rows it had to take up as repairs; `membership` (at a membership change) counts them as gains, the
+ * rows the change hands this node; `settled` (once the membership settled after a change) counts them as
+ * recovered: rows this node owned and no keeper held, which the change should have left with nobody.
+ */
+export type WalkPurpose = 'verification' | 'membership' | 'settled';
+
+/** Merged walks take the purpose ranked highest: gains are no repairs, recoveries are no repairs. */
+const PURPOSE_RANK: Record<WalkPurpose, number> = { verification: 0, settled: 1, membership: 2 };
+
+/** Recovered rows are named in the log, a few of them, so a race that left them can be traced. */
+const NAMED_RECOVERED = 5;
+
 export class KeeperVerifier {
   private verifying = false;
-  /** The next verification walk follows a membership change: rows it adds are gains, not repairs. */
-  private expectGains = false;
+  /** What the next walk is for; a walk asked for while one runs raises it (membership over the others). */
+  private nextPurpose: WalkPurpose | null = null;
   private verifyQueued = false;
   private verifyTouched: Set<string> | null = null;
 
@@ -27,7 +41,9 @@ export class KeeperVerifier {
    * The verification walk: add missing rows, fix mismatched ones, drop rows no longer owned, then
    * point-check held keys for rows deleted without an event. A walk asked for while one runs is queued.
    */
-  async verify(now: () => number): Promise<VerifyResult | null> {
+  async verify(now: () => number, purpose: WalkPurpose = 'verification'): Promise<VerifyResult | null> {
+    if (this.nextPurpose === null || PURPOSE_RANK[purpose] > PURPOSE_RANK[this.nextPurpose])
+      this.nextPurpose = purpose;
     if (this.verifying) {
       this.verifyQueued = true;
       return null;
@@ -56,9 +72,11 @@ export class KeeperVerifier {
     let phantom = 0;
     let unowned = 0;
     let gained = 0;
+    let recovered = 0;
+    const recoveredKeys: string[] = [];
     let rows = 0;
-    const gains = this.expectGains;
-    this.expectGains = false;
+    const purpose = this.nextPurpose ?? 'verification';
+    this.nextPurpose = null;
     const clock = this.deps.sliceClock;
     let longestSliceMs = 0;
     // A slice ends at WALK_CHUNK rows or once it has run SLICE_BUDGET_MS, whichever comes first.
@@ -81,8 +99,11 @@ export class KeeperVerifier {
               unowned++;
             }
           } else if (!this.deps.core.sight(key)) {
-            if (gains) gained++;
-            else missing++;
+            if (purpose === 'membership') gained++;
+            else if (purpose === 'settled') {
+              recovered++;
+              if (recoveredKeys.length < NAMED_RECOVERED) recoveredKeys.push(key);
+            } else missing++;
             this.deps.repair(key, row, now());
             this.deps.core.sight(key);
           } else if (!this.deps.core.matches(key, row)) {
@@ -139,13 +160,28 @@ export class KeeperVerifier {
       unowned,
       rows,
       gained,
+      recovered,
+      purpose,
       repaired,
       longestSliceMs: Math.round(longestSliceMs * 10) / 10,
     };
     this.deps.stats.lastVerify = result;
     this.deps.stats.repairedTotal += repaired;
     this.deps.metric?.('keeper_verify_ms', result.ms);
-    if (gains) this.deps.log.info(`keeper: picked up ${gained} rows gained by the membership change`);
+    if (purpose === 'membership')
+      this.deps.log.info(`keeper: picked up ${gained} rows gained by the membership change`);
+    if (purpose === 'settled') {
+      this.deps.stats.lastSettledWalk = { at: started, ms: result.ms, rows, recovered };
+      this.deps.stats.recoveredTotal += recovered;
+      if (recovered > 0) {
+        this.deps.countRecovered?.('membership', recovered);
+        this.deps.log.warn(
+          `keeper: took up ${recovered} rows this node owns that no keeper held after the membership change ` +
+            `settled (${recoveredKeys.join(', ')}${recovered > recoveredKeys.length ? ', …' : ''})`,
+        );
+      }
+    }
+    if (missing > 0) this.deps.countRecovered?.('verification', missing);
     if (repaired > 0) {
       this.deps.countRepaired?.(repaired);
       this.deps.log.warn(
@@ -177,9 +213,18 @@ export class KeeperVerifier {
     // The caller logs the new membership; a walk that drops nothing (the re-walk a tick later) says nothing here.
     if (dropped > 0)
       this.deps.log.info(`keeper: dropped ${dropped} rows no longer owned after the membership change`);
-    this.expectGains = true;
     // A walk already running queues one more; that one counts the gains (and logs them).
-    const walk = await this.verify(now);
+    const walk = await this.verify(now, 'membership');
     return { dropped, gained: walk?.gained ?? 0 };
+  }
+
+  /**
+   * The walk once a membership change has settled (every present peer publishes this node's view): a
+   * verification walk whose owned rows not held count as recovered. The drops and the walk at the change
+   * run while views still move, so a row can fall between two nodes that each give it to the other; this
+   * walk, under the views everyone agrees on, takes every such row up.
+   */
+  settledWalk(now: () => number): Promise<VerifyResult | null> {
+    return this.verify(now, 'settled');
   }
 }

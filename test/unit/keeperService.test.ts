@@ -880,6 +880,64 @@ test('a membership change drops rows no longer owned at once, publishes without 
   assert.equal(h.svc.exact(), true);
 });
 
+test('the walk once the membership settled takes up owned rows no keeper held, counted as recovered, not repairs', async () => {
+  const h = harness();
+  h.fill(100, () => NOW - MINUTE);
+  const even = (key: string) => Number(key.replace(/\D/g, '')) % 2 === 0;
+  h.setOwner(even);
+  await h.start();
+  assert.equal(h.svc.core.size, 50);
+  // The odd rows become this node's without a membership walk under the new view: they fell between
+  // two views, held by nobody.
+  h.setOwner(() => true);
+  const walk = await h.svc.settledWalk(h.now);
+  assert.equal(walk?.purpose, 'settled');
+  assert.equal(walk?.recovered, 50);
+  assert.equal(walk?.repaired, 0, 'recovered rows are no repairs');
+  assert.equal(h.svc.core.size, 100);
+  assert.deepEqual(h.svc.stats.lastSettledWalk, { at: NOW, ms: walk!.ms, rows: 100, recovered: 50 });
+  assert.equal(h.svc.stats.recoveredTotal, 50);
+  assert.match(String(h.warnings.at(-1)?.[0]), /took up 50 rows this node owns that no keeper held/);
+  const again = await h.svc.settledWalk(h.now);
+  assert.equal(again?.recovered, 0);
+  assert.equal(h.svc.stats.recoveredTotal, 50);
+});
+
+test('a settled walk asked for while a membership walk runs is queued behind it, not counted in its gains', async () => {
+  const h = harness();
+  h.fill(2500, () => NOW + HOUR);
+  const even = (key: string) => Number(key.replace(/\D/g, '')) % 2 === 0;
+  h.setOwner(even);
+  await h.start();
+  const walksBefore = h.table.fullWalks;
+  let settled: Promise<unknown> | null = null;
+  h.setHook((n) => {
+    if (n === 1) settled = h.svc.settledWalk(h.now);
+  });
+  h.setOwner(() => true);
+  await h.svc.membershipChanged(h.now);
+  assert.equal(await settled, null, 'queued, not run alongside');
+  assert.equal(h.table.fullWalks - walksBefore, 2, 'the membership walk, then the settled one');
+  assert.equal(h.svc.stats.lastVerify?.purpose, 'settled');
+  assert.equal(h.svc.stats.lastSettledWalk?.recovered, 0, "the gains were the membership walk's");
+  assert.equal(h.svc.core.size, 2500);
+});
+
+test('a put event that carries no schedule record is read from the table, never taken for a deletion', async () => {
+  const h = harness();
+  h.fill(3, () => NOW + HOUR);
+  await h.start();
+  h.table.put(keyOf(1), stored(NOW + 2 * HOUR));
+  h.streams[0]!.push({ type: 'put', id: keyOf(1) });
+  h.streams[0]!.push({ type: 'put', id: keyOf(2), value: { fromSitemap: true } });
+  await settle(() => h.svc.eventsApplied === 2, 'both events applied');
+  assert.equal(h.svc.core.size, 3, 'no row dropped');
+  assert.equal(h.svc.core.describe(keyOf(1), NOW)?.dueMs, NOW + 2 * HOUR, 'the row as the table has it');
+  h.streams[0]!.push({ type: 'delete', id: keyOf(0) });
+  await settle(() => h.svc.eventsApplied === 3, 'the delete applied');
+  assert.equal(h.svc.core.size, 2, 'a delete event still deletes');
+});
+
 test('a republish after a drop that meets the set held by another writer stops claims until a publish goes through', async () => {
   const h = harness();
   h.fill(100, () => NOW - MINUTE);
