@@ -49,9 +49,12 @@ import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
 import {
+  dropExpiredRetired,
   failingEntries,
   GROUP_COMMIT_WAIT_MS,
+  isRetired,
   readRow,
+  retiredEntries,
   ScheduleOwner,
   subscribeSchedule,
 } from './services/schedule/store.js';
@@ -283,6 +286,8 @@ const results = new ResultService({
   leases: leaseTable,
   applyResults: (list) => schedule.applyResults(list),
   storePages,
+  deletePages,
+  countRetired: (reason) => count('retired', 1, { reason }),
   config,
   now,
   sleep,
@@ -317,6 +322,7 @@ registerFeeding(router, {
   fileTargets: (targets, at) => schedule.fileTargets(targets, at),
   deleteTargets: (urls) => schedule.deleteTargets(urls),
   discoverUrls: (urls, at) => schedule.discoverUrls(urls, at),
+  isRetired: (url, at) => isRetired(url, at, config().render.retiredRetention),
   deletePages,
 });
 registerAdmin(router, {
@@ -326,6 +332,7 @@ registerAdmin(router, {
   readRow,
   revalidate: (url, at) => schedule.revalidate(url, at),
   failingEntries,
+  retiredEntries,
   leases: leaseTable,
   nodeStatus: (at) => serving.status(at),
 });
@@ -352,6 +359,9 @@ registerStall(router, { readLedger });
 registerConsole(router);
 router.install();
 
+/** Retired entries dropped per maintenance tick at most: a backlog drains over ticks, never in one hold. */
+const RETIRED_EXPIRY_BATCH = 1000;
+
 async function start(): Promise<void> {
   await settings.start();
   // Pauses are followed before anything is served — on worker 0 too, before it waits for leadership.
@@ -377,6 +387,13 @@ async function start(): Promise<void> {
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
         graceMs: async () => ((await peers.names()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
       }),
+      {
+        // Retired entries past render.retiredRetention, a bounded batch a tick.
+        name: 'retired list expiry',
+        runOnce: async (now) => ({
+          dropped: await dropExpiredRetired(now, config().render.retiredRetention, RETIRED_EXPIRY_BATCH),
+        }),
+      },
     ]);
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them.
     void peerWait({ membership, scheduler: duties, signal: keeperSignal })

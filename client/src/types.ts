@@ -56,7 +56,8 @@ export interface WireResult {
 
 /** One entry of the `results` answer, in the order the results were sent. */
 export type ResultAnswer =
-  | { id: string | null; accepted: true; nextRenderTime: number; duplicate?: true }
+  /** `nextRenderTime` is null when the result retired the row (a render verdict). */
+  | { id: string | null; accepted: true; nextRenderTime: number | null; duplicate?: true }
   | {
       id: string | null;
       accepted: false;

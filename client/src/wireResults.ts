@@ -51,7 +51,12 @@ export function singleAnswer(id: string, a: Answer): ResultAnswer {
   const j = (a.json ?? {}) as Record<string, unknown>;
   const dup = j.duplicate === true ? { duplicate: true as const } : {};
   if (a.status === 200 && j.accepted === true)
-    return { id, accepted: true, nextRenderTime: Number(j.nextRenderTime), ...dup };
+    return {
+      id,
+      accepted: true,
+      nextRenderTime: j.nextRenderTime === null ? null : Number(j.nextRenderTime),
+      ...dup,
+    };
   const code = a.status === 409 ? 'superseded' : typeof j.code === 'string' ? j.code : `http_${a.status}`;
   return { id, accepted: false, code, error: typeof j.error === 'string' ? j.error : undefined, ...dup };
 }

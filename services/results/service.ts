@@ -3,6 +3,7 @@
 // (services/schedule/store.ts applyResults), the page is stored, and the lease is released once.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { HttpError, echo } from '../../util/http/errors.js';
+import { urlProblem } from '../../util/http/input.js';
 import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
 import type { Outcome, RenderError } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
@@ -19,7 +20,7 @@ import type { PageWrite } from '../pages/store.js';
 import type { Caller } from '../leases/caller.js';
 
 export type ResultAnswer =
-  | { id: string; accepted: true; nextRenderTime: number; duplicate?: true }
+  | { id: string; accepted: true; nextRenderTime: number | null; duplicate?: true }
   | {
       id: string;
       accepted: false;
@@ -57,6 +58,10 @@ export interface ResultDeps {
   /** The schedule owner's result write: reschedules rows, leaves a deleted row deleted. */
   applyResults: (results: readonly ResultWrite[]) => Promise<ResultApplied[]>;
   storePages: (pages: PageWrite[]) => Promise<void>;
+  /** Deletes the stored pages of rows a verdict parked or retired. */
+  deletePages: (urls: string[]) => Promise<number>;
+  /** Counts a retirement by its reason (queue_keeper_retired_total). */
+  countRetired?: (reason: string) => void;
   config: () => QueueKeeperConfig;
   /** The clock of the wait for a first copy still being applied. */
   now: () => number;
@@ -86,6 +91,24 @@ export async function retryableOnFault<T>(
     if (e instanceof HttpError) throw e;
     log.error(`a prerender fleet's result for ${echo(id)} failed; answered 503`, e);
     throw new HttpError(503, 'busy', 'the result could not be applied now; retry shortly');
+  }
+}
+
+/**
+ * A permanent redirect's destination when it may be filed (docs/feeding.md): an acceptable target URL on
+ * the source's own host or one of `allowHosts`; null otherwise.
+ */
+export function fileableDestination(
+  source: string,
+  to: string | null,
+  allowHosts: readonly string[],
+): string | null {
+  if (to === null || urlProblem(to) !== null) return null;
+  try {
+    const host = new URL(to).host;
+    return host === new URL(source).host || allowHosts.includes(host) ? to : null;
+  } catch {
+    return null;
   }
 }
 
@@ -159,6 +182,9 @@ export class ResultService {
           body,
           headers: r.headers,
           error,
+          redirectedTo: r.redirectedTo,
+          reason: r.reason,
+          isIndexable: r.isIndexable,
         },
       ],
       caller,
@@ -229,6 +255,7 @@ export class ResultService {
     const leases = this.deps.leases();
     const list = firsts.map((i) => results[i]!);
     try {
+      const allowHosts = this.deps.config().render.redirects.allowHosts;
       const applied = await this.deps.applyResults(
         list.map((r) => ({
           url: r.id,
@@ -236,13 +263,30 @@ export class ResultService {
           statusCode: r.statusCode,
           completedAt: now,
           error: r.outcome === 'failed' ? (r.error ?? null) : null,
+          redirectedTo: r.redirectedTo ?? null,
+          fileDestination: fileableDestination(r.id, r.redirectedTo ?? null, allowHosts),
+          reason: r.reason ?? null,
+          isIndexable: r.isIndexable ?? null,
         })),
       );
       // Pages after the row: a page write that fails gives the report up, and its retry re-applies a
-      // success, which only moves the next render by the retry's delay.
+      // success, which only moves the next render by the retry's delay. A row a verdict parked or retired
+      // loses its page: crawlers must not be served it.
+      const gone = list.filter((_r, k) => {
+        const a = applied[k]!;
+        return a.found && a.page === 'delete';
+      });
+      if (gone.length > 0) await this.deps.deletePages(gone.map((r) => r.id));
+      list.forEach((_r, k) => {
+        const a = applied[k]!;
+        if (a.found && a.retired !== null) this.deps.countRetired?.(a.retired);
+      });
       await this.deps.storePages(
         list
-          .filter((r, k) => applied[k]!.found && r.outcome === 'rendered' && r.body !== null)
+          .filter((r, k) => {
+            const a = applied[k]!;
+            return a.found && a.page === 'store' && r.body !== null;
+          })
           .map((p) => ({
             url: p.id,
             statusCode: p.statusCode,
@@ -255,7 +299,7 @@ export class ResultService {
       list.forEach((r, k) => {
         const done = applied[k]!;
         const answer: ReportAnswer = done.found
-          ? { accepted: true, nextRenderTime: done.row.nextRenderTime }
+          ? { accepted: true, nextRenderTime: done.row?.nextRenderTime ?? null }
           : { accepted: false, code: 'unknown_job' };
         // The one release point: the fast-retry lane keeps the lease until it expires (it paces the retry).
         leases.finishReport(r.id, r.leaseToken, answer, done.found && done.keepLease, now);

@@ -9,6 +9,7 @@ import {
   type ResultApplied,
   type ResultWrite,
   type ScheduleStore,
+  type RetiredEntry,
   type ScheduleWrite,
 } from '../../util/schedule/writes.js';
 import { GroupCommit } from '../../util/schedule/groupCommit.js';
@@ -36,6 +37,7 @@ const LOCK_WAIT_MS = 10_000;
 // Looked up per use (two property reads), so the module holds no state of its own.
 const schedule = (): HarperTable => table('render_schedule', 'RenderSchedule');
 const failing = (): HarperTable => table('render_schedule', 'RenderFailing');
+const retiredList = (): HarperTable => table('render_schedule', 'RenderRetired');
 
 /** A local point read: does the failing list hold an entry for this key? */
 function hasFailingEntry(key: string): boolean {
@@ -180,6 +182,8 @@ export class ScheduleOwner {
         for (const w of left) {
           if (w.row) await schedule().put(w.key, toRecord(w.row), txn);
           else await schedule().delete(w.key, txn);
+          // A retirement's entry commits with the delete: the row never leaves without one.
+          if (w.retired) await retiredList().put(w.key, { id: w.key, ...w.retired }, txn);
           await followFailing(w.key, w.row, w.wasFailing ?? hasFailingEntry(w.key), txn);
         }
       });
@@ -309,6 +313,42 @@ export function* walkSchedule(opts: WalkOptions): Generator<{ key: string; row: 
 }
 
 /** The failing list's entries (every row whose last result failed), read from its own small table. */
+/** The retired list's entries (retired rows, newest kept), read from its own small table. */
+export function* retiredEntries(): Generator<RetiredEntry> {
+  for (const { key, value } of retiredList().primaryStore.getRange({})) {
+    if (typeof key !== 'string' || typeof value !== 'object' || value === null) continue;
+    const v = value as Record<string, unknown>;
+    if (typeof v.retiredAt !== 'number' || typeof v.reason !== 'string') continue;
+    yield {
+      url: typeof v.url === 'string' ? v.url : key,
+      reason: v.reason as RetiredEntry['reason'],
+      queue: typeof v.queue === 'string' ? v.queue : 'unrouted',
+      lastStatusCode: typeof v.lastStatusCode === 'number' ? v.lastStatusCode : null,
+      retiredAt: v.retiredAt,
+    };
+  }
+}
+
+/** Whether the retired list has a live entry for `url` (discover refuses such a URL). */
+export function isRetired(url: string, now: number, retentionMs: number): boolean {
+  const v = retiredList().primaryStore.get(url) as { retiredAt?: unknown } | undefined;
+  return typeof v?.retiredAt === 'number' && now - v.retiredAt < retentionMs;
+}
+
+/** Deletes retired entries older than the retention, at most `limit` a call; answers how many. */
+export async function dropExpiredRetired(now: number, retentionMs: number, limit: number): Promise<number> {
+  const old: string[] = [];
+  for (const e of retiredEntries()) {
+    if (now - e.retiredAt >= retentionMs) old.push(e.url);
+    if (old.length >= limit) break;
+  }
+  if (old.length === 0) return 0;
+  await transaction(async (txn) => {
+    for (const key of old) await retiredList().delete(key, txn);
+  });
+  return old.length;
+}
+
 export function* failingEntries(): Generator<FailingEntry> {
   for (const { key, value } of failing().primaryStore.getRange({})) {
     if (typeof key !== 'string' || typeof value !== 'object' || value === null) continue;

@@ -8,6 +8,7 @@ import { LeaseTable } from '../../util/leases/table.js';
 import { FakeClock } from '../fakeClock.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
+import { ACTIVE } from '../../util/schedule/rules.js';
 import {
   CLAIM_MARK_EVERY_MS,
   ClaimService,
@@ -36,6 +37,7 @@ function row(key: string, nextRenderTime: number): ScheduleRow {
     lastStatusCode: null,
     lastError: null,
     failingSince: null,
+    ...ACTIVE,
   };
 }
 

@@ -6,6 +6,7 @@ import { defaultConfig } from '../../util/config/schema.js';
 import { LeaseTable, type GrantOptions } from '../../util/leases/table.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
+import { ACTIVE } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
 import type { Caller } from '../../services/leases/caller.js';
@@ -47,6 +48,7 @@ function row(key: string): ScheduleRow {
     lastStatusCode: 200,
     lastError: null,
     failingSince: null,
+    ...ACTIVE,
   };
 }
 
@@ -75,12 +77,21 @@ function world() {
         throw new Error('commit failed');
       }
       return list.map((w) =>
-        rows.has(w.url) ? { found: true, row: row(w.url), keepLease: fake.keepLease } : { found: false },
+        rows.has(w.url)
+          ? {
+              found: true,
+              row: row(w.url),
+              keepLease: fake.keepLease,
+              page: w.outcome === 'rendered' ? 'store' : 'keep',
+              retired: null,
+            }
+          : { found: false },
       );
     },
     storePages: async (list) => {
       pages.push(...list);
     },
+    deletePages: async () => 0,
     config: () => cfg,
     now: () => clock.now,
     sleep: async (ms) => {

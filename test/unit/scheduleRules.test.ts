@@ -12,6 +12,7 @@ import {
   spreadDue,
   upsertTarget,
   type ScheduleRow,
+  ACTIVE,
 } from '../../util/schedule/rules.js';
 import { startOfMinute } from '../../util/time.js';
 
@@ -40,6 +41,7 @@ function row(over: Partial<ScheduleRow> = {}): ScheduleRow {
     lastStatusCode: null,
     lastError: null,
     failingSince: null,
+    ...ACTIVE,
     ...over,
   };
 }

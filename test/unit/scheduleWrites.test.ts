@@ -14,6 +14,7 @@ const cfg = () => defaultConfig();
 /** An in-memory RenderSchedule with lmdb-like per-key locks (or none, for the guard-removed runs). */
 class FakeSchedule implements ScheduleStore {
   readonly rows = new Map<string, ScheduleRow>();
+  readonly retired: ScheduleWrite[] = [];
   private readonly held = new Map<string, Promise<void>>();
   afterRead?: (keys: readonly string[]) => Promise<void> | void;
   constructor(private readonly locking: boolean) {}
@@ -52,6 +53,7 @@ class FakeSchedule implements ScheduleStore {
     for (const w of writes) {
       if (w.row) this.rows.set(w.key, w.row);
       else this.rows.delete(w.key);
+      if (w.retired) this.retired.push(w);
     }
   }
 }
@@ -179,4 +181,56 @@ test('delete counts only rows that existed and revalidate of a missing row write
   );
   assert.equal(await w.revalidate('https://example.com/x', NOW), undefined);
   assert.equal(store.rows.size, 0);
+});
+
+test('a permanent redirect retires the row with its entry in the same commit and files the destination once', async () => {
+  const store = new FakeSchedule(true);
+  const w = new ScheduleWrites(store, cfg);
+  const src = 'https://example.com/old';
+  const dest = 'https://example.com/new';
+  await w.fileTargets([{ url: src, cadenceMs: 3_600_000, fromSitemap: true }], NOW);
+  const [applied] = await w.applyResults([
+    {
+      url: src,
+      outcome: 'redirected',
+      statusCode: 301,
+      completedAt: NOW,
+      redirectedTo: dest,
+      fileDestination: dest,
+    },
+  ]);
+  assert.deepEqual(applied, {
+    found: true,
+    row: null,
+    keepLease: false,
+    page: 'delete',
+    retired: 'redirect',
+  });
+  assert.equal(store.rows.has(src), false);
+  assert.equal(store.retired.length, 1);
+  assert.deepEqual(store.retired[0]!.retired, {
+    url: src,
+    reason: 'redirect',
+    queue: 'unrouted',
+    lastStatusCode: 301,
+    retiredAt: NOW,
+  });
+  const filed = store.rows.get(dest)!;
+  assert.equal(filed.effectiveInterval, 3_600_000, "the source's cadence");
+  assert.equal(filed.fromSitemap, true);
+  assert.ok(filed.nextRenderTime <= NOW, 'due now');
+  // A destination that already has a row is left as it is.
+  await w.fileTargets([{ url: src }], NOW);
+  store.rows.set(dest, { ...filed, nextRenderTime: NOW + 86_400_000 });
+  await w.applyResults([
+    {
+      url: src,
+      outcome: 'redirected',
+      statusCode: 308,
+      completedAt: NOW,
+      redirectedTo: dest,
+      fileDestination: dest,
+    },
+  ]);
+  assert.equal(store.rows.get(dest)!.nextRenderTime, NOW + 86_400_000);
 });

@@ -13,6 +13,7 @@ import { sourceFiles } from '../sourceFiles.js';
 const OWNERS: Record<string, readonly string[]> = {
   RenderSchedule: ['services/schedule/store.ts'],
   RenderFailing: ['services/schedule/store.ts'],
+  RenderRetired: ['services/schedule/store.ts'],
   Fleet: ['services/notify/fleets.ts'],
   NotifyHook: ['services/notify/fleets.ts'],
   QueueStallNudge: ['services/stall/ledger.ts'],

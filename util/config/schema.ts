@@ -58,6 +58,17 @@ function checkRange(k: ConfigKey, n: number, label = k.path): void {
   if (k.max !== undefined && n > k.max) throw new ConfigError(label, `${label} must be at most ${k.max}`);
 }
 
+/** A host as URL.host writes it (lower-cased, default port dropped), or null when `h` is not one. */
+function hostOf(h: string): string | null {
+  if (h.length === 0 || /[/\\?#@\s]/.test(h)) return null;
+  try {
+    const u = new URL(`http://${h}`);
+    return u.host === h.toLowerCase() || u.host === h.toLowerCase().replace(/:80$/, '') ? u.host : null;
+  } catch {
+    return null;
+  }
+}
+
 /** A device profile's name as fleets key their profiles (desktop, mobile, …). */
 const DEVICE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
 const ROUTE_FIELDS: ReadonlySet<string> = new Set(['name', 'match', 'path', 'renderInterval']);
@@ -126,6 +137,19 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       } catch (e) {
         throw new ConfigError(k.path, `${k.path} ${(e as Error).message}`);
       }
+    }
+    case 'hosts': {
+      if (!Array.isArray(v) || v.length > MAX_LIST)
+        throw new ConfigError(k.path, `${k.path} must be an array of hosts`);
+      return v.map((h: unknown, i) => {
+        const host = typeof h === 'string' && h.length <= 300 ? hostOf(h) : null;
+        if (host === null)
+          throw new ConfigError(
+            `${k.path}[${i}]`,
+            `${k.path}[${i}] must be a host as a URL writes it (example.com, 127.0.0.1:8080), no scheme or path`,
+          );
+        return host;
+      });
     }
     case 'name':
       if (typeof v !== 'string' || !DEVICE_NAME.test(v))

@@ -5,7 +5,7 @@
 export type ConfigEffect = 'live' | 'timers' | 'reclassify' | 'restart';
 
 export type Kind =
-  'int' | 'number' | 'boolean' | 'roles' | 'durations' | 'routes' | 'cidrs' | 'origin' | 'name';
+  'int' | 'number' | 'boolean' | 'roles' | 'durations' | 'routes' | 'cidrs' | 'origin' | 'name' | 'hosts';
 
 export interface ConfigKey {
   path: string;
@@ -58,6 +58,10 @@ export interface QueueKeeperConfig {
     };
     maxBodyBytes: number;
     maxBatchBytes: number;
+    redirects: { maxStrikes: number; allowHosts: string[] };
+    gone: { recheckInterval: number; maxStrikes: number };
+    suppression: { recheckInterval: number; maxStrikes: number };
+    retiredRetention: number;
   };
   notify: {
     allowHttp: boolean;

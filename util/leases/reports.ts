@@ -12,8 +12,9 @@ import { formatToken, type TokenParts } from './token.js';
 
 export type TokenCheck = 'current' | 'superseded' | 'none';
 /** The answer a result got, kept with the lease so a retry of the same result gets it again. */
+/** A report's answer; `nextRenderTime` null when the result retired the row (kept as minute 0). */
 export type ReportAnswer =
-  { accepted: true; nextRenderTime: number } | { accepted: false; code: 'unknown_job' };
+  { accepted: true; nextRenderTime: number | null } | { accepted: false; code: 'unknown_job' };
 /**
  * Whether a result may be applied: `first` (go ahead, then finishReport or abortReport), `duplicate`
  * (the same result was applied already: answer it again), `pending` (the same result is being applied
@@ -87,7 +88,10 @@ export function beginReport(
     if (!caller.superUser && view.user !== 0 && view.user !== caller.user) return { kind: 'superseded' };
     const report = view.report;
     if (report === Report.ACCEPTED)
-      return { kind: 'duplicate', answer: { accepted: true, nextRenderTime: view.answer * MINUTE_MS } };
+      return {
+        kind: 'duplicate',
+        answer: { accepted: true, nextRenderTime: view.answer === 0 ? null : view.answer * MINUTE_MS },
+      };
     if (report === Report.UNKNOWN_JOB)
       return { kind: 'duplicate', answer: { accepted: false, code: 'unknown_job' } };
     if (report === Report.PENDING) return { kind: 'pending' };

@@ -132,7 +132,7 @@ export class LeaseTable {
     const parts = parseToken(token);
     if (!parts) return;
     const code = answer.accepted ? Report.ACCEPTED : Report.UNKNOWN_JOB;
-    const minute = answer.accepted ? minuteOf(answer.nextRenderTime) : 0;
+    const minute = answer.accepted && answer.nextRenderTime !== null ? minuteOf(answer.nextRenderTime) : 0;
     const next = (state: number): number => (keepLease ? state : State.RELEASED);
     endReport(this.mem, this.refOf(key), parts, next, code, minute, now, this.view);
   }

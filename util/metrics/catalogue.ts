@@ -30,6 +30,8 @@ export interface MetricDef {
 /** Values of the `endpoint` label: the fleet endpoints whose handler time is measured. */
 export const REQUEST_ENDPOINTS = ['claim', 'job_result', 'job_results', 'next'] as const;
 export type RequestEndpoint = (typeof REQUEST_ENDPOINTS)[number];
+/** Values of the `reason` label of retirements (util/schedule/rowState.ts RETIRE_REASONS). */
+export const RETIRED_REASONS = ['redirect', 'redirect-strikes', 'suppressed', 'gone'] as const;
 /** Values of the `cause` label: what took up rows this node owned that no keeper held. */
 export const RECOVERY_CAUSES = ['membership', 'verification'] as const;
 /** Values of the `result` label: the `x-result-status` answers of a prerender fleet's result. */
@@ -121,6 +123,14 @@ export const METRICS = {
     help: 'Rows this node owned that no keeper held, taken up by the walk once a membership change settled (membership) or by the verification walk (verification); expected 0.',
     labels: ['cause'],
     labelValues: { cause: RECOVERY_CAUSES },
+  },
+  retired: {
+    name: 'queue_keeper_retired_total',
+    kind: 'counter',
+    unit: 'rows',
+    help: 'Rows retired by a render verdict (a permanent redirect, too many redirects, suppressed or gone too often), by reason.',
+    labels: ['reason'],
+    labelValues: { reason: RETIRED_REASONS },
   },
   replica_repair_rows: {
     name: 'queue_keeper_replica_repair_rows_total',

@@ -4,6 +4,7 @@
 import { badRequest, echo } from '../http/errors.js';
 import { describeType } from '../http/input.js';
 import { utf8Text } from '../text.js';
+import { knownReason, type Reason } from '../schedule/rowState.js';
 
 export type FleetOutcome = 'rendered' | 'redirected' | 'non-indexable' | 'error';
 export type PageEncoding = 'gzip' | 'br' | 'identity';
@@ -70,6 +71,11 @@ export interface FleetResult {
   /** The page as sent, still encoded; empty when there is no content. */
   page: Buffer;
   error: FleetError | null;
+  /** Where a redirect landed, as the fleet reports it. */
+  redirectedTo: string | null;
+  /** Why the page is not indexable; a reason this version does not know reads as none. */
+  reason: Reason | null;
+  isIndexable: boolean | null;
   /** Metadata fields this version does not know (ignored, counted). */
   ignored: string[];
 }
@@ -174,7 +180,7 @@ export function checkFleetResult(meta: unknown, page: Buffer): FleetResult {
   if (typeof o.id !== 'string' || o.id.length === 0)
     throw badRequest('invalid_body', `id must be the job id string, not ${describeType(o.id)}`);
   optionalString(o, 'url');
-  optionalString(o, 'reason');
+  const reason = knownReason(optionalString(o, 'reason'));
   const redirectedTo = optionalString(o, 'redirectedTo');
   const sc = o.statusCode;
   if (
@@ -206,6 +212,9 @@ export function checkFleetResult(meta: unknown, page: Buffer): FleetResult {
     encoding,
     page,
     error,
+    redirectedTo: redirectedTo === '' ? null : redirectedTo,
+    reason,
+    isIndexable: typeof ix === 'boolean' ? ix : null,
     ignored: Object.keys(o).filter((k) => !KNOWN_FIELDS.has(k)),
   };
 }

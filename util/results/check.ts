@@ -8,6 +8,10 @@ import { utf8Text } from '../text.js';
 import type { PRERENDER_RESULTS } from '../metrics/catalogue.js';
 import { splitFrame } from '../prerender/result.js';
 import type { Outcome, RenderError } from '../schedule/rules.js';
+import { knownReason, REASONS, type Reason } from '../schedule/rowState.js';
+
+/** A redirect's destination is a URL: the target limit (1,900 bytes) with room for a longer one. */
+const MAX_REDIRECT_BYTES = 8192;
 
 const OUTCOMES: readonly Outcome[] = ['rendered', 'failed', 'redirected', 'non-indexable'];
 const RESULT_FIELDS: readonly string[] = [
@@ -19,6 +23,9 @@ const RESULT_FIELDS: readonly string[] = [
   'contentType',
   'body',
   'error',
+  'redirectedTo',
+  'reason',
+  'isIndexable',
 ];
 
 export interface CheckedResult {
@@ -32,6 +39,12 @@ export interface CheckedResult {
   headers?: Record<string, string> | null;
   /** What went wrong, kept on the row as lastError when the outcome is a failure. */
   error?: RenderError | null;
+  /** Where a redirect landed (docs/feeding.md, render verdicts). */
+  redirectedTo?: string | null;
+  /** Why the page is not indexable, as the fleet reports it. */
+  reason?: Reason | null;
+  /** False when the landed page is not indexable. */
+  isIndexable?: boolean | null;
 }
 
 /** What a prerender fleet's result came to: the `x-result-status` of its 204 (docs/prerender-fleet.md). */
@@ -169,6 +182,20 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
         throw new HttpError(400, 'invalid_body', `error.${k} must be a string, not ${describeType(e[k])}`);
     }
   }
+  if (
+    o.redirectedTo !== undefined &&
+    o.redirectedTo !== null &&
+    (typeof o.redirectedTo !== 'string' || Buffer.byteLength(o.redirectedTo, 'utf8') > MAX_REDIRECT_BYTES)
+  )
+    throw new HttpError(
+      400,
+      'invalid_body',
+      `redirectedTo must be a URL string of at most ${MAX_REDIRECT_BYTES} bytes`,
+    );
+  if (o.reason !== undefined && o.reason !== null && knownReason(o.reason) === null)
+    throw new HttpError(400, 'invalid_body', `reason must be one of ${REASONS.join(', ')}`);
+  if (o.isIndexable !== undefined && o.isIndexable !== null && typeof o.isIndexable !== 'boolean')
+    throw new HttpError(400, 'invalid_body', 'isIndexable must be a boolean');
   const body = typeof o.body === 'string' ? o.body : null;
   if (body !== null && Buffer.byteLength(body, 'utf8') > maxBodyBytes) throw tooLarge(maxBodyBytes);
   const e = o.error as { name?: unknown; message?: unknown } | null | undefined;
@@ -178,6 +205,9 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
     leaseToken: token,
     outcome: o.outcome as Outcome,
     statusCode: typeof o.statusCode === 'number' ? o.statusCode : null,
+    redirectedTo: typeof o.redirectedTo === 'string' ? o.redirectedTo : null,
+    reason: knownReason(o.reason),
+    isIndexable: typeof o.isIndexable === 'boolean' ? o.isIndexable : null,
     contentType: typeof o.contentType === 'string' ? o.contentType : null,
     body,
   };

@@ -70,20 +70,21 @@ export function parseFailingQuery(q: URLSearchParams): FailingQuery {
  * The `k` smallest entries by compareFailing among those `keep` admits, in order: one pass that holds at
  * most `k` entries, so a page costs O(failing rows × log k) and never sorts or copies the whole list.
  */
-function smallest(
-  entries: Iterable<FailingEntry>,
+function smallest<E>(
+  entries: Iterable<E>,
   k: number,
-  keep: (e: FailingEntry) => boolean,
-): FailingEntry[] {
-  const best: FailingEntry[] = [];
+  compare: (a: E, b: E) => number,
+  keep: (e: E) => boolean,
+): E[] {
+  const best: E[] = [];
   for (const e of entries) {
-    if (best.length === k && compareFailing(e, best[k - 1]!) >= 0) continue;
+    if (best.length === k && compare(e, best[k - 1]!) >= 0) continue;
     if (!keep(e)) continue;
     let lo = 0;
     let hi = best.length;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
-      if (compareFailing(best[mid]!, e) < 0) lo = mid + 1;
+      if (compare(best[mid]!, e) < 0) lo = mid + 1;
       else hi = mid;
     }
     best.splice(lo, 0, e);
@@ -104,6 +105,33 @@ export function failingPage<T>(
   queueOf: (url: string) => string,
   accept: (e: FailingEntry) => T | undefined,
 ): { page: T[]; next: string | null } {
+  return orderedPage(
+    entries,
+    query,
+    { compare: compareFailing, encode: encodeCursor },
+    (e) => queueOf(e.url),
+    accept,
+  );
+}
+
+/** How a listed entry is ordered and how a page's last one becomes the next page's cursor. */
+export interface ListOrder<E> {
+  compare: (a: E, b: E) => number;
+  encode: (e: E) => string;
+}
+
+/**
+ * One page of an ordered list (the failing list, the retired list): the entries of `queue` (when given)
+ * after the cursor, in `order`, that `accept` turns into a shown row, at most `limit`, and the cursor of
+ * the next page (null on the last).
+ */
+export function orderedPage<E extends { url: string }, T>(
+  entries: () => Iterable<E>,
+  query: { limit: number; queue: string | null; after: E | null },
+  order: ListOrder<E>,
+  queueOf: (e: E) => string,
+  accept: (e: E) => T | undefined,
+): { page: T[]; next: string | null } {
   const { queue, limit } = query;
   const page: T[] = [];
   let after = query.after;
@@ -113,10 +141,11 @@ export function failingPage<T>(
     const batch = smallest(
       entries(),
       want,
-      (e) => (from === null || compareFailing(e, from) > 0) && (queue === null || queueOf(e.url) === queue),
+      order.compare,
+      (e) => (from === null || order.compare(e, from) > 0) && (queue === null || queueOf(e) === queue),
     );
     for (const e of batch) {
-      if (page.length === limit) return { page, next: encodeCursor(after!) };
+      if (page.length === limit) return { page, next: order.encode(after!) };
       after = e;
       const row = accept(e);
       if (row !== undefined) page.push(row);

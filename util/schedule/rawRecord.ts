@@ -30,6 +30,10 @@ export const ROW_FIELDS = [
   'lastStatusCode',
   'lastError',
   'failingSince',
+  'state',
+  'reason',
+  'redirectStrikes',
+  'suppressionStrikes',
 ] as const;
 export const CLAIM_FIELDS = ['nextRenderTime', 'effectiveInterval', 'fromSitemap'] as const;
 
@@ -51,6 +55,10 @@ export const scheduleRowOf = (key: string, v: Values): ScheduleRow | undefined =
     lastStatusCode: v[9],
     lastError: v[10],
     failingSince: v[11],
+    state: v[12],
+    reason: v[13],
+    redirectStrikes: v[14],
+    suppressionStrikes: v[15],
   });
 export const claimRowOf = (key: string, v: Values): ClaimRow | undefined =>
   toScheduleRow(key, { nextRenderTime: v[0], effectiveInterval: v[1], fromSitemap: v[2] });

@@ -4,6 +4,7 @@
 import type { QueueKeeperConfig, RouteConfig } from '../config/schema.js';
 import { startOfMinute } from '../time.js';
 import { simplePathname } from './urlPath.js';
+import { knownReason, storedState, type Reason, type RowState } from './rowState.js';
 
 export interface ScheduleRow {
   cacheKey: string;
@@ -21,7 +22,18 @@ export interface ScheduleRow {
   lastError: RenderError | null;
   /** When the current run of strikes began; null while the row is not failing. */
   failingSince: number | null;
+  /** active, or parked by a verdict as not indexable (suppressed) or dead at its origin (gone). */
+  state: RowState;
+  /** Why a suppressed or gone row is, as the fleet reported it; null while active. */
+  reason: Reason | null;
+  /** Consecutive non-permanent redirects. */
+  redirectStrikes: number;
+  /** Consecutive suppressed or gone verdicts. */
+  suppressionStrikes: number;
 }
+
+/** The verdict fields of a row that has had none: active, no strikes. */
+export const ACTIVE = { state: 'active', reason: null, redirectStrikes: 0, suppressionStrikes: 0 } as const;
 
 /** What a renderer said went wrong, as the row keeps it (docs/operating.md "Failing rows"). */
 export interface RenderError {
@@ -166,6 +178,10 @@ export function upsertTarget(
     lastStatusCode: existing?.lastStatusCode ?? null,
     lastError: existing?.lastError ?? null,
     failingSince: existing?.failingSince ?? null,
+    state: existing?.state ?? 'active',
+    reason: existing?.reason ?? null,
+    redirectStrikes: existing?.redirectStrikes ?? 0,
+    suppressionStrikes: existing?.suppressionStrikes ?? 0,
   };
 }
 
@@ -185,6 +201,7 @@ export function discoveredRow(url: string, now: number, config: QueueKeeperConfi
     lastStatusCode: null,
     lastError: null,
     failingSince: null,
+    ...ACTIVE,
   };
 }
 
@@ -197,7 +214,10 @@ export function revalidatedRow(existing: ScheduleRow, now: number): ScheduleRow 
   };
 }
 
-/** After a successful render: startOfMinute(completion) + cadence; strikes reset; marks cleared. */
+/**
+ * After a successful (indexable) render: startOfMinute(completion) + cadence; strikes reset; marks
+ * cleared; a suppressed or gone row is active again.
+ */
 export function afterSuccess(
   existing: ScheduleRow,
   completedAt: number,
@@ -217,6 +237,7 @@ export function afterSuccess(
     lastStatusCode: statusCode,
     lastError: null,
     failingSince: null,
+    ...ACTIVE,
   };
 }
 
@@ -290,6 +311,10 @@ export function toScheduleRow(key: string, v: Record<string, unknown>): Schedule
     lastStatusCode: num(v.lastStatusCode),
     lastError: storedError(v.lastError),
     failingSince: num(v.failingSince),
+    state: storedState(v.state),
+    reason: knownReason(v.reason),
+    redirectStrikes: num(v.redirectStrikes) ?? 0,
+    suppressionStrikes: num(v.suppressionStrikes) ?? 0,
   };
 }
 
@@ -314,6 +339,10 @@ export function sameSchedule(a: ScheduleRow, b: ScheduleRow): boolean {
     a.lastStatusCode === b.lastStatusCode &&
     a.failingSince === b.failingSince &&
     a.lastError?.name === b.lastError?.name &&
-    a.lastError?.message === b.lastError?.message
+    a.lastError?.message === b.lastError?.message &&
+    a.state === b.state &&
+    a.reason === b.reason &&
+    a.redirectStrikes === b.redirectStrikes &&
+    a.suppressionStrikes === b.suppressionStrikes
   );
 }

@@ -6,8 +6,7 @@
 // (locks, reads, the transaction) is injected; services/schedule/store.ts binds it to Harper.
 import type { QueueKeeperConfig } from '../config/schema.js';
 import {
-  afterFailure,
-  afterSuccess,
+  classifyUrl,
   discoveredRow,
   revalidatedRow,
   upsertTarget,
@@ -16,6 +15,8 @@ import {
   type ScheduleRow,
   type TargetInput,
 } from './rules.js';
+import type { Reason, RetireReason } from './rowState.js';
+import { redirectDestination, rowAfterVerdict, verdictOf } from './verdicts.js';
 
 /** A chunk's write: a row to put, or null to delete the key. */
 export interface ScheduleWrite {
@@ -26,6 +27,17 @@ export interface ScheduleWrite {
    * when there was no row, and an entry left by a row written outside these steps may still be there.
    */
   wasFailing: boolean | undefined;
+  /** The row retires: this entry goes to the retired list in the same transaction as the delete. */
+  retired?: RetiredEntry;
+}
+
+/** A retired row as the retired list keeps it (GET /prerender_admin/retired). */
+export interface RetiredEntry {
+  url: string;
+  reason: RetireReason;
+  queue: string;
+  lastStatusCode: number | null;
+  retiredAt: number;
 }
 
 export interface ScheduleStore {
@@ -50,9 +62,30 @@ export interface ResultWrite {
   completedAt: number;
   /** What went wrong, for a failure (kept on the row as lastError). */
   error?: RenderError | null;
+  /** Where a redirect landed, as the fleet reported it (absolute), or null. */
+  redirectedTo?: string | null;
+  /** A permanent redirect's destination to file: redirectedTo when it may be filed, else null. */
+  fileDestination?: string | null;
+  reason?: Reason | null;
+  isIndexable?: boolean | null;
 }
 
-export type ResultApplied = { found: false } | { found: true; row: ScheduleRow; keepLease: boolean };
+export type ResultApplied =
+  | { found: false }
+  | {
+      found: true;
+      /** The row as written; null when the result retired it. */
+      row: ScheduleRow | null;
+      keepLease: boolean;
+      /** What becomes of the stored page (util/schedule/verdicts.ts). */
+      page: 'store' | 'delete' | 'keep';
+      retired: RetireReason | null;
+    };
+
+/** A decision that retires the row: deleted, with its retired-list entry. */
+interface Retire {
+  retire: RetiredEntry;
+}
 
 /** A 10,000-target batch commits in chunks this large; each chunk holds its keys' locks until it commits. */
 const WRITE_CHUNK = 1000;
@@ -71,7 +104,7 @@ export class ScheduleWrites {
    */
   private async update(
     keys: readonly string[],
-    decide: (key: string, current: ScheduleRow | undefined) => ScheduleRow | null | undefined,
+    decide: (key: string, current: ScheduleRow | undefined) => ScheduleRow | null | undefined | Retire,
   ): Promise<void> {
     for (let i = 0; i < keys.length; i += this.chunkSize) {
       const chunk = keys.slice(i, i + this.chunkSize);
@@ -80,12 +113,11 @@ export class ScheduleWrites {
         for (const key of chunk) {
           const current = this.store.read(key);
           const next = decide(key, current);
-          if (next !== undefined)
-            writes.push({
-              key,
-              row: next,
-              wasFailing: current === undefined ? undefined : current.strikes > 0,
-            });
+          if (next === undefined) continue;
+          const wasFailing = current === undefined ? undefined : current.strikes > 0;
+          if (next !== null && 'retire' in next)
+            writes.push({ key, row: null, wasFailing, retired: next.retire });
+          else writes.push({ key, row: next, wasFailing });
         }
         await this.store.afterRead?.(chunk);
         if (writes.length > 0) await this.store.commit(writes);
@@ -145,8 +177,10 @@ export class ScheduleWrites {
   }
 
   /**
-   * Reschedules rows after results (success lane, fast-retry lane, backoff lane). A row deleted
-   * meanwhile stays deleted: a result never brings a row back.
+   * Reschedules rows after results, each by its verdict (util/schedule/verdicts.ts): a success, a failure
+   * strike, a redirect strike, a suppressed or gone row, or a retirement. A row deleted meanwhile stays
+   * deleted: a result never brings a row back. A permanent redirect's destination is filed afterwards,
+   * only where no row exists.
    */
   async applyResults(results: readonly ResultWrite[]): Promise<ResultApplied[]> {
     const cfg = this.config();
@@ -157,25 +191,69 @@ export class ScheduleWrites {
       if (list) list.push(i);
       else byUrl.set(r.url, [i]);
     });
+    const destinations = new Map<string, ScheduleRow>();
     await this.update([...byUrl.keys()], (url, current) => {
-      let row = current;
+      let row: ScheduleRow | null | undefined = current;
+      let retire: RetiredEntry | null = null;
       for (const i of byUrl.get(url)!) {
         const r = results[i]!;
-        if (row === undefined) {
+        if (row === undefined || row === null) {
           out[i] = { found: false };
           continue;
         }
-        if (r.outcome === 'failed') {
-          const f = afterFailure(row, r.completedAt, r.statusCode, cfg, r.error ?? null);
-          row = f.row;
-          out[i] = { found: true, row, keepLease: f.keepLease };
-        } else {
-          row = afterSuccess(row, r.completedAt, r.outcome, r.statusCode, cfg);
-          out[i] = { found: true, row, keepLease: false };
+        const v = verdictOf(
+          {
+            outcome: r.outcome,
+            statusCode: r.statusCode,
+            redirectedTo: r.redirectedTo ?? null,
+            reason: r.reason ?? null,
+            isIndexable: r.isIndexable ?? null,
+          },
+          (to) => sameUrl(to, url),
+        );
+        const w = rowAfterVerdict(
+          row,
+          v,
+          {
+            completedAt: r.completedAt,
+            outcome: r.outcome,
+            statusCode: r.statusCode,
+            error: r.error ?? null,
+          },
+          cfg,
+        );
+        if (w.retired !== null) {
+          retire = {
+            url,
+            reason: w.retired,
+            queue: classifyUrl(url, row.effectiveInterval, cfg).route,
+            lastStatusCode: r.statusCode,
+            retiredAt: r.completedAt,
+          };
+          if (v.kind === 'moved' && r.fileDestination) destinations.set(r.fileDestination, row);
         }
+        out[i] = { found: true, row: w.row, keepLease: w.keepLease, page: w.page, retired: w.retired };
+        row = w.row;
       }
-      return row === current ? undefined : row;
+      if (row === current) return undefined;
+      return row === null && retire !== null ? { retire } : row;
     });
+    if (destinations.size > 0) {
+      const now = Math.max(...results.map((r) => r.completedAt));
+      await this.update([...destinations.keys()], (url, current) =>
+        current === undefined ? redirectDestination(destinations.get(url)!, url, now) : undefined,
+      );
+    }
     return out;
+  }
+}
+
+/** Whether a redirect's destination is the row's own URL (the same URL once parsed). */
+function sameUrl(to: string, url: string): boolean {
+  if (to === url) return true;
+  try {
+    return new URL(to).href === new URL(url).href;
+  } catch {
+    return false;
   }
 }

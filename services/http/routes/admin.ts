@@ -3,6 +3,8 @@ import { ConfigError, configWarnings, type QueueKeeperConfig } from '../../../ut
 import { HttpError, badRequest } from '../../../util/http/errors.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
+import { retiredPage } from '../../../util/schedule/retired.js';
+import type { RetiredEntry } from '../../../util/schedule/writes.js';
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
@@ -59,6 +61,8 @@ export interface AdminDeps {
   revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
   /** The failing list's entries (services/schedule/store.ts failingEntries). */
   failingEntries: () => Iterable<FailingEntry>;
+  /** The retired list's entries (services/schedule/store.ts retiredEntries). */
+  retiredEntries: () => Iterable<RetiredEntry>;
   /** The node's lease table (a getter: sized at first use). */
   leases: () => Pick<LeaseTable, 'lookup'>;
   /** This node's status at an instant (services/keeper/servingView.ts). */
@@ -73,7 +77,17 @@ function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: 
 
 export function registerAdmin(
   router: Router,
-  { keeper, control, settings, readRow, revalidate, failingEntries, leases, nodeStatus }: AdminDeps,
+  {
+    keeper,
+    control,
+    settings,
+    readRow,
+    revalidate,
+    failingEntries,
+    retiredEntries,
+    leases,
+    nodeStatus,
+  }: AdminDeps,
 ): void {
   router.route('GET', '/prerender_admin/health', 'admin', async () =>
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
@@ -143,6 +157,14 @@ export function registerAdmin(
       },
     );
     return reply({ rows, next });
+  });
+
+  // Rows a render verdict retired, newest first (docs/operating.md "Retired rows"): a walk of the retired
+  // list only; entries past render.retiredRetention are passed over until the tick drops them.
+  router.route('GET', '/prerender_admin/retired', 'admin', async (req) => {
+    const now = Date.now();
+    const retention = config().render.retiredRetention;
+    return reply(retiredPage(retiredEntries, req.query, (e) => now - e.retiredAt < retention));
   });
 
   router.route(

@@ -12,13 +12,15 @@ export interface FeedingRouteDeps {
   fileTargets: (targets: readonly TargetInput[], now: number) => Promise<number>;
   deleteTargets: (urls: readonly string[]) => Promise<number>;
   discoverUrls: (urls: readonly string[], now: number) => Promise<number>;
+  /** Whether a live retired entry names the URL (services/schedule/store.ts isRetired). */
+  isRetired: (url: string, now: number) => boolean;
   /** The page store's delete (services/pages/store.ts). */
   deletePages: (urls: string[]) => Promise<number>;
 }
 
 export function registerFeeding(
   router: Router,
-  { fileTargets, deleteTargets, discoverUrls, deletePages }: FeedingRouteDeps,
+  { fileTargets, deleteTargets, discoverUrls, isRetired, deletePages }: FeedingRouteDeps,
 ): void {
   router.route(
     'POST',
@@ -56,9 +58,21 @@ export function registerFeeding(
     'discover',
     async (req) => {
       const { urls, rejected } = checkUrlList(req.body);
+      const now = Date.now();
+      // A URL a render verdict retired is refused while its retired entry lasts: discovery must not undo
+      // a verdict. A feeder (the authority) may file it again through /render_queue/targets.
+      const open = urls.filter((u) => {
+        if (!isRetired(u.url, now)) return true;
+        rejected.push({
+          index: u.index,
+          error: 'url was retired by a render verdict (GET /prerender_admin/retired)',
+        });
+        return false;
+      });
+      rejected.sort((a, b) => a.index - b.index);
       const filed = await discoverUrls(
-        urls.map((u) => u.url),
-        Date.now(),
+        open.map((u) => u.url),
+        now,
       );
       return reply({ filed, rejected });
     },

@@ -1,0 +1,53 @@
+// The retired list's order and pages (docs/operating.md "Retired rows"): rows a render verdict retired,
+// newest first, in pages of `limit` behind an opaque cursor. Pure: the entries come from the retired
+// table the schedule owner writes with each retirement, so a page costs a walk of that table only.
+import { badRequest } from '../http/errors.js';
+import { orderedPage, parseFailingQuery } from './failing.js';
+import type { RetiredEntry } from './writes.js';
+
+/** Newest first, then the URL (a total order, so pages never overlap). */
+export function compareRetired(a: RetiredEntry, b: RetiredEntry): number {
+  if (a.retiredAt !== b.retiredAt) return b.retiredAt - a.retiredAt;
+  return a.url < b.url ? -1 : a.url > b.url ? 1 : 0;
+}
+
+function encodeCursor(e: RetiredEntry): string {
+  return Buffer.from(JSON.stringify([e.retiredAt, e.url])).toString('base64url');
+}
+
+function decodeCursor(cursor: string): Pick<RetiredEntry, 'retiredAt' | 'url'> {
+  let v: unknown;
+  try {
+    v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    v = null;
+  }
+  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
+    throw badRequest('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+  return { retiredAt: v[0], url: v[1] };
+}
+
+/** One page of the retired list: entries still within the retention, newest first. */
+export function retiredPage(
+  entries: () => Iterable<RetiredEntry>,
+  q: URLSearchParams,
+  live: (e: RetiredEntry) => boolean,
+): { rows: RetiredEntry[]; next: string | null } {
+  // The same parameters as the failing list; its cursor is read here, the limit and queue there.
+  const cursor = q.get('cursor');
+  const rest = new URLSearchParams(q);
+  rest.delete('cursor');
+  const { limit, queue } = parseFailingQuery(rest);
+  const after =
+    cursor === null || cursor === ''
+      ? null
+      : ({ ...decodeCursor(cursor), reason: 'redirect', queue: '', lastStatusCode: null } as RetiredEntry);
+  const { page, next } = orderedPage(
+    entries,
+    { limit, queue, after },
+    { compare: compareRetired, encode: encodeCursor },
+    (e) => e.queue,
+    (e) => (live(e) ? e : undefined),
+  );
+  return { rows: page, next };
+}
