@@ -11,6 +11,7 @@ import { registerChannel } from './services/http/routes/channel.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
+import { registerProbes } from './services/http/routes/probes.js';
 import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
@@ -22,6 +23,7 @@ import { KeeperLeadership, type KeeperSeat } from './services/keeper/leadership.
 import { KeeperService, type ScheduleSource } from './services/keeper/service.js';
 import { NodeServing } from './services/keeper/servingView.js';
 import { startMaintenance } from './util/duties/maintenance.js';
+import { readiness } from './util/keeper/readiness.js';
 import { harperConnections } from './services/cluster/connections.js';
 import { CALLBACK_ORIGIN_ENV, callbackOrigin, environmentOrigin } from './services/cluster/nodeName.js';
 import { harperMembership, harperPeers } from './services/cluster/membership.js';
@@ -349,7 +351,29 @@ registerNotify(router, {
 });
 registerStall(router, { readLedger });
 registerConsole(router);
+// The balancer's probes: ready once the keeper serves claims here (util/keeper/readiness.ts).
+registerProbes(router, {
+  readiness: (at) => {
+    const view = serving.view(at);
+    return readiness({
+      phase: view.phase,
+      serving: view.serving,
+      pauseKnown: control.pauseKnown(),
+      leasesAttached: leasesAttached(),
+    });
+  },
+});
 router.install();
+
+/** Whether this worker has the lease table laid over its shared buffer (it throws on a foreign one). */
+function leasesAttached(): boolean {
+  try {
+    leaseTable();
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 async function start(): Promise<void> {
   await settings.start();
