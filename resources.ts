@@ -143,6 +143,7 @@ const figures = new HealthFigures({
   serving: (at) => serving.view(at),
   stateInterval,
   routes: () => config().render.routes,
+  results: (queues) => metrics.resultReadings(queues),
 });
 
 // ------------------------------------------------------------------ the schedule's writes
@@ -288,6 +289,7 @@ const results = new ResultService({
   now,
   sleep,
   count,
+  countResult: (queue, outcome, renderMs) => metrics.countResult(queue, outcome, renderMs),
   log,
 });
 

@@ -32,6 +32,8 @@ export interface CheckedResult {
   headers?: Record<string, string> | null;
   /** What went wrong, kept on the row as lastError when the outcome is a failure. */
   error?: RenderError | null;
+  /** The render time the fleet reported (ms), counted in queue_keeper_render_seconds. */
+  renderTimeMs?: number | null;
 }
 
 /** What a prerender fleet's result came to: the `x-result-status` of its 204 (docs/prerender-fleet.md). */
@@ -180,5 +182,6 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
     statusCode: typeof o.statusCode === 'number' ? o.statusCode : null,
     contentType: typeof o.contentType === 'string' ? o.contentType : null,
     body,
+    renderTimeMs: typeof o.renderTimeMs === 'number' ? o.renderTimeMs : null,
   };
 }
