@@ -19,6 +19,7 @@ import { log, server, table, transaction, workerIndex } from './services/runtime
 import { HealthFigures } from './services/metrics/healthFigures.js';
 import { processWideMetrics } from './services/metrics/values.js';
 import { Router } from './services/http/router.js';
+import { Filing } from './services/http/filing.js';
 import { KeeperLeadership, type KeeperSeat } from './services/keeper/leadership.js';
 import { KeeperService, type ScheduleSource } from './services/keeper/service.js';
 import { NodeServing } from './services/keeper/servingView.js';
@@ -313,21 +314,37 @@ const stallSweep = new StallSweep({
   log,
 });
 
+// ------------------------------------------------------------------ filing, over HTTP and in process
+// The feeding routes and the in-process API (api.ts, docs/in-process.md) answer through one Filing.
+const filing = new Filing({
+  fileTargets: (targets, at) => schedule.fileTargets(targets, at),
+  deleteTargets: (urls) => schedule.deleteTargets(urls),
+  revalidate: (url, at) => schedule.revalidate(url, at),
+  deletePages,
+});
+/**
+ * The in-process API this worker serves to the host app's own resources, reached through api.ts (a
+ * function is no resource, so Harper registers no path for it).
+ */
+export const inProcessApi = {
+  fileTargets: (input: unknown) => filing.fileTargets(input),
+  deleteTargets: (input: unknown) => filing.deleteTargets(input),
+  revalidate: (input: unknown) => filing.revalidate(input),
+};
+
 // ------------------------------------------------------------------ the HTTP front
 // This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
 registerFeeding(router, {
-  fileTargets: (targets, at) => schedule.fileTargets(targets, at),
-  deleteTargets: (urls) => schedule.deleteTargets(urls),
+  filing,
   discoverUrls: (urls, at) => schedule.discoverUrls(urls, at),
-  deletePages,
 });
 registerAdmin(router, {
   keeper: leadership,
   control,
   settings,
   readRow,
-  revalidate: (url, at) => schedule.revalidate(url, at),
+  filing,
   failingEntries,
   leases: leaseTable,
   nodeStatus: (at) => serving.status(at),

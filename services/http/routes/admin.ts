@@ -7,6 +7,7 @@ import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
+import type { Filing } from '../filing.js';
 import { reply, type Router } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
@@ -54,9 +55,10 @@ export interface AdminDeps {
   keeper: KeeperLeadership;
   control: NodeControl;
   settings: RuntimeConfig;
-  /** The schedule owner's point read and revalidate (services/schedule/store.ts). */
+  /** The schedule owner's point read (services/schedule/store.ts). */
   readRow: (url: string) => ScheduleRow | undefined;
-  revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
+  /** Revalidate, as the in-process API answers it too (../filing.ts). */
+  filing: Pick<Filing, 'revalidate'>;
   /** The failing list's entries (services/schedule/store.ts failingEntries). */
   failingEntries: () => Iterable<FailingEntry>;
   /** The node's lease table (a getter: sized at first use). */
@@ -73,7 +75,7 @@ function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: 
 
 export function registerAdmin(
   router: Router,
-  { keeper, control, settings, readRow, revalidate, failingEntries, leases, nodeStatus }: AdminDeps,
+  { keeper, control, settings, readRow, filing, failingEntries, leases, nodeStatus }: AdminDeps,
 ): void {
   router.route('GET', '/prerender_admin/health', 'admin', async () =>
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
@@ -111,12 +113,9 @@ export function registerAdmin(
   router.route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
   router.route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
 
-  router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
-    const url = checkSingleUrl(req.body);
-    const row = await revalidate(url, Date.now());
-    if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
-    return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
-  });
+  router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) =>
+    reply(await filing.revalidate(req.body)),
+  );
 
   // The rows that keep failing, worst first (docs/operating.md "Failing rows"): a walk of the failing
   // list, then one point read per row shown.
