@@ -11,6 +11,7 @@ import { registerChannel } from './services/http/routes/channel.js';
 import { registerConsole } from './services/http/routes/console.js';
 import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
+import { registerProbes } from './services/http/routes/probes.js';
 import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
@@ -18,10 +19,12 @@ import { log, server, table, transaction, workerIndex } from './services/runtime
 import { HealthFigures } from './services/metrics/healthFigures.js';
 import { processWideMetrics } from './services/metrics/values.js';
 import { Router } from './services/http/router.js';
+import { Filing } from './services/http/filing.js';
 import { KeeperLeadership, type KeeperSeat } from './services/keeper/leadership.js';
 import { KeeperService, type ScheduleSource } from './services/keeper/service.js';
 import { NodeServing } from './services/keeper/servingView.js';
 import { startMaintenance } from './util/duties/maintenance.js';
+import { readiness } from './util/keeper/readiness.js';
 import { harperConnections } from './services/cluster/connections.js';
 import { CALLBACK_ORIGIN_ENV, callbackOrigin, environmentOrigin } from './services/cluster/nodeName.js';
 import { harperMembership, harperPeers } from './services/cluster/membership.js';
@@ -144,6 +147,7 @@ const figures = new HealthFigures({
   serving: (at) => serving.view(at),
   stateInterval,
   routes: () => config().render.routes,
+  results: (queues) => metrics.resultReadings(queues),
 });
 
 // ------------------------------------------------------------------ the schedule's writes
@@ -292,6 +296,7 @@ const results = new ResultService({
   now,
   sleep,
   count,
+  countResult: (queue, outcome, renderMs) => metrics.countResult(queue, outcome, renderMs),
   log,
 });
 
@@ -315,22 +320,38 @@ const stallSweep = new StallSweep({
   log,
 });
 
+// ------------------------------------------------------------------ filing, over HTTP and in process
+// The feeding routes and the in-process API (api.ts, docs/in-process.md) answer through one Filing.
+const filing = new Filing({
+  fileTargets: (targets, at) => schedule.fileTargets(targets, at),
+  deleteTargets: (urls) => schedule.deleteTargets(urls),
+  revalidate: (url, at) => schedule.revalidate(url, at),
+  deletePages,
+});
+/**
+ * The in-process API this worker serves to the host app's own resources, reached through api.ts (a
+ * function is no resource, so Harper registers no path for it).
+ */
+export const inProcessApi = {
+  fileTargets: (input: unknown) => filing.fileTargets(input),
+  deleteTargets: (input: unknown) => filing.deleteTargets(input),
+  revalidate: (input: unknown) => filing.revalidate(input),
+};
+
 // ------------------------------------------------------------------ the HTTP front
 // This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
 registerFeeding(router, {
-  fileTargets: (targets, at) => schedule.fileTargets(targets, at),
-  deleteTargets: (urls) => schedule.deleteTargets(urls),
+  filing,
   discoverUrls: (urls, at) => schedule.discoverUrls(urls, at),
   isRetired: (url, at) => isRetired(url, at, config().render.retiredRetention),
-  deletePages,
 });
 registerAdmin(router, {
   keeper: leadership,
   control,
   settings,
   readRow,
-  revalidate: (url, at) => schedule.revalidate(url, at),
+  filing,
   failingEntries,
   retiredEntries,
   leases: leaseTable,
@@ -357,10 +378,32 @@ registerNotify(router, {
 });
 registerStall(router, { readLedger });
 registerConsole(router);
+// The balancer's probes: ready once the keeper serves claims here (util/keeper/readiness.ts).
+registerProbes(router, {
+  readiness: (at) => {
+    const view = serving.view(at);
+    return readiness({
+      phase: view.phase,
+      serving: view.serving,
+      pauseKnown: control.pauseKnown(),
+      leasesAttached: leasesAttached(),
+    });
+  },
+});
 router.install();
 
 /** Retired entries dropped per maintenance tick at most: a backlog drains over ticks, never in one hold. */
 const RETIRED_EXPIRY_BATCH = 1000;
+
+/** Whether this worker has the lease table laid over its shared buffer (it throws on a foreign one). */
+function leasesAttached(): boolean {
+  try {
+    leaseTable();
+    return true;
+  } catch {
+    return false;
+  }
+}
 
 async function start(): Promise<void> {
   await settings.start();

@@ -1,7 +1,8 @@
 // `npm pack` / `npm publish` (prepack): a fresh build of exactly what the component loads at run time.
-// It removes the runtime part of dist/, compiles resources.ts, services/ and util/ without source maps
-// (the package ships no sources for them to point at), then deletes any compiled file that
-// dist/resources.js does not reach through its imports (type-only modules compile to empty ones).
+// It removes the runtime part of dist/, compiles resources.ts, api.ts (the in-process API), services/ and
+// util/ without source maps (the package ships no sources for them to point at), then deletes any
+// compiled file that dist/resources.js does not reach through its imports (type-only modules compile to
+// empty ones).
 // dist/test and dist/bench are left alone: package.json's `files` keeps them out of the package.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -13,7 +14,8 @@ const repo = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const dist = join(repo, 'dist');
 const runtimeDirs = ['services', 'util'];
 
-for (const f of ['resources.js', 'resources.js.map']) rmSync(join(dist, f), { force: true });
+for (const f of ['resources.js', 'resources.js.map', 'api.js', 'api.js.map'])
+  rmSync(join(dist, f), { force: true });
 for (const d of runtimeDirs) rmSync(join(dist, d), { recursive: true, force: true });
 
 const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');

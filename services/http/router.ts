@@ -2,12 +2,13 @@
 // malformed JSON body with a 500 and needs `headers` on every status object, so our endpoints are served
 // by one middleware registered after REST (request.user is already set there). In order, every request
 // under our two prefixes is: authenticated (401 first, whatever the path or method, so an anonymous
-// caller cannot map the routes), routed (404/405), authorised (403), and — when it changes state —
-// checked for a same-origin browser context (403 cross_site), a JSON media type (415) and its endpoint's
-// size limit (413, from content-length before buffering and again while reading), then parsed as UTF-8
-// JSON of bounded depth (400; the checks are in ./requestChecks.ts). Every failure is `{error, code}`; a
-// 500 is only ever our own fault. The route table is a Router instance that resources.ts builds and hands
-// to each route module's register…(router, deps).
+// caller cannot map the routes; the probes alone answer without credentials), routed (404/405),
+// authorised (403), and — when it changes state — checked for a same-origin browser context (403
+// cross_site), a JSON media type (415) and its endpoint's size limit (413, from content-length before
+// buffering and again while reading), then parsed as UTF-8 JSON of bounded depth (400; the checks are in
+// ./requestChecks.ts). Every failure is `{error, code}`; a 500 is only ever our own fault. The route
+// table is a Router instance that resources.ts builds and hands to each route module's
+// register…(router, deps).
 import { HttpError, echo } from '../../util/http/errors.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type {
@@ -24,7 +25,8 @@ import {
   type HeaderGet,
 } from './requestChecks.js';
 
-export type Caller = 'admin' | 'feeder' | 'discover' | 'fleet' | 'any';
+/** `public`: no credentials needed (the load balancer's probes, routes/probes.ts); `any`: any user. */
+export type Caller = 'admin' | 'feeder' | 'discover' | 'fleet' | 'any' | 'public';
 
 export interface ApiRequest {
   method: string;
@@ -109,6 +111,7 @@ export function authorize(
   q: QueueKeeperConfig['queue'],
   readOnly = false,
 ): void {
+  if (caller === 'public') return;
   if (!user) throw unauthenticated();
   if (caller === 'any') return;
   if (user.role?.permission?.super_user) return;
@@ -206,9 +209,10 @@ async function dispatch(
   const method = String(request.method ?? 'GET').toUpperCase();
   const get: HeaderGet = (n) => request.headers?.get?.(n);
   try {
-    // Authentication first: before any 404 or 405 could tell an anonymous caller what exists.
-    if (!request.user) throw unauthenticated();
     const { route: r, params, pathKnown } = findRoute(routes, method, pathname);
+    // Authentication first: before any 404 or 405 could tell an anonymous caller what exists. Only an
+    // exact public route (a probe, by method and path) answers without credentials.
+    if (!request.user && r?.caller !== 'public') throw unauthenticated();
     if (!r) {
       const shown = echo(pathname);
       if (pathKnown)

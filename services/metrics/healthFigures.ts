@@ -9,6 +9,7 @@ import { stateMaxAgeMs, type KeeperSignal } from '../../util/sharedMemory/keeper
 import type { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 import type { LeaseTable } from '../../util/leases/table.js';
 import { queueNames, queueSeries, type QueueStateLateness } from '../../util/metrics/queueSeries.js';
+import type { QueueResultsReading } from '../../util/metrics/queueResults.js';
 import type { LiveFigures, MetricValues } from './values.js';
 
 /** The parts of the state document (services/keeper/stateDocument.ts) read here and by queue-state. */
@@ -39,6 +40,8 @@ export interface HealthFiguresDeps {
   stateInterval: () => number;
   /** The configured routes: every queue gets its series, `unrouted` too. */
   routes: () => ReadonlyArray<{ name: string }>;
+  /** The per-queue results and render times of these queues (MetricValues.resultReadings). */
+  results: (queues: readonly string[]) => QueueResultsReading;
 }
 
 export class HealthFigures {
@@ -80,12 +83,9 @@ export class HealthFigures {
     const vouched = this.vouchedState(now);
     const doc = vouched.ok ? vouched.doc : null;
     const latest = this.deps.state().read();
-    const perQueue = queueSeries(
-      queueNames(this.deps.routes()),
-      doc?.lateness ?? null,
-      leases.leasesByQueue(now),
-      now,
-    );
+    const queues = queueNames(this.deps.routes());
+    const results = this.deps.results(queues);
+    const perQueue = queueSeries(queues, doc?.lateness ?? null, leases.leasesByQueue(now), now);
     return {
       keeper_live: this.deps.signal().read().phase === 'live' && view.serving && !view.stale ? 1 : 0,
       keeper_exact: doc?.trust.exact ? 1 : 0,
@@ -101,6 +101,8 @@ export class HealthFigures {
       queue_oldest_due_age: perQueue.oldestDueAgeSeconds,
       queue_lateness: perQueue.latenessCadences,
       queue_leases: perQueue.leases,
+      results: results.results,
+      render_seconds: { histograms: results.renderSeconds },
     };
   }
 

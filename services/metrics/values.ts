@@ -4,10 +4,17 @@
 // `queue_health.<name>`, with a label's value as the analytics path.
 import { LabelledCounters } from '../../util/metrics/labelledCounters.js';
 import { MetricStore } from '../../util/metrics/store.js';
+import { QueueResults, type QueueResultsReading } from '../../util/metrics/queueResults.js';
 import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/metrics/exposition.js';
 import { log, server } from '../runtime/harper.js';
 import { sharedBuffer } from '../runtime/sharedBuffers.js';
-import { METRICS, type MetricDef, type MetricName } from '../../util/metrics/catalogue.js';
+import {
+  METRICS,
+  RENDER_BUCKETS,
+  type MetricDef,
+  type MetricName,
+  type ResultOutcome,
+} from '../../util/metrics/catalogue.js';
 
 export { METRICS, type LiveFigures, type MetricDef, type MetricName };
 
@@ -16,10 +23,15 @@ const NAMES = Object.keys(METRICS) as MetricName[];
 
 // Labelled counters live in their own shared table (one slot per series), cross-worker like the rest.
 const LABELLED_SERIES = 64;
+// Queues whose results are counted (queue_keeper_results_total, queue_keeper_render_seconds): routes
+// beyond this many share no room and go uncounted, with one warning per worker.
+const RESULT_QUEUES = 256;
 
 export interface MetricValuesDeps {
   cells: () => MetricStore;
   labelled: () => LabelledCounters;
+  /** The per-queue results and render times (util/metrics/queueResults.ts). */
+  results: () => QueueResults;
   /** Harper analytics (`server.recordAnalytics`): value, metric name, optional path. */
   analytics: (value: number, name: string, path?: string) => void;
   log: { warn: (...args: unknown[]) => void };
@@ -28,6 +40,7 @@ export interface MetricValuesDeps {
 /** Counting into the node's cells, with every value also recorded to Harper analytics. */
 export class MetricValues {
   private labelledFullWarned = false;
+  private resultsFullWarned = false;
 
   constructor(private readonly deps: MetricValuesDeps) {}
 
@@ -64,6 +77,27 @@ export class MetricValues {
     if (this.deps.cells().observe(name, scaled, labels)) this.analytics(def, scaled, labels);
   }
 
+  /**
+   * One result applied to its row: queue_keeper_results_total{queue, outcome} and, when the fleet
+   * reported one, its render time (ms) in queue_keeper_render_seconds{queue}.
+   */
+  countResult(queue: string, outcome: ResultOutcome, renderMs: number | null): void {
+    if (!this.deps.results().record(queue, outcome, renderMs) && !this.resultsFullWarned) {
+      this.resultsFullWarned = true;
+      this.deps.log.warn(
+        `metrics: no room for the results of queue ${JSON.stringify(queue)} (${RESULT_QUEUES} queues at most)`,
+      );
+    }
+    this.analytics(METRICS.results, 1, { queue, outcome });
+    if (renderMs !== null && Number.isFinite(renderMs) && renderMs >= 0)
+      this.analytics(METRICS.render_seconds, renderMs / 1000, { queue });
+  }
+
+  /** The per-queue results of these queues, for a scrape (HealthFigures.liveFigures). */
+  resultReadings(queues: readonly string[]): QueueResultsReading {
+    return this.deps.results().read(queues);
+  }
+
   /** A gauge's new value or a histogram's observation, by the catalogue's kind (the keeper's one hook). */
   record(name: MetricName, value: number): void {
     if (METRICS[name].kind === 'histogram') this.observe(name, value);
@@ -85,6 +119,8 @@ export class MetricValues {
       const value = live[name];
       if (value === undefined) continue;
       const def: MetricDef = METRICS[name];
+      // Counters and histograms go to analytics as they happen; a reading of them is a running total.
+      if (def.kind !== 'gauge' || (typeof value !== 'number' && 'histograms' in value)) continue;
       for (const s of typeof value === 'number' ? [{ value, labels: undefined }] : value) {
         if (Number.isNaN(s.value)) continue;
         this.analytics(def, s.value, s.labels);
@@ -113,6 +149,13 @@ export const processWideMetrics = new MetricValues({
     () =>
       new LabelledCounters(
         sharedBuffer('metrics:labelled', LabelledCounters.byteLength(LABELLED_SERIES)).buffer,
+      ),
+  ),
+  results: once(
+    () =>
+      new QueueResults(
+        sharedBuffer('metrics:results', QueueResults.byteLength(RESULT_QUEUES, RENDER_BUCKETS)).buffer,
+        RENDER_BUCKETS,
       ),
   ),
   analytics: (value, name, path) => server.recordAnalytics?.(value, name, path),

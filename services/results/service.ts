@@ -5,7 +5,7 @@ import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { HttpError, echo } from '../../util/http/errors.js';
 import { urlProblem } from '../../util/http/input.js';
 import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
-import type { Outcome, RenderError } from '../../util/schedule/rules.js';
+import { queueOf, type Outcome, type RenderError } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { MetricName } from '../../util/metrics/catalogue.js';
 import { decodePage } from '../../util/prerender/page.js';
@@ -67,6 +67,8 @@ export interface ResultDeps {
   now: () => number;
   sleep: (ms: number) => Promise<void>;
   count: (name: MetricName, n: number, labels?: Record<string, string>) => void;
+  /** One result applied to its row, by queue and outcome, with the reported render time (ms). */
+  countResult: (queue: string, outcome: Outcome, renderMs: number | null) => void;
   log: { warn: (...args: unknown[]) => void };
 }
 
@@ -185,6 +187,7 @@ export class ResultService {
           redirectedTo: r.redirectedTo,
           reason: r.reason,
           isIndexable: r.isIndexable,
+          renderTimeMs: r.renderTime,
         },
       ],
       caller,
@@ -296,8 +299,10 @@ export class ResultService {
             renderedAt: now,
           })),
       );
+      const routes = this.deps.config().render.routes;
       list.forEach((r, k) => {
         const done = applied[k]!;
+        if (done.found) this.deps.countResult(queueOf(r.id, routes), r.outcome, r.renderTimeMs ?? null);
         const answer: ReportAnswer = done.found
           ? { accepted: true, nextRenderTime: done.row?.nextRenderTime ?? null }
           : { accepted: false, code: 'unknown_job' };

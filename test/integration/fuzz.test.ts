@@ -126,6 +126,8 @@ interface Endpoint {
   body: BodyKind;
   /** Statuses a body-level malformation may answer (the envelope checks come first). */
   ok: number[];
+  /** Answers without credentials (the probes); wrong credentials are still refused. */
+  public?: true;
 }
 
 const EP: Endpoint[] = [
@@ -183,6 +185,16 @@ const EP: Endpoint[] = [
     ok: [200, 503],
   })),
   { method: 'GET', path: (r) => `/prerender_admin/console/${r}`, who: [], body: 'none', ok: [404] },
+  ...['GET', 'HEAD'].flatMap((method) =>
+    (['live', 'ready'] as const).map((p): Endpoint => ({
+      method,
+      path: () => `/prerender_admin/${p}`,
+      who: ['none', 'feeder', 'discover', 'fleet', 'nobody'],
+      body: 'none',
+      ok: p === 'live' ? [200] : [200, 503],
+      public: true,
+    })),
+  ),
   { method: 'POST', path: () => '/prerender_admin/explain', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/revalidate', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/pause', who: [], body: 'scope', ok: [400] },
@@ -215,6 +227,8 @@ const KNOWN: Array<[string, RegExp]> = [
   ['POST', /^\/prerender_admin\/hooks\/.+/],
   ['DELETE', /^\/prerender_admin\/hooks\/.+/],
   ['GET', /^\/prerender_admin\/console\/.+/],
+  ['GET', /^\/prerender_admin\/(live|ready)\/?$/],
+  ['HEAD', /^\/prerender_admin\/(live|ready)\/?$/],
 ];
 
 // ------------------------------------------------------------------ hostile values
@@ -536,6 +550,9 @@ const requestArb: fc.Arbitrary<Req> = fc
     const headers: Record<string, string> = { ...((g.site ?? {}) as Record<string, string>) };
     const label = `${method} ${path.slice(0, 80)} as ${g.who} [${g.mutation}${g.site ? ' ' + JSON.stringify(g.site) : ''}${g.ctype !== null ? ' ct=' + g.ctype : ''}]`;
     const base = { method, path, who: g.who, headers, label };
+    // A probe, by its method and exact path, answers anyone who sends no credentials.
+    const probe = g.ep.public === true && g.pathJunk === null && (method === 'GET' || method === 'HEAD');
+    if (g.who === 'none' && probe) return { ...base, expect: g.ep.ok };
     if (g.who === 'none' || g.who === 'wrongPassword')
       return { ...base, expect: [401], code: 'unauthenticated' };
     const known = KNOWN.filter(([, re]) => re.test(path));
@@ -547,7 +564,7 @@ const requestArb: fc.Arbitrary<Req> = fc
       return { ...base, expect: [200, 400, 403, 404, 413, 415, 503] };
     }
     if (g.who !== 'admin' && !g.ep.who.includes(g.who)) return { ...base, expect: [403], code: 'forbidden' };
-    if (method === 'GET') return { ...base, expect: g.ep.ok };
+    if (method === 'GET' || method === 'HEAD') return { ...base, expect: g.ep.ok };
     if (g.site && /cross-site|same-site|null|evil/.test(JSON.stringify(g.site)))
       return { ...base, headers, expect: [403], code: 'cross_site' };
     // The body.

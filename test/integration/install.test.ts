@@ -99,6 +99,50 @@ function packCheckout(): string {
   return join(work, packed[0]!);
 }
 
+/** The host app's own table, in its own database (`data`), written in the same transactions as filings. */
+const HOST_SCHEMA = 'type HostProduct @table {\n  id: ID @primaryKey\n  url: String\n}\n';
+
+/**
+ * The host app's own resource, calling the in-process API (docs/in-process.md) the way a product
+ * service would: alone, inside its own transaction() with a write of its own, and inside the request's
+ * transaction. `fail` throws after the filing, so the caller's transaction rolls back. A refusal's
+ * status and code are answered as data, to compare with the HTTP route's.
+ */
+const HOST_RESOURCE = `import harperdb from 'harperdb';
+import { deleteTargets, fileTargets, revalidate } from 'queue-keeper/api';
+const { Resource, tables, transaction } = harperdb;
+
+const refusal = (e) => ({ refused: { status: e.status, statusCode: e.statusCode, code: e.code, error: e.message } });
+
+export class HostFile extends Resource {
+  static loadAsInstance = false;
+  async post(_target, body) {
+    const { call, input, product, mode } = body;
+    const api = { fileTargets, deleteTargets, revalidate }[call];
+    const run = () => api(input).catch(refusal);
+    if (mode === 'own-transaction') {
+      try {
+        return await transaction(async (txn) => {
+          await tables.HostProduct.put(product, { url: input.targets[0].url }, txn);
+          const answer = await run();
+          if (body.fail) throw new Error('the product update failed');
+          return answer;
+        });
+      } catch (e) {
+        return { rolledBack: e.message };
+      }
+    }
+    if (mode === 'request-transaction') {
+      await tables.HostProduct.put(product, { url: input.targets[0].url });
+      const answer = await run();
+      if (body.fail) throw Object.assign(new Error('the product update failed'), { statusCode: 409 });
+      return answer;
+    }
+    return run();
+  }
+}
+`;
+
 /** A Harper app that already has harperdb (this checkout's copy, linked) and gets the tarball. */
 function makeHostApp(): string {
   const dir = join(work, 'host-app');
@@ -115,9 +159,16 @@ function makeHostApp(): string {
       dependencies: { harperdb: harperVersion, 'queue-keeper': `file:${tarball}` },
     }),
   );
+  writeFileSync(join(dir, 'schema.graphql'), HOST_SCHEMA);
+  writeFileSync(join(dir, 'host.js'), HOST_RESOURCE);
   writeFileSync(
     join(dir, 'config.yaml'),
     [
+      'rest: true',
+      'graphqlSchema:',
+      '  files: schema.graphql',
+      'jsResource:',
+      '  files: host.js',
       'queue-keeper:',
       '  package: queue-keeper',
       '  render:',
@@ -253,7 +304,8 @@ test('the packed tarball carries the runtime build and its static files, and no 
     'schema.graphql',
   ];
   const web = files(join(repoRoot, 'web')).map((f) => `web/${f}`);
-  const expected = [...statics, 'scripts/prepare.mjs', ...web, ...runtimeModules(pkg)].sort();
+  // dist/api.js: the in-process API a host app imports as queue-keeper/api (docs/in-process.md).
+  const expected = [...statics, 'scripts/prepare.mjs', 'dist/api.js', ...web, ...runtimeModules(pkg)].sort();
   assert.deepEqual(shipped, expected);
   assert.ok(!shipped.some((f) => /^dist\/(test|bench)\//.test(f) || f.endsWith('.map') || f.endsWith('.ts')));
 });
@@ -295,6 +347,96 @@ test("a route defined only in the host app's config.yaml classifies a filed URL,
   assert.deepEqual(cfg.json.render.routes, [HOST_ROUTE]);
   // `package:` in the host section is Harper's key for loading the package, not an unknown option.
   assert.doesNotMatch(host.output(), /Unknown configuration key package/);
+});
+
+/** The host resource's call of the in-process API (HOST_RESOURCE). */
+async function inProcess(body: Record<string, unknown>) {
+  const r = await host.fetch('/HostFile', { body, fresh: true });
+  return r;
+}
+
+async function hostProduct(id: string): Promise<unknown> {
+  const rows = (await host.operation({
+    operation: 'search_by_value',
+    database: 'data',
+    table: 'HostProduct',
+    search_attribute: 'id',
+    search_value: id,
+    get_attributes: ['id'],
+  })) as unknown[];
+  return rows[0];
+}
+
+const scheduled = async (url: string) =>
+  (await host.fetch('/prerender_admin/explain', { body: { url } })).json.row as Record<
+    string,
+    unknown
+  > | null;
+
+test("a host app's resource files, revalidates and deletes through queue-keeper/api, answered as over HTTP", async () => {
+  const url = 'https://install.example.com/from-host-config/in-process-1';
+  const filed = await inProcess({ call: 'fileTargets', input: { targets: [{ url }, { url: 'ftp://x' }] } });
+  assert.equal(filed.status, 200, filed.text);
+  const overHttp = await host.fetch('/render_queue/targets', {
+    body: { targets: [{ url }, { url: 'ftp://x' }] },
+  });
+  assert.deepEqual(filed.json, overHttp.json, 'the same answer as POST /render_queue/targets');
+  assert.equal(filed.json.upserted, 1);
+  assert.ok(await scheduled(url), 'the row is in the schedule');
+  const explained = await host.fetch('/prerender_admin/explain', { body: { url } });
+  assert.equal(explained.json.queue, HOST_ROUTE.name, "classified by the host app's route");
+
+  const revalidated = await inProcess({ call: 'revalidate', input: { url } });
+  assert.equal(revalidated.status, 200, revalidated.text);
+  assert.equal(revalidated.json.url, url);
+  assert.equal(typeof revalidated.json.urgentAt, 'number');
+
+  const bad = await inProcess({ call: 'fileTargets', input: { targets: 'not a list' } });
+  const badOverHttp = await host.fetch('/render_queue/targets', { body: { targets: 'not a list' } });
+  assert.equal(badOverHttp.status, 400);
+  assert.deepEqual(bad.json.refused, {
+    status: 400,
+    statusCode: 400,
+    code: badOverHttp.json.code,
+    error: badOverHttp.json.error,
+  });
+  const missing = await inProcess({ call: 'revalidate', input: { url: `${url}-never-filed` } });
+  assert.deepEqual([missing.json.refused.status, missing.json.refused.code], [404, 'not_found']);
+
+  const deleted = await inProcess({ call: 'deleteTargets', input: { urls: [url] } });
+  assert.deepEqual(deleted.json, { deleted: 1 });
+  assert.equal(await scheduled(url), null, 'the row is gone');
+});
+
+test("a filing commits on its own: when the caller's transaction rolls back, its own write goes and the filing stays", async () => {
+  // Harper 4.7 commits each database on its own and the schedule has its own database, and the schedule
+  // owner commits under its key locks and reads the write back before answering: docs/in-process.md.
+  for (const mode of ['own-transaction', 'request-transaction']) {
+    const url = `https://install.example.com/from-host-config/${mode}`;
+    const input = { targets: [{ url }] };
+    const kept = await inProcess({ call: 'fileTargets', input, product: `${mode}-kept`, mode });
+    assert.equal(kept.status, 200, kept.text);
+    assert.equal(kept.json.upserted, 1, kept.text);
+    assert.ok(await hostProduct(`${mode}-kept`), `${mode}: the committed product row is there`);
+
+    const failedUrl = `${url}-rolled-back`;
+    const failed = await inProcess({
+      call: 'fileTargets',
+      input: { targets: [{ url: failedUrl }] },
+      product: `${mode}-rolled-back`,
+      mode,
+      fail: true,
+    });
+    if (mode === 'own-transaction')
+      assert.deepEqual(failed.json, { rolledBack: 'the product update failed' });
+    else assert.equal(failed.status, 409, failed.text);
+    assert.equal(
+      await hostProduct(`${mode}-rolled-back`),
+      undefined,
+      `${mode}: the caller's own write rolled back`,
+    );
+    assert.ok(await scheduled(failedUrl), `${mode}: the filing was committed before the rollback, and stays`);
+  }
 });
 
 test('the roles from roles.yaml exist in the host app', async () => {

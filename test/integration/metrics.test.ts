@@ -196,6 +196,86 @@ test('per queue: due rows, the oldest due row age in seconds, lateness in cadenc
   await h.fetch('/render_queue/job_results', { auth: fleet, body: { results: jobs.map(result) } });
 });
 
+test('results are counted per queue and outcome on either protocol, with the render times they report', async () => {
+  const now = Date.now();
+  const url = (x: string) => `https://results.example.com/p/${x}`;
+  await file(['a', 'b', 'c', 'd'].map((x) => ({ url: url(x), dueAt: now - MIN })));
+  const results = (families: Map<string, Family>, outcome: string) =>
+    sample(families, 'queue_keeper_results_total', { queue: 'product', outcome }) ?? NaN;
+  const before = await scrape();
+  const render0 = histogramTotals(before.families, 'queue_keeper_render_seconds', { queue: 'product' });
+
+  // The token protocol: three rows, three outcomes.
+  const jobs: Array<{ id: string; leaseToken: string }> = [];
+  await until('three product rows claimed', async () => {
+    jobs.push(...(await claim(['product'], 3 - jobs.length)).jobs);
+    return jobs.length === 3;
+  });
+  const outcomes: Record<string, Record<string, unknown>> = {
+    [url('a')]: { outcome: 'rendered', statusCode: 200, body: '<html>a</html>', renderTimeMs: 1200 },
+    [url('b')]: { outcome: 'failed', error: { name: 'Timeout', message: 'no load' }, renderTimeMs: 300 },
+    [url('c')]: { outcome: 'non-indexable', statusCode: 200 },
+  };
+  const tokenAnswer = await h.fetch('/render_queue/job_results', {
+    auth: fleet,
+    body: { results: jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, ...outcomes[j.id] })) },
+  });
+  assert.equal(tokenAnswer.status, 200, tokenAnswer.text);
+  // A copy of the same results is a duplicate: counted once.
+  await h.fetch('/render_queue/job_results', {
+    auth: fleet,
+    body: { results: jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, ...outcomes[j.id] })) },
+  });
+
+  // The prerender protocol: a token-less result from the user and worker id the lease went to.
+  const worker = { 'x-worker-id': 'metrics-worker-1' };
+  const d = await until('the last product row claimed by a prerender worker', async () => {
+    const r = await h.fetch('/render_queue/claim', {
+      auth: fleet,
+      body: { limit: 1, queues: ['product'] },
+      headers: worker,
+    });
+    return Array.isArray(r.json) && r.json.length === 1 ? (r.json[0] as { id: string }) : undefined;
+  });
+  assert.equal(d.id, url('d'));
+  const meta = Buffer.from(
+    JSON.stringify({ id: d.id, statusCode: 301, redirectedTo: url('a'), renderTime: 2500 }),
+  );
+  const fleetAnswer = await h.fetch('/render_queue/job_result', {
+    auth: fleet,
+    rawBody: meta,
+    headers: {
+      ...worker,
+      'content-type': 'application/octet-stream',
+      'x-metadata-size': String(meta.length),
+    },
+  });
+  assert.equal(fleetAnswer.status, 204, fleetAnswer.text);
+  assert.equal(fleetAnswer.headers['x-result-status'], 'applied');
+
+  for (const fresh of [true, true]) {
+    const after = await scrape(fresh);
+    const delta = (outcome: string) => results(after.families, outcome) - results(before.families, outcome);
+    assert.deepEqual(
+      ['rendered', 'redirected', 'non-indexable', 'failed'].map(delta),
+      [1, 1, 1, 1],
+      `results by outcome, scrape by ${after.by}`,
+    );
+    const render = histogramTotals(after.families, 'queue_keeper_render_seconds', { queue: 'product' });
+    assert.equal(render.count - render0.count, 3, 'three results reported a render time');
+    assert.ok(Math.abs(render.sum - render0.sum - 4) < 1e-6, `render seconds ${render.sum - render0.sum}`);
+    assert.equal(
+      results(after.families, 'rendered') > 0 &&
+        sample(after.families, 'queue_keeper_results_total', {
+          queue: 'blog',
+          outcome: 'failed',
+        }),
+      0,
+      'every configured queue shows every outcome',
+    );
+  }
+});
+
 test('a burst of random URLs, route-less hosts and unknown paths keeps the series to the configured queues', async () => {
   const before = await vouchedScrape();
   const series = (families: Map<string, Family>) =>

@@ -6,8 +6,15 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/metrics/exposition.js';
-import { METRICS, REQUEST_ENDPOINTS, type MetricDef, type MetricName } from '../../util/metrics/catalogue.js';
+import {
+  METRICS,
+  RENDER_BUCKETS,
+  REQUEST_ENDPOINTS,
+  type MetricDef,
+  type MetricName,
+} from '../../util/metrics/catalogue.js';
 import { MetricStore } from '../../util/metrics/store.js';
+import { QueueResults } from '../../util/metrics/queueResults.js';
 import { repoRoot } from '../harness.js';
 import { sourceFiles } from '../sourceFiles.js';
 import { lintExposition, parseExposition } from '../promLint.js';
@@ -60,6 +67,8 @@ test('every required series is in the catalogue, with the kind and labels it nee
     queue_keeper_notify_dropped_total: ['counter'],
     queue_keeper_notify_hooks_disabled_total: ['counter'],
     queue_keeper_stall_nudges_total: ['counter', ['queue']],
+    queue_keeper_results_total: ['counter', ['queue', 'outcome']],
+    queue_keeper_render_seconds: ['histogram', ['queue']],
   };
   const byName = new Map(Object.values(CATALOGUE).map((d) => [d.name, d]));
   assert.equal(byName.size, Object.keys(CATALOGUE).length, 'no two keys share an exposition name');
@@ -89,16 +98,28 @@ function fullScrape(): string {
   const live: LiveFigures = {};
   const labelled: Array<{ key: string; value: number }> = [];
   for (const [key, def] of Object.entries(CATALOGUE) as Array<[MetricName, MetricDef]>) {
-    if (def.kind === 'histogram') {
+    if (def.kind === 'histogram' && def.live) {
+      const results = new QueueResults(
+        new ArrayBuffer(QueueResults.byteLength(4, RENDER_BUCKETS)),
+        RENDER_BUCKETS,
+      );
+      for (const ms of [120, 2500, 700_000]) results.record('product', 'rendered', ms);
+      live[key] = { histograms: results.read(['product', 'unrouted']).renderSeconds };
+    } else if (def.kind === 'histogram') {
       for (const endpoint of def.labelValues?.endpoint ?? [undefined])
         for (const v of [0.0007, 0.02, 3, 700]) cells.observe(key, v, endpoint ? { endpoint } : undefined);
     } else if (def.live) {
-      live[key] = def.labels?.length
+      live[key] = def.labelValues?.outcome
         ? [
-            { labels: { queue: 'product' }, value: 3 },
-            { labels: { queue: 'unrouted' }, value: 0.5 },
+            { labels: { queue: 'product', outcome: 'failed' }, value: 3 },
+            { labels: { queue: 'unrouted', outcome: 'non-indexable' }, value: 0 },
           ]
-        : 0.25;
+        : def.labels?.length
+          ? [
+              { labels: { queue: 'product' }, value: 3 },
+              { labels: { queue: 'unrouted' }, value: 0.5 },
+            ]
+          : 0.25;
     } else if (def.labels?.length) {
       labelled.push({ key: labelledSeriesKey(key, { queue: 'product' }), value: 2 });
     } else if (def.kind === 'counter') cells.add(key, 7);

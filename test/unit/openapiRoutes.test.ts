@@ -72,6 +72,8 @@ const ROLES_OF_CALLER: Record<string, string[]> = {
   feeder: ['operator', 'feeder'],
   discover: ['operator', 'discoverer'],
   fleet: ['operator', 'fleet'],
+  // The probes: no credentials at all (`security: []` in the document).
+  public: ['anyone'],
 };
 
 test('every route the router serves is an operation of docs/openapi.yaml, and nothing else is', async () => {

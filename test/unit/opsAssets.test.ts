@@ -121,6 +121,8 @@ test('the Grafana dashboard is importable JSON and every query names only catalo
     'queue_keeper_notify_failed_total',
     'queue_keeper_notify_hooks_disabled_total',
     'queue_keeper_stall_nudges_total',
+    'queue_keeper_results_total',
+    'queue_keeper_render_seconds_bucket',
   ])
     assert.ok(used.has(n), `the dashboard shows ${n}`);
   assert.ok(exprs.some((e) => /endpoint=~"claim\|next"/.test(e) && e.includes('histogram_quantile(0.99')));
@@ -163,6 +165,11 @@ test('the alert rules are valid rule YAML with sensible for: and name only catal
   );
   assert.deepEqual(names('QueueKeeperHooksAutoDisabled'), ['queue_keeper_notify_hooks_disabled_total']);
   assert.deepEqual(names('QueueKeeperStallNudgesRising'), ['queue_keeper_stall_nudges_total']);
+  // A failure ratio per queue: failed results over all results, by queue.
+  const failures = byAlert.get('QueueKeeperRenderFailures')?.expr ?? '';
+  assert.ok(names('QueueKeeperRenderFailures').every((n) => n === 'queue_keeper_results_total'));
+  assert.match(failures, /outcome="failed"/);
+  assert.match(failures, /by \(instance, queue\)/);
   const minutes = (d: string) =>
     Number(d.slice(0, -1)) * { s: 1 / 60, m: 1, h: 60 }[d.at(-1) as 's' | 'm' | 'h'];
   assert.ok(minutes(byAlert.get('QueueKeeperNotLive')!.for!) >= 2, 'a restart load does not page');

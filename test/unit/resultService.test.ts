@@ -59,6 +59,7 @@ function world() {
   const writes: ResultWrite[][] = [];
   const pages: PageWrite[] = [];
   const counts: Array<[string, number, string | null]> = [];
+  const outcomes: Array<[string, string, number | null]> = [];
   const warnings: string[] = [];
   const clock = { now: NOW };
   const fake = {
@@ -99,6 +100,7 @@ function world() {
       await new Promise((r) => setImmediate(r));
     },
     count: (name, n, labels) => counts.push([name, n, labels?.result ?? null]),
+    countResult: (queue, outcome, renderMs) => outcomes.push([queue, outcome, renderMs]),
     log: { warn: (...a: unknown[]) => warnings.push(String(a[0])) },
   });
   const grant = (key = KEY, at = NOW, over: Partial<GrantOptions> = {}) => {
@@ -115,7 +117,7 @@ function world() {
     body: '<html>ok</html>',
     ...over,
   });
-  return { results, leases, rows, writes, pages, clock, fake, grant, result, counts, warnings };
+  return { results, leases, rows, writes, pages, clock, fake, grant, result, counts, outcomes, warnings };
 }
 
 test('a result under its current token is applied once: row, page, release', async () => {
@@ -567,4 +569,37 @@ test('a stored header longer than 8 KiB, or one no HTTP field can carry (CR, LF,
     },
   });
   assert.deepEqual(r.headers, { link: '<https://a.test/>; rel="canonical"', 'cache-control': 'max-age=60' });
+});
+
+test('each result applied to its row is counted once by queue and outcome, with its render time, on either protocol', async () => {
+  const w = world();
+  w.rows.add('https://shop.test/gone');
+  const t1 = w.grant();
+  const [first] = await w.results.apply(
+    [w.result(t1, { outcome: 'failed', body: null, renderTimeMs: 1500 })],
+    FLEET,
+    NOW + 1000,
+  );
+  assert.equal(first!.accepted, true);
+  await w.results.apply([w.result(t1, { outcome: 'failed', body: null, renderTimeMs: 1500 })], FLEET);
+  // Superseded (not the grantee) and a row deleted meanwhile: neither is counted.
+  const t2 = w.grant(KEY, NOW + 700_000);
+  await w.results.apply([w.result(t2)], OTHER);
+  const gone = w.grant('https://shop.test/gone', NOW);
+  w.rows.delete('https://shop.test/gone');
+  await w.results.apply([w.result(gone, { id: 'https://shop.test/gone' })], FLEET);
+  assert.deepEqual(w.outcomes, [['unrouted', 'failed', 1500]], 'the duplicate is not counted again');
+
+  const t3 = w.grant(KEY, NOW + 1_400_000, { worker: W1.worker });
+  assert.equal(t3.length > 0, true);
+  const fleet = fleetResult({
+    id: KEY,
+    url: KEY,
+    statusCode: 301,
+    redirectedTo: 'https://shop.test/p/2',
+    renderTime: 2250,
+  });
+  assert.equal(fleet.outcome, 'redirected');
+  assert.equal(await w.results.applyFleet(fleet, W1), 'applied');
+  assert.deepEqual(w.outcomes[1], ['unrouted', 'redirected', 2250]);
 });

@@ -12,6 +12,11 @@ export class HttpError extends Error {
   ) {
     super(message);
   }
+
+  /** The status under the name Harper answers with, for a refusal a host app's resource lets through. */
+  get statusCode(): number {
+    return this.status;
+  }
 }
 
 export const badRequest = (code: string, message: string) => new HttpError(400, code, message);

@@ -23,7 +23,10 @@ export interface MetricDef {
   scale?: number;
   /** Histogram upper bounds in the exposed unit, ascending; `+Inf` is implied. */
   buckets?: readonly number[];
-  /** Read at scrape time (lease table, state document, keeper signal) rather than recorded by calls. */
+  /**
+   * Read at scrape time (lease table, state document, keeper signal, the per-queue results of
+   * util/metrics/queueResults.ts) rather than kept in the cells of util/metrics/store.ts.
+   */
   live?: true;
 }
 
@@ -44,6 +47,13 @@ export const PRERENDER_RESULTS = [
   'undecodable',
 ] as const;
 
+/**
+ * Values of the `outcome` label of queue_keeper_results_total: the outcomes a result reports on either
+ * protocol (a prerender fleet's `error` is `failed`). A new outcome is added here, never taken from input.
+ */
+export const RESULT_OUTCOMES = ['rendered', 'redirected', 'non-indexable', 'failed'] as const;
+export type ResultOutcome = (typeof RESULT_OUTCOMES)[number];
+
 // Buckets from bench/README.md. Claim and result handlers take ~1–50 ms on an idle node and a few
 // hundred ms at the p99 of a 24-client drain; a job_results of 100 writes is the long tail, so the top
 // finite bucket is 5 s.
@@ -57,6 +67,10 @@ const PUBLISH_BUCKETS: readonly number[] = [
 // Load and verification walk the table: milliseconds when empty, 4 s at 250k rows, 18 s at 1M, a
 // minute or more on a loaded machine or a bigger table.
 const WALK_BUCKETS: readonly number[] = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600];
+// A headless browser renders a page in about 1–10 s; a slow page, or one that waits for its network to
+// settle, takes up to a minute, and a render is cut off by its lease (queue.jobLeaseTime, 5 min at most
+// by default).
+export const RENDER_BUCKETS: readonly number[] = [0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300];
 
 export const METRICS = {
   keeper_live: {
@@ -276,6 +290,24 @@ export const METRICS = {
     kind: 'counter',
     unit: 'fields',
     help: "Unknown metadata fields in prerender fleets' results, ignored (a newer fleet's).",
+  },
+  results: {
+    name: 'queue_keeper_results_total',
+    kind: 'counter',
+    unit: 'results',
+    help: 'Results applied to their rows, per queue and outcome, on either protocol (a duplicate, a superseded result or one for a deleted row is not counted).',
+    labels: ['queue', 'outcome'],
+    labelValues: { outcome: RESULT_OUTCOMES },
+    live: true,
+  },
+  render_seconds: {
+    name: 'queue_keeper_render_seconds',
+    kind: 'histogram',
+    unit: 'seconds',
+    help: "Render time the fleets reported with their applied results (renderTimeMs, or a prerender fleet's renderTime), per queue.",
+    labels: ['queue'],
+    buckets: RENDER_BUCKETS,
+    live: true,
   },
   stall_nudges_total: {
     name: 'queue_keeper_stall_nudges_total',

@@ -2,11 +2,17 @@
 // counters and the readings taken for this scrape. Pure, so a unit test lints exactly what a scrape
 // answers without booting Harper.
 import { METRICS, type MetricDef, type MetricName } from './catalogue.js';
-import type { MetricStore } from './store.js';
+import type { HistogramReading, MetricStore } from './store.js';
 import { exposition, type ExpositionFamily, type ExpositionSample } from './prometheus.js';
 
-/** A reading taken for one scrape: a number for an unlabelled gauge, samples for a labelled one. */
-export type LiveValue = number | ReadonlyArray<{ labels: Record<string, string>; value: number }>;
+/**
+ * A reading taken for one scrape: a number for an unlabelled gauge, samples for a labelled family, the
+ * series of a live histogram.
+ */
+export type LiveValue =
+  | number
+  | ReadonlyArray<{ labels: Record<string, string>; value: number }>
+  | { histograms: readonly HistogramReading[] };
 export type LiveFigures = Partial<Record<MetricName, LiveValue>>;
 
 /** A labelled counter's series as util/metrics/labelledCounters.ts stores it: the key, then its labels as JSON. */
@@ -45,9 +51,10 @@ export function catalogueExposition(
     };
     const value = live[name];
     if (typeof value === 'number') family.samples = [{ value }];
+    else if (value !== undefined && 'histograms' in value) family.histograms = [...value.histograms];
     else if (value !== undefined)
       family.samples = value.map((s) => ({ labels: { ...s.labels }, value: s.value }));
-    else if (def.kind === 'histogram') family.histograms = cells.histogram(name);
+    else if (def.kind === 'histogram' && !def.live) family.histograms = cells.histogram(name);
     else if (def.labels?.length) family.samples = byName.get(name) ?? [];
     else if (def.kind === 'counter') family.samples = [{ value: cells.counter(name) }];
     else if (!def.live) family.samples = [{ value: cells.gauge(name) }];

@@ -118,6 +118,8 @@ function layout(catalogue: Readonly<Record<string, MetricDef>>): { cells: Map<st
   const cells = new Map<string, Cell>();
   let words = 0;
   for (const [key, def] of Object.entries(catalogue)) {
+    // A live histogram's cells are the structure the scrape reads it from (queueResults.ts).
+    if (def.kind === 'histogram' && def.live) continue;
     if (def.kind === 'histogram') {
       const bounds = def.buckets ?? [];
       if (bounds.length === 0 || bounds.some((b, i) => i > 0 && !(b > bounds[i - 1]!)))

@@ -45,6 +45,8 @@ export interface CheckedResult {
   reason?: Reason | null;
   /** False when the landed page is not indexable. */
   isIndexable?: boolean | null;
+  /** The render time the fleet reported (ms), counted in queue_keeper_render_seconds. */
+  renderTimeMs?: number | null;
 }
 
 /** What a prerender fleet's result came to: the `x-result-status` of its 204 (docs/prerender-fleet.md). */
@@ -210,5 +212,6 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
     isIndexable: typeof o.isIndexable === 'boolean' ? o.isIndexable : null,
     contentType: typeof o.contentType === 'string' ? o.contentType : null,
     body,
+    renderTimeMs: typeof o.renderTimeMs === 'number' ? o.renderTimeMs : null,
   };
 }

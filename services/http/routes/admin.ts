@@ -9,6 +9,7 @@ import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
+import type { Filing } from '../filing.js';
 import { reply, type Router } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
@@ -56,9 +57,10 @@ export interface AdminDeps {
   keeper: KeeperLeadership;
   control: NodeControl;
   settings: RuntimeConfig;
-  /** The schedule owner's point read and revalidate (services/schedule/store.ts). */
+  /** The schedule owner's point read (services/schedule/store.ts). */
   readRow: (url: string) => ScheduleRow | undefined;
-  revalidate: (url: string, now: number) => Promise<ScheduleRow | undefined>;
+  /** Revalidate, as the in-process API answers it too (../filing.ts). */
+  filing: Pick<Filing, 'revalidate'>;
   /** The failing list's entries (services/schedule/store.ts failingEntries). */
   failingEntries: () => Iterable<FailingEntry>;
   /** The retired list's entries (services/schedule/store.ts retiredEntries). */
@@ -82,7 +84,7 @@ export function registerAdmin(
     control,
     settings,
     readRow,
-    revalidate,
+    filing,
     failingEntries,
     retiredEntries,
     leases,
@@ -125,12 +127,9 @@ export function registerAdmin(
   router.route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
   router.route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
 
-  router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
-    const url = checkSingleUrl(req.body);
-    const row = await revalidate(url, Date.now());
-    if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
-    return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
-  });
+  router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) =>
+    reply(await filing.revalidate(req.body)),
+  );
 
   // The rows that keep failing, worst first (docs/operating.md "Failing rows"): a walk of the failing
   // list, then one point read per row shown.

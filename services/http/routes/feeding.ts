@@ -1,40 +1,27 @@
 // Feeding endpoints (docs/fleets.md): targets, delete, discover.
-import { checkTargetsBody, checkUrlList } from '../../../util/http/input.js';
+import { checkUrlList } from '../../../util/http/input.js';
+import type { Filing } from '../filing.js';
 import { reply, type Router } from '../router.js';
-import type { TargetInput } from '../../../util/schedule/rules.js';
 
 // targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
 // every field set are about 20 MB, so the largest batches need URLs under ~1,500 bytes on average.
 const FEED_BODY_LIMIT = 16 << 20;
 
 export interface FeedingRouteDeps {
-  /** The schedule owner's writes (services/schedule/store.ts). */
-  fileTargets: (targets: readonly TargetInput[], now: number) => Promise<number>;
-  deleteTargets: (urls: readonly string[]) => Promise<number>;
+  /** Filing and deleting, as the in-process API answers them too (../filing.ts). */
+  filing: Filing;
+  /** The schedule owner's discovery write (services/schedule/store.ts). */
   discoverUrls: (urls: readonly string[], now: number) => Promise<number>;
   /** Whether a live retired entry names the URL (services/schedule/store.ts isRetired). */
   isRetired: (url: string, now: number) => boolean;
-  /** The page store's delete (services/pages/store.ts). */
-  deletePages: (urls: string[]) => Promise<number>;
 }
 
-export function registerFeeding(
-  router: Router,
-  { fileTargets, deleteTargets, discoverUrls, isRetired, deletePages }: FeedingRouteDeps,
-): void {
+export function registerFeeding(router: Router, { filing, discoverUrls, isRetired }: FeedingRouteDeps): void {
   router.route(
     'POST',
     '/render_queue/targets',
     'feeder',
-    async (req) => {
-      const now = Date.now();
-      const { accepted, rejected } = checkTargetsBody(req.body, now);
-      const upserted = await fileTargets(
-        accepted.map((a) => a.target),
-        now,
-      );
-      return reply({ upserted, rejected });
-    },
+    async (req) => reply(await filing.fileTargets(req.body)),
     { maxBodyBytes: () => FEED_BODY_LIMIT },
   );
 
@@ -42,13 +29,7 @@ export function registerFeeding(
     'DELETE',
     '/render_queue/targets',
     'feeder',
-    async (req) => {
-      const { urls, rejected } = checkUrlList(req.body);
-      const deleted = await deleteTargets(urls.map((u) => u.url));
-      // A row's page goes with it (the page sweep removes any a racing result stores after this).
-      await deletePages(urls.map((u) => u.url));
-      return reply(rejected.length ? { deleted, rejected } : { deleted });
-    },
+    async (req) => reply(await filing.deleteTargets(req.body)),
     { maxBodyBytes: () => FEED_BODY_LIMIT },
   );
 

@@ -1,0 +1,34 @@
+// The probes a load balancer or Kubernetes calls (docs/operating.md "Probes"): `live` (the process
+// answers HTTP) and `ready` (util/keeper/readiness.ts). No authentication, and nothing in the answer but
+// a status word, so an anonymous caller learns whether to send traffic and nothing else; `health` keeps
+// the authenticated detail.
+import type { Readiness } from '../../../util/keeper/readiness.js';
+import type { ApiResponse, Router } from '../router.js';
+
+export interface ProbeDeps {
+  /** This node's readiness at an instant, as this worker reads it. */
+  readiness: (now: number) => Readiness;
+}
+
+// A probe's answer is about this instant: a cache in between would keep a node in or out of the pool.
+const PROBE_HEADERS = { 'cache-control': 'no-store' };
+
+function word(status: number, text: string): ApiResponse {
+  return {
+    status,
+    headers: PROBE_HEADERS,
+    raw: { contentType: 'text/plain; charset=utf-8', data: `${text}\n` },
+  };
+}
+
+export function registerProbes(router: Router, { readiness }: ProbeDeps): void {
+  const live = async () => word(200, 'live');
+  const ready = async () => {
+    const r = readiness(Date.now());
+    return word(r === 'ready' ? 200 : 503, r);
+  };
+  for (const method of ['GET', 'HEAD']) {
+    router.route(method, '/prerender_admin/live', 'public', live);
+    router.route(method, '/prerender_admin/ready', 'public', ready);
+  }
+}
