@@ -496,7 +496,7 @@ test("an older fleet's result without outcome is taken as it means: content → 
   assertAnswered(
     await workerA.report(
       redirect!,
-      old({ statusCode: 301, redirectedTo: 'https://pf.example.com/elsewhere' }),
+      old({ statusCode: 302, redirectedTo: 'https://pf.example.com/elsewhere' }),
     ),
     'applied',
     'redirect',
@@ -511,7 +511,6 @@ test("an older fleet's result without outcome is taken as it means: content → 
   const want: Array<[string, string, number]> = [
     [urls[0]!, 'rendered', 0],
     [urls[1]!, 'redirected', 0],
-    [urls[2]!, 'non-indexable', 0],
     [urls[3]!, 'failed', 1],
   ];
   for (const [url, outcome, strikes] of want) {
@@ -520,6 +519,11 @@ test("an older fleet's result without outcome is taken as it means: content → 
     assert.equal(r?.strikes, strikes, `${url} strikes`);
     assertCadenceOut(r, at, url);
   }
+  // A page found not indexable is suppressed: rechecked in a week, not a cadence (docs/feeding.md).
+  const n = (await row(urls[2]!)) as (Row & { state?: string }) | null;
+  assert.equal(n?.lastOutcome, 'non-indexable');
+  assert.equal(n?.state, 'suppressed');
+  assert.equal(n?.strikes, 0);
   assert.equal(String((await storedPage(urls[0]!))?.body), page('old fleet'));
   assert.equal(await storedPage(urls[1]!), undefined, 'a redirect stores no page');
 });
