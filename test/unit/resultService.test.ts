@@ -271,6 +271,54 @@ test("a numeric leaseToken (the contract's examples show one) is a token we neve
     });
 });
 
+test("a result's redirectedTo, reason and isIndexable reach the result service typed, in JSON and in the raw-bytes framing", () => {
+  const w = world();
+  const verdict = { redirectedTo: 'https://shop.test/product/1b', reason: 'redirect', isIndexable: false };
+  const json = w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...verdict });
+  assert.deepEqual(
+    { redirectedTo: json.redirectedTo, reason: json.reason, isIndexable: json.isIndexable },
+    verdict,
+  );
+  const f = frame({
+    id: KEY,
+    leaseToken: 't',
+    outcome: 'non-indexable',
+    reason: 'noindex',
+    isIndexable: false,
+  });
+  const framed = w.results.checkFramed(f.raw, f.size);
+  assert.equal(framed.kind, 'token');
+  assert.equal(framed.kind === 'token' && framed.result.reason, 'noindex');
+  assert.equal(framed.kind === 'token' && framed.result.isIndexable, false);
+  const bare = w.results.check({ id: KEY, leaseToken: 't', outcome: 'rendered' });
+  assert.deepEqual([bare.redirectedTo, bare.reason, bare.isIndexable], [null, null, null]);
+});
+
+test('a redirectedTo that is not an absolute http(s) URL of at most 1,900 bytes, an unknown reason or a non-boolean isIndexable is a 400 naming the field', () => {
+  const w = world();
+  const bad: Array<[Record<string, unknown>, RegExp]> = [
+    [{ redirectedTo: '/relative' }, /redirectedTo/],
+    [{ redirectedTo: 'ftp://shop.test/x' }, /redirectedTo/],
+    [{ redirectedTo: `https://shop.test/${'a'.repeat(1900)}` }, /redirectedTo/],
+    [{ redirectedTo: 'https://shop.test/\ud800' }, /redirectedTo/],
+    [{ redirectedTo: 5 }, /redirectedTo/],
+    [{ reason: 'bored' }, /reason/],
+    [{ reason: 3 }, /reason/],
+    [{ isIndexable: 'no' }, /isIndexable/],
+  ];
+  for (const [fields, names] of bad)
+    assert.throws(
+      () => w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...fields }),
+      { status: 400, code: 'invalid_body', message: names },
+      JSON.stringify(fields),
+    );
+  const longest = `https://shop.test/${'a'.repeat(1900 - 'https://shop.test/'.length)}`;
+  assert.equal(
+    w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', redirectedTo: longest }).redirectedTo,
+    longest,
+  );
+});
+
 // ---- the prerender fleet protocol: results without a lease token (docs/prerender-fleet.md)
 
 const W1: Caller = { ...FLEET, worker: nameHash('worker-1') };

@@ -4,7 +4,7 @@
 // passes.
 import { HttpError } from '../http/errors.js';
 import { describeType, requireObject } from '../http/input.js';
-import { utf8Text } from '../text.js';
+import { isWellFormed, utf8Text } from '../text.js';
 import type { PRERENDER_RESULTS } from '../metrics/catalogue.js';
 import { splitFrame } from '../prerender/result.js';
 import type { Outcome, RenderError } from '../schedule/rules.js';
@@ -19,7 +19,25 @@ const RESULT_FIELDS: readonly string[] = [
   'contentType',
   'body',
   'error',
+  'redirectedTo',
+  'reason',
+  'isIndexable',
 ];
+
+/** Why a render came to its outcome, as a fleet reports it with the result. */
+export const RESULT_REASONS = [
+  'noindex',
+  'canonical-mismatch',
+  'canonical-variant',
+  'http-error',
+  'redirect-loop',
+  'redirect',
+  'error',
+] as const;
+export type ResultReason = (typeof RESULT_REASONS)[number];
+
+/** A redirect target is a URL a page could carry: the same byte limit as a target's URL. */
+export const MAX_REDIRECT_BYTES = 1900;
 
 export interface CheckedResult {
   id: string;
@@ -32,6 +50,12 @@ export interface CheckedResult {
   headers?: Record<string, string> | null;
   /** What went wrong, kept on the row as lastError when the outcome is a failure. */
   error?: RenderError | null;
+  /** Where the page redirected to: an absolute http(s) URL. Kept for the render's verdict. */
+  redirectedTo?: string | null;
+  /** Why the render came to its outcome. Kept for the render's verdict. */
+  reason?: ResultReason | null;
+  /** Whether the rendered page may be indexed. Kept for the render's verdict. */
+  isIndexable?: boolean | null;
 }
 
 /** What a prerender fleet's result came to: the `x-result-status` of its 204 (docs/prerender-fleet.md). */
@@ -169,6 +193,23 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
         throw new HttpError(400, 'invalid_body', `error.${k} must be a string, not ${describeType(e[k])}`);
     }
   }
+  const redirectedTo = o.redirectedTo ?? null;
+  if (redirectedTo !== null && !isHttpUrl(redirectedTo))
+    throw new HttpError(
+      400,
+      'invalid_body',
+      `redirectedTo must be an absolute http(s) URL of at most ${MAX_REDIRECT_BYTES} bytes`,
+    );
+  const reason = o.reason ?? null;
+  if (reason !== null && !(RESULT_REASONS as readonly unknown[]).includes(reason))
+    throw new HttpError(400, 'invalid_body', `reason must be one of ${RESULT_REASONS.join(', ')}`);
+  const isIndexable = o.isIndexable ?? null;
+  if (isIndexable !== null && typeof isIndexable !== 'boolean')
+    throw new HttpError(
+      400,
+      'invalid_body',
+      `isIndexable must be true or false, not ${describeType(isIndexable)}`,
+    );
   const body = typeof o.body === 'string' ? o.body : null;
   if (body !== null && Buffer.byteLength(body, 'utf8') > maxBodyBytes) throw tooLarge(maxBodyBytes);
   const e = o.error as { name?: unknown; message?: unknown } | null | undefined;
@@ -180,5 +221,19 @@ export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult
     statusCode: typeof o.statusCode === 'number' ? o.statusCode : null,
     contentType: typeof o.contentType === 'string' ? o.contentType : null,
     body,
+    redirectedTo: redirectedTo as string | null,
+    reason: reason as ResultReason | null,
+    isIndexable: isIndexable as boolean | null,
   };
+}
+
+function isHttpUrl(v: unknown): boolean {
+  if (typeof v !== 'string' || !isWellFormed(v) || Buffer.byteLength(v, 'utf8') > MAX_REDIRECT_BYTES)
+    return false;
+  try {
+    const u = new URL(v);
+    return u.protocol === 'http:' || u.protocol === 'https:';
+  } catch {
+    return false;
+  }
 }
