@@ -10,11 +10,27 @@ import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
 import type { Caller } from '../../services/leases/caller.js';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError } from '../../services/runtime/httpError.js';
 import { decodePage } from '../../util/prerender/page.js';
-import { checkFleetResult, splitFrame } from '../../util/prerender/result.js';
+import {
+  checkFleetResult as checkFleetOrProblem,
+  splitFrame as splitFrameOrProblem,
+} from '../../util/prerender/result.js';
 import { PENDING_WAIT_MS, ResultService, retryableOnFault } from '../../services/results/service.js';
-import { checkFramedResult, checkResult, type CheckedResult } from '../../util/results/check.js';
+import {
+  checkFramedResult as checkFramedOrProblem,
+  checkResult as checkResultOrProblem,
+  type CheckedResult,
+} from '../../util/results/check.js';
+import { orRefuse } from '../../services/http/problems.js';
+
+// The checks as the routes answer them: a problem thrown as its HTTP answer.
+const checkResult = (...a: Parameters<typeof checkResultOrProblem>) => orRefuse(checkResultOrProblem(...a));
+const checkFramedResult = (...a: Parameters<typeof checkFramedOrProblem>) =>
+  orRefuse(checkFramedOrProblem(...a));
+const checkFleetResult = (...a: Parameters<typeof checkFleetOrProblem>) =>
+  orRefuse(checkFleetOrProblem(...a));
+const splitFrame = (...a: Parameters<typeof splitFrameOrProblem>) => orRefuse(splitFrameOrProblem(...a));
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
 const NEXT = NOW + 86_400_000;
@@ -274,7 +290,7 @@ test("a numeric leaseToken (the contract's examples show one) is a token we neve
 test("a result's redirectedTo, reason and isIndexable reach the result service typed, in JSON and in the raw-bytes framing", () => {
   const w = world();
   const verdict = { redirectedTo: 'https://shop.test/product/1b', reason: 'redirect', isIndexable: false };
-  const json = w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...verdict });
+  const json = orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...verdict }));
   assert.deepEqual(
     { redirectedTo: json.redirectedTo, reason: json.reason, isIndexable: json.isIndexable },
     verdict,
@@ -286,11 +302,11 @@ test("a result's redirectedTo, reason and isIndexable reach the result service t
     reason: 'noindex',
     isIndexable: false,
   });
-  const framed = w.results.checkFramed(f.raw, f.size);
+  const framed = orRefuse(w.results.checkFramed(f.raw, f.size));
   assert.equal(framed.kind, 'token');
   assert.equal(framed.kind === 'token' && framed.result.reason, 'noindex');
   assert.equal(framed.kind === 'token' && framed.result.isIndexable, false);
-  const bare = w.results.check({ id: KEY, leaseToken: 't', outcome: 'rendered' });
+  const bare = orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'rendered' }));
   assert.deepEqual([bare.redirectedTo, bare.reason, bare.isIndexable], [null, null, null]);
 });
 
@@ -308,13 +324,14 @@ test('a redirectedTo that is not an absolute http(s) URL of at most 1,900 bytes,
   ];
   for (const [fields, names] of bad)
     assert.throws(
-      () => w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...fields }),
+      () => orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...fields })),
       { status: 400, code: 'invalid_body', message: names },
       JSON.stringify(fields),
     );
   const longest = `https://shop.test/${'a'.repeat(1900 - 'https://shop.test/'.length)}`;
   assert.equal(
-    w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', redirectedTo: longest }).redirectedTo,
+    orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', redirectedTo: longest }))
+      .redirectedTo,
     longest,
   );
 });

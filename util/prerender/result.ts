@@ -1,9 +1,9 @@
 // A prerender fleet's result (docs/prerender-fleet.md): the raw-bytes framing, its metadata as the fleet
 // writes it, and the outcome that decides what happens to the row. Pure: the page bytes are decoded by
-// util/prerender/page.ts, the lease and the row by services/results/service.ts.
-import { badRequest, echo } from '../http/errors.js';
-import { describeType } from '../http/input.js';
-import { utf8Text } from '../text.js';
+// util/prerender/page.ts, the lease and the row by services/results/service.ts. A malformed result is a
+// Problem naming the field (services/http/ answers it 400).
+import { Problem, type Checked } from '../problem.js';
+import { describeType, echo, utf8Text } from '../text.js';
 
 export type FleetOutcome = 'rendered' | 'redirected' | 'non-indexable' | 'error';
 export type PageEncoding = 'gzip' | 'br' | 'identity';
@@ -76,18 +76,18 @@ export interface FleetResult {
 
 /**
  * Splits a raw-bytes result: `x-metadata-size: n`, n bytes of UTF-8 JSON metadata, then the page. Both
- * result dialects share this framing; a malformed frame is a 400 naming the header or the part.
+ * result dialects share this framing; a malformed frame is a Problem naming the header or the part.
  */
 export function splitFrame(
   raw: Buffer,
   metadataSize: string | null | undefined,
-): { meta: unknown; page: Buffer } {
+): Checked<{ meta: unknown; page: Buffer }> {
   const n =
     metadataSize !== null && metadataSize !== undefined && /^\d{1,9}$/.test(metadataSize)
       ? Number(metadataSize)
       : NaN;
   if (!Number.isSafeInteger(n) || n < 2 || n > raw.length)
-    throw badRequest(
+    return new Problem(
       'invalid_body',
       `x-metadata-size must be the byte length of the JSON metadata at the start of the body (2 to ${raw.length})`,
     );
@@ -95,10 +95,10 @@ export function splitFrame(
   try {
     meta = JSON.parse(utf8Text(raw.subarray(0, n)) ?? '');
   } catch {
-    throw badRequest('invalid_json', 'the metadata part is not valid UTF-8 JSON');
+    return new Problem('invalid_json', 'the metadata part is not valid UTF-8 JSON');
   }
   if (typeof meta !== 'object' || meta === null || Array.isArray(meta))
-    throw badRequest('invalid_body', `the metadata must be a JSON object, not ${describeType(meta)}`);
+    return new Problem('invalid_body', `the metadata must be a JSON object, not ${describeType(meta)}`);
   return { meta, page: raw.subarray(n) };
 }
 
@@ -107,29 +107,35 @@ export function carriesToken(meta: unknown): boolean {
   return typeof meta === 'object' && meta !== null && 'leaseToken' in meta;
 }
 
+/** A field's problem, carried out of the nested field checks to checkFleetResult, which returns it. */
+class Refused {
+  constructor(readonly problem: Problem) {}
+}
+const refuse = (code: 'invalid_body', message: string) => new Refused(new Problem(code, message));
+
 function optionalString(o: Record<string, unknown>, field: string): string | null {
   const v = o[field];
   if (v === undefined || v === null) return null;
   if (typeof v !== 'string')
-    throw badRequest('invalid_body', `${field} must be a string, not ${describeType(v)}`);
+    throw refuse('invalid_body', `${field} must be a string, not ${describeType(v)}`);
   return v;
 }
 
 function checkHeaders(v: unknown): { stored: Record<string, string> | null; encoding: PageEncoding } {
   if (v === undefined || v === null) return { stored: null, encoding: 'identity' };
   if (typeof v !== 'object' || Array.isArray(v))
-    throw badRequest('invalid_body', `headers must be an object of strings, not ${describeType(v)}`);
+    throw refuse('invalid_body', `headers must be an object of strings, not ${describeType(v)}`);
   const stored: Record<string, string> = {};
   let encoding: PageEncoding = 'identity';
   for (const [name, value] of Object.entries(v as Record<string, unknown>)) {
     if (typeof value !== 'string')
-      throw badRequest('invalid_body', `headers[${echo(name)}] must be a string, not ${describeType(value)}`);
+      throw refuse('invalid_body', `headers[${echo(name)}] must be a string, not ${describeType(value)}`);
     const lower = name.toLowerCase();
     if (lower === 'content-encoding') {
       const e = value.trim().toLowerCase();
       if (e === 'gzip' || e === 'br' || e === 'identity' || e === '') encoding = e === '' ? 'identity' : e;
       else
-        throw badRequest(
+        throw refuse(
           'invalid_body',
           `headers["content-encoding"] must be gzip, br or absent, not ${echo(value)}`,
         );
@@ -141,13 +147,13 @@ function checkHeaders(v: unknown): { stored: Record<string, string> | null; enco
 function checkError(v: unknown): FleetError | null {
   if (v === undefined || v === null) return null;
   if (typeof v !== 'object' || Array.isArray(v))
-    throw badRequest('invalid_body', `error must be {name, message, phase?}, not ${describeType(v)}`);
+    throw refuse('invalid_body', `error must be {name, message, phase?}, not ${describeType(v)}`);
   const e = v as Record<string, unknown>;
   const field = (k: string) => {
     const f = e[k];
     if (f === undefined || f === null) return null;
     if (typeof f !== 'string')
-      throw badRequest('invalid_body', `error.${k} must be a string, not ${describeType(f)}`);
+      throw refuse('invalid_body', `error.${k} must be a string, not ${describeType(f)}`);
     return f;
   };
   return { name: field('name'), message: field('message'), phase: field('phase') };
@@ -168,11 +174,20 @@ export function impliedOutcome(
   return 'error';
 }
 
-/** Checks a fleet's metadata (no lease token) and its page; a fleet bug is a 400 naming the field. */
-export function checkFleetResult(meta: unknown, page: Buffer): FleetResult {
+/** Checks a fleet's metadata (no lease token) and its page; a fleet bug is a Problem naming the field. */
+export function checkFleetResult(meta: unknown, page: Buffer): Checked<FleetResult> {
+  try {
+    return fleetResult(meta, page);
+  } catch (e) {
+    if (e instanceof Refused) return e.problem;
+    throw e;
+  }
+}
+
+function fleetResult(meta: unknown, page: Buffer): FleetResult {
   const o = meta as Record<string, unknown>;
   if (typeof o.id !== 'string' || o.id.length === 0)
-    throw badRequest('invalid_body', `id must be the job id string, not ${describeType(o.id)}`);
+    throw refuse('invalid_body', `id must be the job id string, not ${describeType(o.id)}`);
   optionalString(o, 'url');
   optionalString(o, 'reason');
   const redirectedTo = optionalString(o, 'redirectedTo');
@@ -182,16 +197,16 @@ export function checkFleetResult(meta: unknown, page: Buffer): FleetResult {
     sc !== null &&
     (typeof sc !== 'number' || !Number.isInteger(sc) || sc < 0 || sc > 999)
   )
-    throw badRequest('invalid_body', 'statusCode must be an integer HTTP status');
+    throw refuse('invalid_body', 'statusCode must be an integer HTTP status');
   const rt = o.renderTime;
   if (rt !== undefined && rt !== null && (typeof rt !== 'number' || !Number.isFinite(rt) || rt < 0))
-    throw badRequest('invalid_body', 'renderTime must be a non-negative number of ms');
+    throw refuse('invalid_body', 'renderTime must be a non-negative number of ms');
   const ix = o.isIndexable;
   if (ix !== undefined && ix !== null && typeof ix !== 'boolean')
-    throw badRequest('invalid_body', `isIndexable must be true or false, not ${describeType(ix)}`);
+    throw refuse('invalid_body', `isIndexable must be true or false, not ${describeType(ix)}`);
   const out = o.outcome;
   if (out !== undefined && out !== null && !(FLEET_OUTCOMES as readonly unknown[]).includes(out))
-    throw badRequest('invalid_body', `outcome must be one of ${FLEET_OUTCOMES.join(', ')}`);
+    throw refuse('invalid_body', `outcome must be one of ${FLEET_OUTCOMES.join(', ')}`);
   const { stored, encoding } = checkHeaders(o.headers);
   const error = checkError(o.error);
   const outcome =

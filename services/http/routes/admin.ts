@@ -1,9 +1,11 @@
 // Operator endpoints of the foundation: config, revalidate, explain, the failing list, health, pause and resume.
 import { ConfigError, configWarnings, type QueueKeeperConfig } from '../../../util/config/schema.js';
-import { HttpError, badRequest } from '../../../util/http/errors.js';
+import { HttpError, badRequest } from '../../runtime/httpError.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
-import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
+import { TARGET_SHAPES, checkSingleUrl } from '../../../util/schedule/targetChecks.js';
+import { requestShape } from '../../../util/requests/shape.js';
+import { answerOf, orRefuse } from '../problems.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
@@ -18,6 +20,10 @@ import type { NodeControl, NodeStatus } from '../../status/control.js';
 /** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
 const MAX_IGNORED_HEADER_BYTES = 1024;
 const MAX_IGNORED_KEY_CHARS = 100;
+
+/** The pause bodies as docs/openapi.yaml describes them; a bad `scope` has its own code. */
+const PAUSE_BODY = requestShape('pause', 'body', { scope: 'invalid_scope' });
+const RESUME_BODY = requestShape('resume', 'body', { scope: 'invalid_scope' });
 
 /**
  * The `x-ignored-keys` header: each unknown key made well-formed, cut to 100 characters and
@@ -101,7 +107,9 @@ export function registerAdmin(
   });
 
   const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
-    const obj = requireObject(req.body ?? {}, ['scope']);
+    const problem = (paused ? PAUSE_BODY : RESUME_BODY).check(req.body ?? {});
+    if (problem) throw answerOf(problem);
+    const obj = (req.body ?? {}) as { scope: string };
     const scope = await control.checkScope(obj.scope);
     await control.setPause(scope, paused);
     // Published at once, not at the next status sync, when it concerns this node.
@@ -112,7 +120,7 @@ export function registerAdmin(
   router.route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
 
   router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
-    const url = checkSingleUrl(req.body);
+    const url = orRefuse(checkSingleUrl(req.body, TARGET_SHAPES.revalidate));
     const row = await revalidate(url, Date.now());
     if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
     return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
@@ -121,7 +129,7 @@ export function registerAdmin(
   // The rows that keep failing, worst first (docs/operating.md "Failing rows"): a walk of the failing
   // list, then one point read per row shown.
   router.route('GET', '/prerender_admin/failing', 'admin', async (req) => {
-    const query = parseFailingQuery(req.query);
+    const query = orRefuse(parseFailingQuery(req.query));
     const routes = config().render.routes;
     const { page: rows, next } = failingPage(
       failingEntries,
@@ -150,7 +158,7 @@ export function registerAdmin(
     '/prerender_admin/explain',
     'admin',
     async (req) => {
-      const url = checkSingleUrl(req.body);
+      const url = orRefuse(checkSingleUrl(req.body));
       const now = Date.now();
       const row = readRow(url) ?? null;
       const extras = await explainExtras(keeper, leases, url, now);

@@ -1,5 +1,6 @@
 // Feeding endpoints (docs/fleets.md): targets, delete, discover.
-import { checkTargetsBody, checkUrlList } from '../../../util/http/input.js';
+import { TARGET_SHAPES, checkTargetsBody, checkUrlList } from '../../../util/schedule/targetChecks.js';
+import { orRefuse } from '../problems.js';
 import { reply, type Router } from '../router.js';
 import type { TargetInput } from '../../../util/schedule/rules.js';
 
@@ -26,7 +27,7 @@ export function registerFeeding(
     'feeder',
     async (req) => {
       const now = Date.now();
-      const { accepted, rejected } = checkTargetsBody(req.body, now);
+      const { accepted, rejected } = orRefuse(checkTargetsBody(req.body, now));
       const upserted = await fileTargets(
         accepted.map((a) => a.target),
         now,
@@ -41,7 +42,7 @@ export function registerFeeding(
     '/render_queue/targets',
     'feeder',
     async (req) => {
-      const { urls, rejected } = checkUrlList(req.body);
+      const { urls, rejected } = orRefuse(checkUrlList(req.body));
       const deleted = await deleteTargets(urls.map((u) => u.url));
       // A row's page goes with it (the page sweep removes any a racing result stores after this).
       await deletePages(urls.map((u) => u.url));
@@ -55,7 +56,7 @@ export function registerFeeding(
     '/render_queue/discover',
     'discover',
     async (req) => {
-      const { urls, rejected } = checkUrlList(req.body);
+      const { urls, rejected } = orRefuse(checkUrlList(req.body, undefined, TARGET_SHAPES.discover));
       const filed = await discoverUrls(
         urls.map((u) => u.url),
         Date.now(),
