@@ -541,7 +541,8 @@ test("a fleet's unknown metadata fields are ignored and counted; a known field o
     [{ id: KEY, isIndexable: 'no' }, /^isIndexable/],
     [{ id: KEY, outcome: 'failed' }, /^outcome must be one of rendered, redirected, non-indexable, error/],
     [{ id: KEY, headers: [] }, /^headers must be an object/],
-    [{ id: KEY, headers: { etag: 5 } }, /^headers\["etag"\] must be a string/],
+    [{ id: KEY, headers: { etag: 5 } }, /^headers\.etag must be a string/],
+    [{ id: KEY, headers: { 'x-a': 5 } }, /^headers\["x-a"\] must be a string/],
     [
       { id: KEY, headers: { 'content-encoding': 'deflate' } },
       /^headers\["content-encoding"\] must be gzip, br or absent/,

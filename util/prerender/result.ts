@@ -3,25 +3,11 @@
 // util/prerender/page.ts, the lease and the row by services/results/service.ts. A malformed result is a
 // Problem naming the field (services/http/ answers it 400).
 import { Problem, type Checked } from '../problem.js';
+import { requestShape, type RequestShape } from '../requests/shape.js';
 import { describeType, echo, utf8Text } from '../text.js';
 
 export type FleetOutcome = 'rendered' | 'redirected' | 'non-indexable' | 'error';
 export type PageEncoding = 'gzip' | 'br' | 'identity';
-const FLEET_OUTCOMES: readonly FleetOutcome[] = ['rendered', 'redirected', 'non-indexable', 'error'];
-
-/** The fields a fleet's metadata may carry; any other is a newer fleet's, ignored and counted. */
-const KNOWN_FIELDS: ReadonlySet<string> = new Set([
-  'id',
-  'url',
-  'statusCode',
-  'headers',
-  'renderTime',
-  'redirectedTo',
-  'isIndexable',
-  'outcome',
-  'reason',
-  'error',
-]);
 
 /**
  * The response headers a stored page keeps: what a crawler-facing server needs to answer as the origin
@@ -107,35 +93,32 @@ export function carriesToken(meta: unknown): boolean {
   return typeof meta === 'object' && meta !== null && 'leaseToken' in meta;
 }
 
-/** A field's problem, carried out of the nested field checks to checkFleetResult, which returns it. */
-class Refused {
-  constructor(readonly problem: Problem) {}
-}
-const refuse = (code: 'invalid_body', message: string) => new Refused(new Problem(code, message));
+/**
+ * A prerender fleet's metadata as docs/openapi.yaml describes it (FleetResultMetadata). It is open: a
+ * field the document does not name is a newer fleet's, ignored and counted.
+ */
+export const FLEET_METADATA: RequestShape = requestShape(
+  'reportResult$metadata$FleetResultMetadata',
+  'metadata',
+);
 
-function optionalString(o: Record<string, unknown>, field: string): string | null {
-  const v = o[field];
-  if (v === undefined || v === null) return null;
-  if (typeof v !== 'string')
-    throw refuse('invalid_body', `${field} must be a string, not ${describeType(v)}`);
-  return v;
-}
-
-function checkHeaders(v: unknown): { stored: Record<string, string> | null; encoding: PageEncoding } {
+/**
+ * The stored headers and the page's encoding: what the schema cannot say. `content-encoding` must name
+ * an encoding we decode; only the allow-listed headers with a storable value are kept.
+ */
+function readHeaders(
+  v: Record<string, string> | null | undefined,
+): Checked<{ stored: Record<string, string> | null; encoding: PageEncoding }> {
   if (v === undefined || v === null) return { stored: null, encoding: 'identity' };
-  if (typeof v !== 'object' || Array.isArray(v))
-    throw refuse('invalid_body', `headers must be an object of strings, not ${describeType(v)}`);
   const stored: Record<string, string> = {};
   let encoding: PageEncoding = 'identity';
-  for (const [name, value] of Object.entries(v as Record<string, unknown>)) {
-    if (typeof value !== 'string')
-      throw refuse('invalid_body', `headers[${echo(name)}] must be a string, not ${describeType(value)}`);
+  for (const [name, value] of Object.entries(v)) {
     const lower = name.toLowerCase();
     if (lower === 'content-encoding') {
       const e = value.trim().toLowerCase();
       if (e === 'gzip' || e === 'br' || e === 'identity' || e === '') encoding = e === '' ? 'identity' : e;
       else
-        throw refuse(
+        return new Problem(
           'invalid_body',
           `headers["content-encoding"] must be gzip, br or absent, not ${echo(value)}`,
         );
@@ -144,19 +127,16 @@ function checkHeaders(v: unknown): { stored: Record<string, string> | null; enco
   return { stored: Object.keys(stored).length > 0 ? stored : null, encoding };
 }
 
-function checkError(v: unknown): FleetError | null {
-  if (v === undefined || v === null) return null;
-  if (typeof v !== 'object' || Array.isArray(v))
-    throw refuse('invalid_body', `error must be {name, message, phase?}, not ${describeType(v)}`);
-  const e = v as Record<string, unknown>;
-  const field = (k: string) => {
-    const f = e[k];
-    if (f === undefined || f === null) return null;
-    if (typeof f !== 'string')
-      throw refuse('invalid_body', `error.${k} must be a string, not ${describeType(f)}`);
-    return f;
-  };
-  return { name: field('name'), message: field('message'), phase: field('phase') };
+/** FleetResultMetadata's fields as the schema vouched for them. */
+interface FleetFields {
+  id: string;
+  statusCode?: number | null;
+  headers?: Record<string, string> | null;
+  renderTime?: number | null;
+  redirectedTo?: string | null;
+  isIndexable?: boolean | null;
+  outcome?: FleetOutcome | null;
+  error?: { name?: string | null; message?: string | null; phase?: string | null } | null;
 }
 
 /**
@@ -174,53 +154,33 @@ export function impliedOutcome(
   return 'error';
 }
 
-/** Checks a fleet's metadata (no lease token) and its page; a fleet bug is a Problem naming the field. */
-export function checkFleetResult(meta: unknown, page: Buffer): Checked<FleetResult> {
-  try {
-    return fleetResult(meta, page);
-  } catch (e) {
-    if (e instanceof Refused) return e.problem;
-    throw e;
-  }
-}
-
-function fleetResult(meta: unknown, page: Buffer): FleetResult {
-  const o = meta as Record<string, unknown>;
-  if (typeof o.id !== 'string' || o.id.length === 0)
-    throw refuse('invalid_body', `id must be the job id string, not ${describeType(o.id)}`);
-  optionalString(o, 'url');
-  optionalString(o, 'reason');
-  const redirectedTo = optionalString(o, 'redirectedTo');
-  const sc = o.statusCode;
-  if (
-    sc !== undefined &&
-    sc !== null &&
-    (typeof sc !== 'number' || !Number.isInteger(sc) || sc < 0 || sc > 999)
-  )
-    throw refuse('invalid_body', 'statusCode must be an integer HTTP status');
-  const rt = o.renderTime;
-  if (rt !== undefined && rt !== null && (typeof rt !== 'number' || !Number.isFinite(rt) || rt < 0))
-    throw refuse('invalid_body', 'renderTime must be a non-negative number of ms');
-  const ix = o.isIndexable;
-  if (ix !== undefined && ix !== null && typeof ix !== 'boolean')
-    throw refuse('invalid_body', `isIndexable must be true or false, not ${describeType(ix)}`);
-  const out = o.outcome;
-  if (out !== undefined && out !== null && !(FLEET_OUTCOMES as readonly unknown[]).includes(out))
-    throw refuse('invalid_body', `outcome must be one of ${FLEET_OUTCOMES.join(', ')}`);
-  const { stored, encoding } = checkHeaders(o.headers);
-  const error = checkError(o.error);
-  const outcome =
-    (out as FleetOutcome | null | undefined) ??
-    impliedOutcome(page.length > 0, redirectedTo, typeof ix === 'boolean' ? ix : null);
+/**
+ * Checks a fleet's metadata (no lease token) and its page: the documented shape, then the page's
+ * encoding; a fleet bug is a Problem naming the field. Fields the document does not name are ignored
+ * and listed (`ignored`).
+ */
+export function checkFleetResult(
+  meta: unknown,
+  page: Buffer,
+  shape: RequestShape = FLEET_METADATA,
+): Checked<FleetResult> {
+  const problem = shape.check(meta);
+  if (problem) return problem;
+  const o = meta as FleetFields;
+  const headers = readHeaders(o.headers);
+  if (headers instanceof Problem) return headers;
+  const e = o.error ?? null;
+  const redirectedTo = o.redirectedTo ?? null;
+  const outcome = o.outcome ?? impliedOutcome(page.length > 0, redirectedTo, o.isIndexable ?? null);
   return {
     id: o.id,
     outcome,
-    statusCode: typeof sc === 'number' ? sc : null,
-    renderTime: typeof rt === 'number' ? rt : null,
-    headers: stored,
-    encoding,
+    statusCode: o.statusCode ?? null,
+    renderTime: o.renderTime ?? null,
+    headers: headers.stored,
+    encoding: headers.encoding,
     page,
-    error,
-    ignored: Object.keys(o).filter((k) => !KNOWN_FIELDS.has(k)),
+    error: e ? { name: e.name ?? null, message: e.message ?? null, phase: e.phase ?? null } : null,
+    ignored: Object.keys(o).filter((k) => !FLEET_METADATA.fields.has(k)),
   };
 }

@@ -5,7 +5,7 @@
 // bound from the configuration) stays a small named check after the shape, in the caller.
 import { Problem, type ProblemCode } from '../problem.js';
 import { describeType, echo } from '../text.js';
-import { shapes } from './shapes.js';
+import { fields as shapeFields, shapes } from './shapes.js';
 
 /** The part of a JSON Schema the answer reads to say what a field must be. */
 export interface SchemaNode {
@@ -43,6 +43,8 @@ export interface ShapeValidator {
 export interface RequestShape {
   /** The first problem of `value`, or null when it has the documented shape. */
   check(value: unknown): Problem | null;
+  /** The top-level fields the document names (an open shape passes others through). */
+  readonly fields: ReadonlySet<string>;
 }
 
 /**
@@ -57,10 +59,12 @@ export function requestShape(
   what: string,
   codes: Readonly<Record<string, ProblemCode>> = {},
   validators: Readonly<Record<string, ShapeValidator>> = shapes,
+  fieldLists: Readonly<Record<string, readonly string[]>> = shapeFields,
 ): RequestShape {
   const validate = validators[name];
   if (validate === undefined) throw new Error(`docs/openapi.yaml has no request shape ${name}`);
   return {
+    fields: new Set(fieldLists[name] ?? []),
     check(value: unknown): Problem | null {
       if (validate(value)) return null;
       const e = pick(validate.errors ?? []);
@@ -106,9 +110,13 @@ function pick(errors: readonly ShapeError[]): ShapeError | undefined {
   return best;
 }
 
-/** `error.name`, `targets[3].url`: a path as a reader writes it. */
+/** `error.name`, `targets[3].url`, `headers["content-type"]`: a path as a reader writes it. */
 function fieldName(path: readonly string[]): string {
-  return path.map((s, i) => (/^\d+$/.test(s) ? `[${s}]` : i === 0 ? s : `.${s}`)).join('');
+  return path
+    .map((s, i) =>
+      /^\d+$/.test(s) ? `[${s}]` : !/^[A-Za-z_$][\w$]*$/.test(s) ? `[${echo(s)}]` : i === 0 ? s : `.${s}`,
+    )
+    .join('');
 }
 
 const TYPE_WORDS: Readonly<Record<string, string>> = {

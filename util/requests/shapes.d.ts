@@ -4,3 +4,6 @@ import type { ShapeValidator } from './shape.js';
 
 /** Every operation's JSON body by operationId, and `<operationId>$<field>` for items checked one by one. */
 export declare const shapes: Readonly<Record<string, ShapeValidator>>;
+
+/** The top-level fields each shape names, by the same names. */
+export declare const fields: Readonly<Record<string, readonly string[]>>;
