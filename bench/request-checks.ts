@@ -6,8 +6,9 @@
 //   batch   a job_results batch of 25 such results, each checked on its own;
 //   claim   a claim body `{limit, queues}` to the capped limit (ClaimService.parseLimit in a build that
 //           has it; else the `claim` shape of util/requests/shape.ts, then ClaimService.limitOf).
+// Each figure is timed over ~0.1-0.5 s of calls, so one scheduling hiccup weighs little in a round.
 // Run: npm run build && node dist/bench/request-checks.js <componentDir> <componentDir> [rounds]
-//      (each directory a built checkout; ROUNDS 15 by default)
+//      (each directory a built checkout; 15 rounds by default)
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { defaultConfig } from '../util/config/schema.js';
@@ -79,11 +80,11 @@ function timed(n: number, f: (i: number) => void): number {
 
 function round(b: Build) {
   return {
-    resultUs: timed(20_000, (i) => b.result(results[i % 1000])),
-    batchUs: timed(800, (i) => {
+    resultUs: timed(100_000, (i) => b.result(results[i % 1000])),
+    batchUs: timed(4_000, (i) => {
       for (let k = 0; k < 25; k++) b.result(results[(i * 25 + k) % 1000]);
     }),
-    claimUs: timed(200_000, (i) => b.claim(claimBodies[i % 3])),
+    claimUs: timed(1_000_000, (i) => b.claim(claimBodies[i % 3])),
   };
 }
 
