@@ -21,7 +21,8 @@ import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { getHeapStatistics } from 'node:v8';
 import { threadId } from 'node:worker_threads';
 import { DutyScheduler, type Duty } from '../util/duties/scheduler.js';
-import { checkTargetsBody } from '../util/http/input.js';
+import { checkTargetsBody } from '../util/schedule/targetChecks.js';
+import { isProblem } from '../util/problem.js';
 import { reply, type Router } from '../services/http/router.js';
 import { table, workerIndex } from '../services/runtime/harper.js';
 import type { TargetInput } from '../util/schedule/rules.js';
@@ -162,7 +163,9 @@ export function registerScaleProbe(
     const t0 = performance.now();
     let rows = 0;
     for (let i = from; i < to; i += 10_000) {
-      const { accepted } = checkTargetsBody({ targets: scaleTargets(i, Math.min(to, i + 10_000), now) }, now);
+      const checked = checkTargetsBody({ targets: scaleTargets(i, Math.min(to, i + 10_000), now) }, now);
+      if (isProblem(checked)) throw new Error(checked.message);
+      const { accepted } = checked;
       rows += await schedule.fileTargets(
         accepted.map((a) => a.target),
         now,

@@ -1,8 +1,9 @@
 // `npm pack` / `npm publish` (prepack): a fresh build of exactly what the component loads at run time.
 // It removes the runtime part of dist/, compiles resources.ts, api.ts (the in-process API), services/ and
-// util/ without source maps (the package ships no sources for them to point at), then deletes any
-// compiled file that dist/resources.js does not reach through its imports (type-only modules compile to
-// empty ones).
+// util/ without source maps (the package ships no sources for them to point at), compiles the request
+// shapes of docs/openapi.yaml to dist/util/requests/shapes.js (scripts/request-shapes.mjs), then deletes
+// any compiled file that dist/resources.js (or dist/api.js) does not reach through its imports (type-only
+// modules compile to empty ones).
 // dist/test and dist/bench are left alone: package.json's `files` keeps them out of the package.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -23,6 +24,11 @@ const built = spawnSync(process.execPath, [tsc, '-p', join(repo, 'tsconfig.build
   stdio: 'inherit',
 });
 if (built.status !== 0) process.exit(built.status ?? 1);
+// The request shapes, compiled to code from docs/openapi.yaml (the package ships no docs/).
+const shaped = spawnSync(process.execPath, [join(repo, 'scripts', 'request-shapes.mjs')], {
+  stdio: 'inherit',
+});
+if (shaped.status !== 0) process.exit(shaped.status ?? 1);
 
 /** Every file reached from `entry` through relative static or dynamic imports. */
 function reachable(entry) {

@@ -18,3 +18,6 @@ for (const project of ['client/tsconfig.json', 'tsconfig.json']) {
   const r = spawnSync(process.execPath, [tsc, '-p', project], { stdio: 'inherit' });
   if (r.status !== 0) process.exit(r.status ?? 1);
 }
+// The request shapes, compiled to code from docs/openapi.yaml into dist/ (scripts/request-shapes.mjs).
+const shaped = spawnSync(process.execPath, ['scripts/request-shapes.mjs'], { stdio: 'inherit' });
+if (shaped.status !== 0) process.exit(shaped.status ?? 1);

@@ -29,3 +29,24 @@ export function utf8Text(bytes: Uint8Array): string | null {
     return null;
   }
 }
+
+/** a string a caller sent is echoed at most this long. */
+export const MAX_ECHO_CHARS = 200;
+
+/**
+ * A caller's value fit to quote in an answer or a log line: a string is cut to 200 characters, made
+ * well-formed and JSON-quoted (no newline, no lone surrogate); anything else is named by its type only,
+ * so no nested value is ever stringified.
+ */
+export function echo(v: unknown): string {
+  if (typeof v !== 'string') return v === null ? 'null' : Array.isArray(v) ? 'an array' : `a ${typeof v}`;
+  return quotedCut(v, MAX_ECHO_CHARS);
+}
+
+/** A value named by its JSON type, as an answer says what a field was ("not a string", "not missing"). */
+export function describeType(v: unknown): string {
+  if (v === null) return 'null';
+  if (v === undefined) return 'missing';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'object' ? 'an object' : `a ${typeof v}`;
+}

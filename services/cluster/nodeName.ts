@@ -3,7 +3,8 @@
 // pause. The origin (docs/prerender-fleet.md) is what jobs carry as callbackOrigin, and its host is the
 // `hostname` of the node's queue_status message.
 import { hostname as osHostname } from 'node:os';
-import { derivedOrigin, normaliseOrigin, originHost } from '../../util/prerender/origin.js';
+import { normaliseOrigin } from '../../util/config/origin.js';
+import { derivedOrigin, originHost } from '../../util/prerender/origin.js';
 import { config } from '../runtime/config.js';
 import { server } from '../runtime/harper.js';
 

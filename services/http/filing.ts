@@ -1,10 +1,17 @@
 // Filing, deleting and revalidating targets, as the feeding routes and the in-process API answer them
-// (docs/in-process.md): the same body, the same checks (util/http/input.ts), the same schedule owner
+// (docs/in-process.md): the same body, the same checks (util/schedule/targetChecks.ts), the same schedule owner
 // (services/schedule/store.ts ScheduleOwner) and the same answer, so a host app's resource that files
 // in process gets exactly what a feeder gets over HTTP. A refusal is an HttpError (status and code); the
 // routes turn it into the `{error, code}` answer, the in-process API hands it to its caller.
-import { HttpError } from '../../util/http/errors.js';
-import { checkSingleUrl, checkTargetsBody, checkUrlList, type Rejection } from '../../util/http/input.js';
+import { HttpError } from '../runtime/httpError.js';
+import {
+  TARGET_SHAPES,
+  checkSingleUrl,
+  checkTargetsBody,
+  checkUrlList,
+  type Rejection,
+} from '../../util/schedule/targetChecks.js';
+import { orRefuse } from './problems.js';
 import type { ScheduleRow, TargetInput } from '../../util/schedule/rules.js';
 
 export interface FilingDeps {
@@ -38,7 +45,7 @@ export class Filing {
 
   /** `POST /render_queue/targets`: `{targets}` → `{upserted, rejected}`. */
   async fileTargets(body: unknown, now = Date.now()): Promise<FiledAnswer> {
-    const { accepted, rejected } = checkTargetsBody(body, now);
+    const { accepted, rejected } = orRefuse(checkTargetsBody(body, now));
     const upserted = await this.deps.fileTargets(
       accepted.map((a) => a.target),
       now,
@@ -48,7 +55,7 @@ export class Filing {
 
   /** `DELETE /render_queue/targets`: `{urls}` → `{deleted, rejected?}`; each row's page goes too. */
   async deleteTargets(body: unknown): Promise<DeletedAnswer> {
-    const { urls, rejected } = checkUrlList(body);
+    const { urls, rejected } = orRefuse(checkUrlList(body));
     const deleted = await this.deps.deleteTargets(urls.map((u) => u.url));
     // The page sweep removes any page a racing result stores after this.
     await this.deps.deletePages(urls.map((u) => u.url));
@@ -57,7 +64,7 @@ export class Filing {
 
   /** `POST /prerender_admin/revalidate`: `{url}` → due now and urgent; 404 `not_found` without a row. */
   async revalidate(body: unknown, now = Date.now()): Promise<RevalidatedAnswer> {
-    const url = checkSingleUrl(body);
+    const url = orRefuse(checkSingleUrl(body, TARGET_SHAPES.revalidate));
     const row = await this.deps.revalidate(url, now);
     if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
     return { url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt };

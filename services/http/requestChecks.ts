@@ -2,7 +2,7 @@
 // a UTF-8 JSON body of bounded depth. Each is a plain function of the request; services/http/router.ts
 // applies them in that order.
 import type { IncomingMessage } from 'node:http';
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError } from '../runtime/httpError.js';
 
 /**
  * Deeper JSON is refused before any handler sees it. Our deepest legitimate body is a route list in a

@@ -9,7 +9,8 @@
 // ./requestChecks.ts). Every failure is `{error, code}`; a 500 is only ever our own fault. The route
 // table is a Router instance that resources.ts builds and hands to each route module's
 // register…(router, deps).
-import { HttpError, echo } from '../../util/http/errors.js';
+import { HttpError } from '../runtime/httpError.js';
+import { echo } from '../../util/text.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import type {
   HarperHttpRequest,

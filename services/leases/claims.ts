@@ -2,7 +2,6 @@
 // the lease table decides exclusivity, the row decides whether the work is still due. Results are
 // applied in results.ts; the claim marks the stall sweep reads are written by claimMarks.ts.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
-import { HttpError } from '../../util/http/errors.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { Caller } from './caller.js';
 import type { LeaseTable } from '../../util/leases/table.js';
@@ -10,7 +9,6 @@ import type { ReadyEntry, ReadySet } from '../../util/sharedMemory/readySet.js';
 import type { MetricName } from '../../util/metrics/catalogue.js';
 import { classifyUrl } from '../../util/schedule/rules.js';
 import type { ClaimRow } from '../../util/schedule/rawRecord.js';
-import { requireObject } from '../../util/http/input.js';
 import type { QueueScope } from './fleetScope.js';
 import type { NodeStatus } from '../status/control.js';
 import type { SchedulerTimer } from '../../util/duties/scheduler.js';
@@ -128,19 +126,10 @@ export class ClaimService {
 
   constructor(private readonly deps: ClaimDeps) {}
 
-  /** The body's `limit`, capped at queue.maxClaimLimit (20 when absent); a 400 when malformed. */
-  parseLimit(body: unknown, fields: readonly string[] = ['limit', 'queues']): number {
+  /** A claim's `limit` (its shape already checked), capped at queue.maxClaimLimit; 20 when absent. */
+  limitOf(limit: number | undefined): number {
     const max = this.deps.config().queue.maxClaimLimit;
-    if (body === undefined || body === null) return Math.min(20, max);
-    const obj = requireObject(body, fields);
-    if (obj.limit === undefined) return Math.min(20, max);
-    if (typeof obj.limit !== 'number' || !Number.isInteger(obj.limit) || obj.limit < 1)
-      throw new HttpError(
-        400,
-        'invalid_limit',
-        `limit must be an integer of at least 1, not ${JSON.stringify(obj.limit)}`,
-      );
-    return Math.min(obj.limit, max);
+    return Math.min(limit ?? 20, max);
   }
 
   /**

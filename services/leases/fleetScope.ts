@@ -2,7 +2,7 @@
 // active fleet claims only from that fleet's queues; the user of a revoked fleet claims nothing (403
 // fleet_revoked); a user bound to no fleet claims from every queue. Fleets change rarely and a claim
 // must not read a table, so each worker keeps the bindings for a second.
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError } from '../runtime/httpError.js';
 import type { FleetRecord } from '../notify/fleets.js';
 
 /** How long a worker trusts its copy of the fleet bindings: a revoke takes effect within this. */
@@ -97,24 +97,4 @@ export class FleetScope {
   async checkReporter(username: string | undefined, now = this.deps.now()): Promise<void> {
     await this.claimScope(username, undefined, now);
   }
-}
-
-const MAX_QUEUES = 100;
-const MAX_QUEUE_CHARS = 200;
-
-/** The body's `queues` narrowing: undefined when absent; a 400 when malformed. */
-export function parseQueues(value: unknown): string[] | undefined {
-  if (value === undefined || value === null) return undefined;
-  if (
-    !Array.isArray(value) ||
-    value.length === 0 ||
-    value.length > MAX_QUEUES ||
-    value.some((q) => typeof q !== 'string' || q.length === 0 || q.length > MAX_QUEUE_CHARS)
-  )
-    throw new HttpError(
-      400,
-      'invalid_queues',
-      `queues must be a non-empty array of at most ${MAX_QUEUES} queue names (strings of 1 to ${MAX_QUEUE_CHARS} characters)`,
-    );
-  return value as string[];
 }

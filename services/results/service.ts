@@ -2,8 +2,10 @@
 // the lease table admits the first copy, the schedule's owner rewrites the row
 // (services/schedule/store.ts applyResults), the page is stored, and the lease is released once.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
-import { HttpError, echo } from '../../util/http/errors.js';
-import { urlProblem } from '../../util/http/input.js';
+import { HttpError } from '../runtime/httpError.js';
+import { echo } from '../../util/text.js';
+import { isProblem, type Checked } from '../../util/problem.js';
+import { urlProblem } from '../../util/schedule/targetChecks.js';
 import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
 import { queueOf, type Outcome, type RenderError } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
@@ -119,8 +121,8 @@ export class ResultService {
 
   constructor(private readonly deps: ResultDeps) {}
 
-  /** checkResult under the configured render.maxBodyBytes. */
-  check(input: unknown): CheckedResult {
+  /** checkResult under the configured render.maxBodyBytes: the checked result, or its Problem. */
+  check(input: unknown): Checked<CheckedResult> {
     return checkResult(input, this.deps.config().render.maxBodyBytes);
   }
 
@@ -131,11 +133,16 @@ export class ResultService {
   checkFramed(
     raw: Buffer,
     metadataSize: string | null | undefined,
-  ): { kind: 'token'; result: CheckedResult } | { kind: 'fleet'; result: FleetResult } {
+  ): Checked<{ kind: 'token'; result: CheckedResult } | { kind: 'fleet'; result: FleetResult }> {
     const frame = splitFrame(raw, metadataSize);
-    if (carriesToken(frame.meta))
-      return { kind: 'token', result: checkFramedParts(frame, this.deps.config().render.maxBodyBytes) };
-    return { kind: 'fleet', result: checkFleetResult(frame.meta, frame.page) };
+    if (isProblem(frame)) return frame;
+    const result = carriesToken(frame.meta)
+      ? checkFramedParts(frame, this.deps.config().render.maxBodyBytes)
+      : checkFleetResult(frame.meta, frame.page);
+    if (isProblem(result)) return result;
+    return carriesToken(frame.meta)
+      ? { kind: 'token', result: result as CheckedResult }
+      : { kind: 'fleet', result: result as FleetResult };
   }
 
   /**

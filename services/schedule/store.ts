@@ -2,7 +2,7 @@
 // fails if another source file names the table). Rules live in util/schedule/rules.ts; this file reads
 // rows, applies a rule and writes the whole row back. Reads are module functions (they hold nothing);
 // the writes and the group commit of results live on one ScheduleOwner built in resources.ts.
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError } from '../runtime/httpError.js';
 import { sameSchedule, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
 import {
   ScheduleWrites,

@@ -4,7 +4,8 @@
 // `queue_status/#` wake at once and are not woken for nothing. The state lives on a NodeControl built in
 // resources.ts (the composition root), which hands it to the keeper and the routes.
 import type { DutyScheduler } from '../../util/duties/scheduler.js';
-import { HttpError, echo } from '../../util/http/errors.js';
+import { HttpError } from '../runtime/httpError.js';
+import { echo } from '../../util/text.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { TableFollower, type TableSubscription } from '../runtime/tableFollower.js';
 import { advertisedHost, nodeName } from '../cluster/nodeName.js';

@@ -275,3 +275,41 @@ test('a result in the raw-bytes framing (x-metadata-size) is checked and answere
   });
   assert.equal(String(stored[0]?.body), page.toString('utf8'));
 });
+
+test("a result's verdict fields (redirectedTo, reason, isIndexable) are accepted over HTTP, and a malformed one is refused by name and changes nothing", async () => {
+  const urls = ['https://verdict.example.com/a', 'https://verdict.example.com/b'];
+  await fileTargets(
+    h,
+    urls.map((url) => ({ url, dueAt: Date.now() - MIN })),
+  );
+  const jobs = await claimAll(fleetA, (j) => urls.includes(j.id), 2);
+  const [a, b] = urls.map((u) => jobs.find((j) => j.id === u)!);
+  const beforeB = await row(b!.id);
+  const r = await h.fetch('/render_queue/job_results', {
+    auth: fleetA,
+    body: {
+      results: [
+        result(a!, {
+          outcome: 'redirected',
+          statusCode: 301,
+          redirectedTo: 'https://verdict.example.com/a2',
+          reason: 'redirect',
+          isIndexable: false,
+        }),
+        result(b!, { outcome: 'non-indexable', reason: 'bored', isIndexable: false }),
+      ],
+    },
+  });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.json.results[0].accepted, true, r.text);
+  assert.equal(r.json.results[1].code, 'invalid', r.text);
+  assert.match(r.json.results[1].error, /^reason must be one of noindex, canonical-mismatch/);
+  assert.deepEqual(await row(b!.id), beforeB, 'the refused result wrote nothing');
+  const bad = await h.fetch('/render_queue/job_result', {
+    auth: fleetA,
+    body: result(b!, { outcome: 'redirected', redirectedTo: 'ftp://verdict.example.com/b' }),
+  });
+  assert.equal(bad.status, 400, bad.text);
+  assert.equal(bad.json.code, 'invalid_body');
+  assert.match(bad.json.error, /redirectedTo/);
+});

@@ -2,8 +2,13 @@
 // what it refuses.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkEnvelope } from '../../util/channel/envelope.js';
-import { HttpError } from '../../util/http/errors.js';
+import { checkEnvelope as checkEnvelopeOrProblem } from '../../util/channel/envelope.js';
+import { HttpError } from '../../services/runtime/httpError.js';
+import { orRefuse } from '../../services/http/problems.js';
+
+/** The envelope as the channel route answers it: a problem thrown as its HTTP answer. */
+const checkEnvelope = (...a: Parameters<typeof checkEnvelopeOrProblem>) =>
+  orRefuse(checkEnvelopeOrProblem(...a));
 
 const limits = { maxResults: 100, maxCredits: 50 };
 

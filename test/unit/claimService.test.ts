@@ -312,13 +312,11 @@ test('a full lease window is warned about once per interval, not once per refuse
   assert.equal(w.warnings.filter((m) => m.startsWith('lease window full')).length, 2);
 });
 
-test('the claim limit defaults to 20 and is capped at queue.maxClaimLimit; a bad limit is a 400', () => {
+test('the claim limit defaults to 20 and is capped at queue.maxClaimLimit', () => {
   const w = world({ cfg: (c) => (c.queue.maxClaimLimit = 7) });
-  assert.equal(w.claims.parseLimit(undefined), 7);
-  assert.equal(w.claims.parseLimit({ limit: 3 }), 3);
-  assert.equal(w.claims.parseLimit({ limit: 50 }), 7);
-  assert.throws(() => w.claims.parseLimit({ limit: 0 }), { status: 400, code: 'invalid_limit' });
-  assert.throws(() => w.claims.parseLimit({ limit: 'x' }), { status: 400, code: 'invalid_limit' });
+  assert.equal(w.claims.limitOf(undefined), 7);
+  assert.equal(w.claims.limitOf(3), 3);
+  assert.equal(w.claims.limitOf(50), 7);
 });
 
 // --- scoped claims over ready-set sections -----------------------------------------------------------------

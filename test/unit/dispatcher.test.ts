@@ -434,7 +434,7 @@ test('a temporary DNS failure (EAI_AGAIN) is retried like the network, and a del
 
 test('a wake naming the longest acceptable URL, queue and fleet name is delivered within 4 KiB', async () => {
   const { MAX_FLEET_NAME_BYTES, MAX_QUEUE_NAME_CHARS } = await import('../../util/notify/wakeBody.js');
-  const { urlProblem, MAX_URL_BYTES } = await import('../../util/http/input.js');
+  const { urlProblem, MAX_URL_BYTES } = await import('../../util/schedule/targetChecks.js');
   const head = 'https://a.example/';
   const url = head + 'é'.repeat((MAX_URL_BYTES - head.length) / 2);
   assert.equal(Buffer.byteLength(url), MAX_URL_BYTES);

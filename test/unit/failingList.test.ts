@@ -5,9 +5,13 @@ import fc from 'fast-check';
 import {
   compareFailing,
   failingPage,
-  parseFailingQuery,
+  parseFailingQuery as parseFailingQueryOrProblem,
   type FailingEntry,
 } from '../../util/schedule/failing.js';
+import { orRefuse } from '../../services/http/problems.js';
+
+/** The query as the route answers it: a problem thrown as its HTTP answer. */
+const parseFailingQuery = (q: URLSearchParams) => orRefuse(parseFailingQueryOrProblem(q));
 
 const queueOf = (url: string) => new URL(url).pathname.split('/')[1] ?? 'unrouted';
 

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Filing } from '../../services/http/filing.js';
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError } from '../../services/runtime/httpError.js';
 import type { ScheduleRow, TargetInput } from '../../util/schedule/rules.js';
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);

@@ -1,11 +1,13 @@
 // Imports point one way (docs/architecture.md). The pure core under util/ imports nothing of services/
-// or the composition root; inside services/ each room imports only itself and the rooms below it in
-// LAYERS; and only resources.ts reaches the node's shared-memory structures, so every service receives
+// or the composition root, and inside it each folder imports only itself, the folders below it in
+// UTIL_LAYERS and util's loose files (which import no folder); inside services/ each room imports only
+// itself and the rooms below it in LAYERS; no util/ file speaks HTTP (nothing under util/http/); and
+// only resources.ts reaches the node's shared-memory structures, so every service receives
 // them one way (injected). A scan of the TypeScript sources, comments removed: type-only imports count
 // too, since a type that points up ties the lower room to the upper one as surely as a value does.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, posix, relative, sep } from 'node:path';
 import { repoRoot } from '../harness.js';
 import { sourceFiles } from '../sourceFiles.js';
@@ -28,6 +30,30 @@ const LAYERS: readonly string[] = [
   'keeper',
   'metrics',
   'http',
+];
+
+/**
+ * The folders of util/, bottom first, with the same rule. `requests` (a request against its documented
+ * shape) sits on util's loose files only; `notify`'s address and queue-name rules sit below `config`,
+ * which checks settings with them; a folder that decides over the schedule, the leases or the results
+ * sits above what it reads. A new folder gets its place here.
+ */
+const UTIL_LAYERS: readonly string[] = [
+  'requests',
+  'notify',
+  'config',
+  'duties',
+  'schedule',
+  'cluster',
+  'leases',
+  'sharedMemory',
+  'metrics',
+  'keeper',
+  'stall',
+  'pages',
+  'prerender',
+  'channel',
+  'results',
 ];
 
 const SHARED_STRUCTURES = 'services/runtime/sharedStructures.ts';
@@ -60,13 +86,32 @@ function roomOf(file: string): string | null {
   return parts[0] === 'services' && parts.length > 2 ? parts[1]! : null;
 }
 
+/** The folder of a util/ file, or '' for one of util's loose files (text.ts, problem.ts, …). */
+function utilFolderOf(file: string): string {
+  const parts = file.split('/');
+  return parts.length > 2 ? parts[1]! : '';
+}
+
+function rankIn(layers: readonly string[], room: string): number {
+  const i = layers.indexOf(room);
+  return i < 0 ? Infinity : i;
+}
+
 /** Every import that points up: out of util/ into services/ or the root, or to a later room of services/. */
 function upward(sources: readonly Source[]): string[] {
   const found: string[] = [];
   for (const src of sources) {
     for (const target of importsOf(src)) {
       if (src.file.startsWith('util/')) {
-        if (!target.startsWith('util/')) found.push(`${src.file} -> ${target}`);
+        if (!target.startsWith('util/')) {
+          found.push(`${src.file} -> ${target}`);
+          continue;
+        }
+        const from = utilFolderOf(src.file);
+        const to = utilFolderOf(target);
+        if (to === '' || from === to) continue;
+        if (from === '' || rankIn(UTIL_LAYERS, to) > rankIn(UTIL_LAYERS, from))
+          found.push(`${src.file} (${from || 'util'}) -> ${target} (${to})`);
         continue;
       }
       const from = roomOf(src.file);
@@ -76,11 +121,7 @@ function upward(sources: readonly Source[]): string[] {
         if (!target.startsWith('util/')) found.push(`${src.file} -> ${target}`);
         continue;
       }
-      const rank = (room: string) => {
-        const i = LAYERS.indexOf(room);
-        return i < 0 ? Infinity : i;
-      };
-      if (rank(to) > rank(from)) found.push(`${src.file} (${from}) -> ${target} (${to})`);
+      if (rankIn(LAYERS, to) > rankIn(LAYERS, from)) found.push(`${src.file} (${from}) -> ${target} (${to})`);
     }
   }
   return found;
@@ -124,12 +165,20 @@ test('the scan reads every form of import and flags only the ones that point up'
     { file: 'services/runtime/harper.ts', text: "import { h } from '../newroom/thing.js';" },
     { file: 'util/keeper/core.ts', text: "import { i } from '../../services/keeper/service.js';" },
     { file: 'util/keeper/score.ts', text: "import { j } from '../time.js';" },
+    { file: 'util/config/schema.ts', text: "import { k } from '../prerender/origin.js';" },
+    { file: 'util/results/check.ts', text: "import { l } from '../schedule/rules.js';" },
+    { file: 'util/text.ts', text: "import { m } from './config/keys.js';" },
+    { file: 'util/newFolder/x.ts', text: "import { n } from '../config/keys.js';" },
+    { file: 'util/config/keys.ts', text: "import { o } from '../newFolder/x.js';" },
   ];
   assert.deepEqual(upward(fake), [
     'services/metrics/values.ts (metrics) -> services/http/router.ts (http)',
     'services/metrics/values.ts (metrics) -> services/http/routes/channel.ts (http)',
     'services/runtime/harper.ts (runtime) -> services/newroom/thing.ts (newroom)',
     'util/keeper/core.ts -> services/keeper/service.ts',
+    'util/config/schema.ts (config) -> util/prerender/origin.ts (prerender)',
+    'util/text.ts (util) -> util/config/keys.ts (config)',
+    'util/config/keys.ts (config) -> util/newFolder/x.ts (newFolder)',
   ]);
   assert.deepEqual(importersOf(fake, 'services/runtime/harper.ts'), [
     'services/metrics/values.ts',
@@ -144,7 +193,26 @@ test('every room of services/ has its place in the layers, and every layer is a 
   assert.deepEqual(rooms, [...LAYERS].sort());
 });
 
-test('no import points up: util/ stays below services/, and each room of services/ below the ones after it', () => {
+test('every folder of util/ has its place in the layers, and every layer is a folder', () => {
+  const folders = readdirSync(join(repoRoot, 'util'))
+    .filter((name) => statSync(join(repoRoot, 'util', name)).isDirectory())
+    .sort();
+  assert.deepEqual(folders, [...UTIL_LAYERS].sort());
+});
+
+test('no util/ file imports util/http/: the pure core returns problems and services/http/ answers them', () => {
+  const util = sources.filter((s) => s.file.startsWith('util/'));
+  assert.ok(util.length > 50, 'the scan reads util/');
+  const http = util.flatMap((s) =>
+    importsOf(s)
+      .filter((t) => t.startsWith('util/http/'))
+      .map((t) => `${s.file} -> ${t}`),
+  );
+  assert.deepEqual(http, []);
+  assert.ok(!existsSync(join(repoRoot, 'util', 'http')), 'util/http/ is gone: answers are services/http/');
+});
+
+test('no import points up: util/ stays below services/, each folder of util/ below the ones after it, and each room of services/ below the ones after it', () => {
   assert.ok(
     sources.some((s) => importsOf(s).includes('services/http/router.ts')),
     'the scan sees the imports of the component',

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import http, { type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { readBody } from '../../services/http/requestChecks.js';
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError } from '../../services/runtime/httpError.js';
 
 /** A server answering each request from readBody(req, limit) after `delayMs`: 200 with the size, or the error. */
 async function server(limit: number, delayMs = 0) {

@@ -11,11 +11,27 @@ import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
 import type { Caller } from '../../services/leases/caller.js';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
-import { HttpError } from '../../util/http/errors.js';
+import { HttpError } from '../../services/runtime/httpError.js';
 import { decodePage } from '../../util/prerender/page.js';
-import { checkFleetResult, splitFrame } from '../../util/prerender/result.js';
+import {
+  checkFleetResult as checkFleetOrProblem,
+  splitFrame as splitFrameOrProblem,
+} from '../../util/prerender/result.js';
 import { PENDING_WAIT_MS, ResultService, retryableOnFault } from '../../services/results/service.js';
-import { checkFramedResult, checkResult, type CheckedResult } from '../../util/results/check.js';
+import {
+  checkFramedResult as checkFramedOrProblem,
+  checkResult as checkResultOrProblem,
+  type CheckedResult,
+} from '../../util/results/check.js';
+import { orRefuse } from '../../services/http/problems.js';
+
+// The checks as the routes answer them: a problem thrown as its HTTP answer.
+const checkResult = (...a: Parameters<typeof checkResultOrProblem>) => orRefuse(checkResultOrProblem(...a));
+const checkFramedResult = (...a: Parameters<typeof checkFramedOrProblem>) =>
+  orRefuse(checkFramedOrProblem(...a));
+const checkFleetResult = (...a: Parameters<typeof checkFleetOrProblem>) =>
+  orRefuse(checkFleetOrProblem(...a));
+const splitFrame = (...a: Parameters<typeof splitFrameOrProblem>) => orRefuse(splitFrameOrProblem(...a));
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
 const NEXT = NOW + 86_400_000;
@@ -284,6 +300,55 @@ test("a numeric leaseToken (the contract's examples show one) is a token we neve
     });
 });
 
+test("a result's redirectedTo, reason and isIndexable reach the result service typed, in JSON and in the raw-bytes framing", () => {
+  const w = world();
+  const verdict = { redirectedTo: 'https://shop.test/product/1b', reason: 'redirect', isIndexable: false };
+  const json = orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...verdict }));
+  assert.deepEqual(
+    { redirectedTo: json.redirectedTo, reason: json.reason, isIndexable: json.isIndexable },
+    verdict,
+  );
+  const f = frame({
+    id: KEY,
+    leaseToken: 't',
+    outcome: 'non-indexable',
+    reason: 'noindex',
+    isIndexable: false,
+  });
+  const framed = orRefuse(w.results.checkFramed(f.raw, f.size));
+  assert.equal(framed.kind, 'token');
+  assert.equal(framed.kind === 'token' && framed.result.reason, 'noindex');
+  assert.equal(framed.kind === 'token' && framed.result.isIndexable, false);
+  const bare = orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'rendered' }));
+  assert.deepEqual([bare.redirectedTo, bare.reason, bare.isIndexable], [null, null, null]);
+});
+
+test('a redirectedTo that is not an absolute http(s) URL of at most 1,900 bytes, an unknown reason or a non-boolean isIndexable is a 400 naming the field', () => {
+  const w = world();
+  const bad: Array<[Record<string, unknown>, RegExp]> = [
+    [{ redirectedTo: '/relative' }, /redirectedTo/],
+    [{ redirectedTo: 'ftp://shop.test/x' }, /redirectedTo/],
+    [{ redirectedTo: `https://shop.test/${'a'.repeat(1900)}` }, /redirectedTo/],
+    [{ redirectedTo: 'https://shop.test/\ud800' }, /redirectedTo/],
+    [{ redirectedTo: 5 }, /redirectedTo/],
+    [{ reason: 'bored' }, /reason/],
+    [{ reason: 3 }, /reason/],
+    [{ isIndexable: 'no' }, /isIndexable/],
+  ];
+  for (const [fields, names] of bad)
+    assert.throws(
+      () => orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', ...fields })),
+      { status: 400, code: 'invalid_body', message: names },
+      JSON.stringify(fields),
+    );
+  const longest = `https://shop.test/${'a'.repeat(1900 - 'https://shop.test/'.length)}`;
+  assert.equal(
+    orRefuse(w.results.check({ id: KEY, leaseToken: 't', outcome: 'redirected', redirectedTo: longest }))
+      .redirectedTo,
+    longest,
+  );
+});
+
 // ---- the prerender fleet protocol: results without a lease token (docs/prerender-fleet.md)
 
 const W1: Caller = { ...FLEET, worker: nameHash('worker-1') };
@@ -489,7 +554,8 @@ test("a fleet's unknown metadata fields are ignored and counted; a known field o
     [{ id: KEY, isIndexable: 'no' }, /^isIndexable/],
     [{ id: KEY, outcome: 'failed' }, /^outcome must be one of rendered, redirected, non-indexable, error/],
     [{ id: KEY, headers: [] }, /^headers must be an object/],
-    [{ id: KEY, headers: { etag: 5 } }, /^headers\["etag"\] must be a string/],
+    [{ id: KEY, headers: { etag: 5 } }, /^headers\.etag must be a string/],
+    [{ id: KEY, headers: { 'x-a': 5 } }, /^headers\["x-a"\] must be a string/],
     [
       { id: KEY, headers: { 'content-encoding': 'deflate' } },
       /^headers\["content-encoding"\] must be gzip, br or absent/,

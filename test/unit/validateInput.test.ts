@@ -5,12 +5,21 @@ import {
   MAX_CADENCE_MS,
   MIN_CADENCE_MS,
   MIN_DUE_AT,
-  checkTargetsBody,
-  checkUrlList,
-  checkSingleUrl,
+  checkTargetsBody as checkTargetsOrProblem,
+  checkUrlList as checkUrlListOrProblem,
+  checkSingleUrl as checkSingleUrlOrProblem,
   urlProblem,
-} from '../../util/http/input.js';
-import { HttpError } from '../../util/http/errors.js';
+} from '../../util/schedule/targetChecks.js';
+import { HttpError } from '../../services/runtime/httpError.js';
+import { orRefuse } from '../../services/http/problems.js';
+
+// The checks as the routes answer them: a problem thrown as its HTTP answer.
+const checkTargetsBody = (...a: Parameters<typeof checkTargetsOrProblem>) =>
+  orRefuse(checkTargetsOrProblem(...a));
+const checkUrlList = (...a: Parameters<typeof checkUrlListOrProblem>) =>
+  orRefuse(checkUrlListOrProblem(...a));
+const checkSingleUrl = (...a: Parameters<typeof checkSingleUrlOrProblem>) =>
+  orRefuse(checkSingleUrlOrProblem(...a));
 
 const NOW = Date.UTC(2026, 11, 1);
 const YEAR = 365.25 * 86_400_000;

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { MAX_URL_BYTES, urlProblem } from '../../util/http/input.js';
+import { MAX_URL_BYTES, urlProblem } from '../../util/schedule/targetChecks.js';
 import {
   MAX_FLEET_NAME_BYTES,
   MAX_QUEUE_NAME_CHARS,

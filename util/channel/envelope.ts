@@ -1,14 +1,16 @@
 // The persistent channel's message envelope (docs/fleets.md, "The persistent channel"): what a fleet may send
 // on `/render_queue/channel`, checked whole before anything is applied, so a bad message changes nothing.
-// Pure: the route module (services/http/routes/channel.ts) parses the JSON and applies what this admits.
-import { badRequest, echo } from '../http/errors.js';
-import { describeType, requireObject } from '../http/input.js';
+// Pure: the message's shape is the document's (docs/openapi.yaml, ChannelMessage), then the named checks
+// it cannot say; the route module (services/http/routes/channel.ts) parses the JSON, answers a Problem,
+// and applies what this admits.
+import { Problem, type Checked } from '../problem.js';
+import { requestShape, type RequestShape } from '../requests/shape.js';
 
-/** The fields a channel message may carry; any other is refused as unknown (the envelope is closed). */
-export const CHANNEL_FIELDS = ['results', 'credits', 'withdraw', 'queues', 'ref'] as const;
-
-/** A `ref` is echoed in the answer: a short string or an integer, nothing a client could grow. */
-const MAX_REF_CHARS = 200;
+/** A channel message as docs/openapi.yaml describes it; a bad `credits` or `queues` has its own code. */
+export const CHANNEL_MESSAGE: RequestShape = requestShape('openChannel$message', 'message', {
+  credits: 'invalid_credits',
+  queues: 'invalid_queues',
+});
 
 export interface EnvelopeLimits {
   /** Results per message, as per `job_results` / `next` call. */
@@ -23,51 +25,37 @@ export interface ChannelEnvelope {
   credits: number;
   /** Drop every credit outstanding: nothing more is pushed until new credits come (a fleet stopping). */
   withdraw: boolean;
-  /** The raw `queues` narrowing: undefined keeps the socket's scope, null resets it to all. */
-  queues: unknown;
+  /** The `queues` narrowing: undefined keeps the socket's scope, null resets it to all. */
+  queues: string[] | null | undefined;
   ref: string | number | undefined;
 }
 
 /**
- * Checks a parsed message against the envelope: an object of known fields; `results` an array of at
- * most maxResults (each result is checked on its own later, as in `job_results`); `credits` a
- * non-negative integer that keeps the socket's outstanding credits within maxCredits; `withdraw` a
- * boolean, never with credits; `ref` a string or a safe integer. Throws a 400 HttpError naming the first problem.
+ * Checks a parsed message: its documented shape (each result is checked on its own later, as in
+ * `job_results`), then what the shape cannot say: at most maxResults results, credits that keep the
+ * socket's outstanding credits within maxCredits, and `withdraw` never with credits. The first problem
+ * is returned, naming the field.
  */
-export function checkEnvelope(value: unknown, outstanding: number, limits: EnvelopeLimits): ChannelEnvelope {
-  const obj = requireObject(value, CHANNEL_FIELDS, 'message');
+export function checkEnvelope(
+  value: unknown,
+  outstanding: number,
+  limits: EnvelopeLimits,
+  shape: RequestShape = CHANNEL_MESSAGE,
+): Checked<ChannelEnvelope> {
+  const problem = shape.check(value);
+  if (problem) return problem;
+  const obj = value as Partial<ChannelEnvelope>;
   const results = obj.results ?? [];
-  if (!Array.isArray(results) || results.length > limits.maxResults)
-    throw badRequest('invalid_body', `results must be an array of 0 to ${limits.maxResults} results`);
-  let credits = 0;
-  if (obj.credits !== undefined) {
-    const c = obj.credits;
-    if (typeof c !== 'number' || !Number.isInteger(c) || c < 0)
-      throw badRequest(
-        'invalid_credits',
-        `credits must be a non-negative integer, not ${typeof c === 'number' ? String(c) : describeType(c)}`,
-      );
-    if (outstanding + c > limits.maxCredits)
-      throw badRequest(
-        'invalid_credits',
-        `credits would exceed ${limits.maxCredits} outstanding (now ${outstanding}); send fewer`,
-      );
-    credits = c;
-  }
-  if (obj.withdraw !== undefined && typeof obj.withdraw !== 'boolean')
-    throw badRequest('invalid_body', `withdraw must be a boolean, not ${describeType(obj.withdraw)}`);
+  if (results.length > limits.maxResults)
+    return new Problem('invalid_body', `results must be an array of 0 to ${limits.maxResults} results`);
+  const credits = obj.credits ?? 0;
+  if (outstanding + credits > limits.maxCredits)
+    return new Problem(
+      'invalid_credits',
+      `credits would exceed ${limits.maxCredits} outstanding (now ${outstanding}); send fewer`,
+    );
   const withdraw = obj.withdraw === true;
   if (withdraw && credits > 0)
-    throw badRequest('invalid_credits', 'a message withdraws its credits or adds some, not both');
-  const ref = obj.ref;
-  if (
-    ref !== undefined &&
-    !(typeof ref === 'string' && ref.length <= MAX_REF_CHARS) &&
-    !(typeof ref === 'number' && Number.isSafeInteger(ref))
-  )
-    throw badRequest(
-      'invalid_body',
-      `ref must be a string of at most ${MAX_REF_CHARS} characters or an integer, not ${typeof ref === 'string' ? 'a longer string' : echo(ref)}`,
-    );
-  return { results, credits, withdraw, queues: obj.queues, ref: ref as string | number | undefined };
+    return new Problem('invalid_credits', 'a message withdraws its credits or adds some, not both');
+  return { results, credits, withdraw, queues: obj.queues, ref: obj.ref };
 }

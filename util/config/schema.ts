@@ -2,7 +2,7 @@
 // util/config/keys.ts. Callers import both from here: this module re-exports the list and its types.
 import { parseAllowList } from '../notify/addressPolicy.js';
 import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from '../notify/wakeBody.js';
-import { normaliseOrigin } from '../prerender/origin.js';
+import { normaliseOrigin } from './origin.js';
 import { wellFormed } from '../text.js';
 import { CONFIG_KEYS, DAY, MINUTE } from './keys.js';
 import type { ConfigKey, QueueKeeperConfig, RouteConfig } from './shape.js';

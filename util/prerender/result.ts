@@ -1,28 +1,14 @@
 // A prerender fleet's result (docs/prerender-fleet.md): the raw-bytes framing, its metadata as the fleet
 // writes it, and the outcome that decides what happens to the row. Pure: the page bytes are decoded by
-// util/prerender/page.ts, the lease and the row by services/results/service.ts.
-import { badRequest, echo } from '../http/errors.js';
-import { describeType } from '../http/input.js';
-import { utf8Text } from '../text.js';
+// util/prerender/page.ts, the lease and the row by services/results/service.ts. A malformed result is a
+// Problem naming the field (services/http/ answers it 400).
+import { Problem, type Checked } from '../problem.js';
+import { requestShape, type RequestShape } from '../requests/shape.js';
+import { describeType, echo, utf8Text } from '../text.js';
 import { knownReason, type Reason } from '../schedule/rowState.js';
 
 export type FleetOutcome = 'rendered' | 'redirected' | 'non-indexable' | 'error';
 export type PageEncoding = 'gzip' | 'br' | 'identity';
-const FLEET_OUTCOMES: readonly FleetOutcome[] = ['rendered', 'redirected', 'non-indexable', 'error'];
-
-/** The fields a fleet's metadata may carry; any other is a newer fleet's, ignored and counted. */
-const KNOWN_FIELDS: ReadonlySet<string> = new Set([
-  'id',
-  'url',
-  'statusCode',
-  'headers',
-  'renderTime',
-  'redirectedTo',
-  'isIndexable',
-  'outcome',
-  'reason',
-  'error',
-]);
 
 /**
  * The response headers a stored page keeps: what a crawler-facing server needs to answer as the origin
@@ -82,18 +68,18 @@ export interface FleetResult {
 
 /**
  * Splits a raw-bytes result: `x-metadata-size: n`, n bytes of UTF-8 JSON metadata, then the page. Both
- * result dialects share this framing; a malformed frame is a 400 naming the header or the part.
+ * result dialects share this framing; a malformed frame is a Problem naming the header or the part.
  */
 export function splitFrame(
   raw: Buffer,
   metadataSize: string | null | undefined,
-): { meta: unknown; page: Buffer } {
+): Checked<{ meta: unknown; page: Buffer }> {
   const n =
     metadataSize !== null && metadataSize !== undefined && /^\d{1,9}$/.test(metadataSize)
       ? Number(metadataSize)
       : NaN;
   if (!Number.isSafeInteger(n) || n < 2 || n > raw.length)
-    throw badRequest(
+    return new Problem(
       'invalid_body',
       `x-metadata-size must be the byte length of the JSON metadata at the start of the body (2 to ${raw.length})`,
     );
@@ -101,10 +87,10 @@ export function splitFrame(
   try {
     meta = JSON.parse(utf8Text(raw.subarray(0, n)) ?? '');
   } catch {
-    throw badRequest('invalid_json', 'the metadata part is not valid UTF-8 JSON');
+    return new Problem('invalid_json', 'the metadata part is not valid UTF-8 JSON');
   }
   if (typeof meta !== 'object' || meta === null || Array.isArray(meta))
-    throw badRequest('invalid_body', `the metadata must be a JSON object, not ${describeType(meta)}`);
+    return new Problem('invalid_body', `the metadata must be a JSON object, not ${describeType(meta)}`);
   return { meta, page: raw.subarray(n) };
 }
 
@@ -113,29 +99,32 @@ export function carriesToken(meta: unknown): boolean {
   return typeof meta === 'object' && meta !== null && 'leaseToken' in meta;
 }
 
-function optionalString(o: Record<string, unknown>, field: string): string | null {
-  const v = o[field];
-  if (v === undefined || v === null) return null;
-  if (typeof v !== 'string')
-    throw badRequest('invalid_body', `${field} must be a string, not ${describeType(v)}`);
-  return v;
-}
+/**
+ * A prerender fleet's metadata as docs/openapi.yaml describes it (FleetResultMetadata). It is open: a
+ * field the document does not name is a newer fleet's, ignored and counted.
+ */
+export const FLEET_METADATA: RequestShape = requestShape(
+  'reportResult$metadata$FleetResultMetadata',
+  'metadata',
+);
 
-function checkHeaders(v: unknown): { stored: Record<string, string> | null; encoding: PageEncoding } {
+/**
+ * The stored headers and the page's encoding: what the schema cannot say. `content-encoding` must name
+ * an encoding we decode; only the allow-listed headers with a storable value are kept.
+ */
+function readHeaders(
+  v: Record<string, string> | null | undefined,
+): Checked<{ stored: Record<string, string> | null; encoding: PageEncoding }> {
   if (v === undefined || v === null) return { stored: null, encoding: 'identity' };
-  if (typeof v !== 'object' || Array.isArray(v))
-    throw badRequest('invalid_body', `headers must be an object of strings, not ${describeType(v)}`);
   const stored: Record<string, string> = {};
   let encoding: PageEncoding = 'identity';
-  for (const [name, value] of Object.entries(v as Record<string, unknown>)) {
-    if (typeof value !== 'string')
-      throw badRequest('invalid_body', `headers[${echo(name)}] must be a string, not ${describeType(value)}`);
+  for (const [name, value] of Object.entries(v)) {
     const lower = name.toLowerCase();
     if (lower === 'content-encoding') {
       const e = value.trim().toLowerCase();
       if (e === 'gzip' || e === 'br' || e === 'identity' || e === '') encoding = e === '' ? 'identity' : e;
       else
-        throw badRequest(
+        return new Problem(
           'invalid_body',
           `headers["content-encoding"] must be gzip, br or absent, not ${echo(value)}`,
         );
@@ -144,19 +133,17 @@ function checkHeaders(v: unknown): { stored: Record<string, string> | null; enco
   return { stored: Object.keys(stored).length > 0 ? stored : null, encoding };
 }
 
-function checkError(v: unknown): FleetError | null {
-  if (v === undefined || v === null) return null;
-  if (typeof v !== 'object' || Array.isArray(v))
-    throw badRequest('invalid_body', `error must be {name, message, phase?}, not ${describeType(v)}`);
-  const e = v as Record<string, unknown>;
-  const field = (k: string) => {
-    const f = e[k];
-    if (f === undefined || f === null) return null;
-    if (typeof f !== 'string')
-      throw badRequest('invalid_body', `error.${k} must be a string, not ${describeType(f)}`);
-    return f;
-  };
-  return { name: field('name'), message: field('message'), phase: field('phase') };
+/** FleetResultMetadata's fields as the schema vouched for them. */
+interface FleetFields {
+  id: string;
+  statusCode?: number | null;
+  headers?: Record<string, string> | null;
+  renderTime?: number | null;
+  redirectedTo?: string | null;
+  isIndexable?: boolean | null;
+  outcome?: FleetOutcome | null;
+  reason?: string | null;
+  error?: { name?: string | null; message?: string | null; phase?: string | null } | null;
 }
 
 /**
@@ -174,47 +161,36 @@ export function impliedOutcome(
   return 'error';
 }
 
-/** Checks a fleet's metadata (no lease token) and its page; a fleet bug is a 400 naming the field. */
-export function checkFleetResult(meta: unknown, page: Buffer): FleetResult {
-  const o = meta as Record<string, unknown>;
-  if (typeof o.id !== 'string' || o.id.length === 0)
-    throw badRequest('invalid_body', `id must be the job id string, not ${describeType(o.id)}`);
-  optionalString(o, 'url');
-  const reason = knownReason(optionalString(o, 'reason'));
-  const redirectedTo = optionalString(o, 'redirectedTo');
-  const sc = o.statusCode;
-  if (
-    sc !== undefined &&
-    sc !== null &&
-    (typeof sc !== 'number' || !Number.isInteger(sc) || sc < 0 || sc > 999)
-  )
-    throw badRequest('invalid_body', 'statusCode must be an integer HTTP status');
-  const rt = o.renderTime;
-  if (rt !== undefined && rt !== null && (typeof rt !== 'number' || !Number.isFinite(rt) || rt < 0))
-    throw badRequest('invalid_body', 'renderTime must be a non-negative number of ms');
-  const ix = o.isIndexable;
-  if (ix !== undefined && ix !== null && typeof ix !== 'boolean')
-    throw badRequest('invalid_body', `isIndexable must be true or false, not ${describeType(ix)}`);
-  const out = o.outcome;
-  if (out !== undefined && out !== null && !(FLEET_OUTCOMES as readonly unknown[]).includes(out))
-    throw badRequest('invalid_body', `outcome must be one of ${FLEET_OUTCOMES.join(', ')}`);
-  const { stored, encoding } = checkHeaders(o.headers);
-  const error = checkError(o.error);
-  const outcome =
-    (out as FleetOutcome | null | undefined) ??
-    impliedOutcome(page.length > 0, redirectedTo, typeof ix === 'boolean' ? ix : null);
+/**
+ * Checks a fleet's metadata (no lease token) and its page: the documented shape, then the page's
+ * encoding; a fleet bug is a Problem naming the field. Fields the document does not name are ignored
+ * and listed (`ignored`).
+ */
+export function checkFleetResult(
+  meta: unknown,
+  page: Buffer,
+  shape: RequestShape = FLEET_METADATA,
+): Checked<FleetResult> {
+  const problem = shape.check(meta);
+  if (problem) return problem;
+  const o = meta as FleetFields;
+  const headers = readHeaders(o.headers);
+  if (headers instanceof Problem) return headers;
+  const e = o.error ?? null;
+  const redirectedTo = o.redirectedTo ?? null;
+  const outcome = o.outcome ?? impliedOutcome(page.length > 0, redirectedTo, o.isIndexable ?? null);
   return {
     id: o.id,
     outcome,
-    statusCode: typeof sc === 'number' ? sc : null,
-    renderTime: typeof rt === 'number' ? rt : null,
-    headers: stored,
-    encoding,
+    statusCode: o.statusCode ?? null,
+    renderTime: o.renderTime ?? null,
+    headers: headers.stored,
+    encoding: headers.encoding,
     page,
-    error,
+    error: e ? { name: e.name ?? null, message: e.message ?? null, phase: e.phase ?? null } : null,
     redirectedTo: redirectedTo === '' ? null : redirectedTo,
-    reason,
-    isIndexable: typeof ix === 'boolean' ? ix : null,
-    ignored: Object.keys(o).filter((k) => !KNOWN_FIELDS.has(k)),
+    reason: knownReason(o.reason),
+    isIndexable: o.isIndexable ?? null,
+    ignored: Object.keys(o).filter((k) => !FLEET_METADATA.fields.has(k)),
   };
 }

@@ -1,32 +1,30 @@
 // The checks a result passes before anything is written (docs/fleets.md, docs/prerender-fleet.md): the
-// token protocol's JSON result, and its raw-bytes framing (metadata, then the page). Pure: a result that
-// fails answers a 4xx naming the field, and nothing is written. services/results/service.ts applies what
-// passes.
-import { HttpError } from '../http/errors.js';
-import { describeType, requireObject } from '../http/input.js';
-import { utf8Text } from '../text.js';
+// token protocol's JSON result, and its raw-bytes framing (metadata, then the page). Pure: the result's
+// shape is the document's (docs/openapi.yaml, TokenResult), then the named checks the shape cannot say;
+// a result that fails is a Problem naming the field, and nothing is written. services/results/service.ts
+// applies what passes.
+import { Problem, isProblem, type Checked } from '../problem.js';
+import { isWellFormed, utf8Text } from '../text.js';
 import type { PRERENDER_RESULTS } from '../metrics/catalogue.js';
 import { splitFrame } from '../prerender/result.js';
+import { requestShape, type RequestShape } from '../requests/shape.js';
 import type { Outcome, RenderError } from '../schedule/rules.js';
-import { knownReason, REASONS, type Reason } from '../schedule/rowState.js';
 
-/** A redirect's destination is a URL: the target limit (1,900 bytes) with room for a longer one. */
-const MAX_REDIRECT_BYTES = 8192;
+/** Why a render came to its outcome, as a fleet reports it with the result (TokenResult's `reason`). */
+export type ResultReason =
+  | 'noindex'
+  | 'canonical-mismatch'
+  | 'canonical-variant'
+  | 'http-error'
+  | 'redirect-loop'
+  | 'redirect'
+  | 'error';
 
-const OUTCOMES: readonly Outcome[] = ['rendered', 'failed', 'redirected', 'non-indexable'];
-const RESULT_FIELDS: readonly string[] = [
-  'id',
-  'leaseToken',
-  'outcome',
-  'statusCode',
-  'renderTimeMs',
-  'contentType',
-  'body',
-  'error',
-  'redirectedTo',
-  'reason',
-  'isIndexable',
-];
+/** A redirect target is a URL a page could carry: the same byte limit as a target's URL. */
+export const MAX_REDIRECT_BYTES = 1900;
+
+/** A token-protocol result as docs/openapi.yaml describes it (TokenResult). */
+export const TOKEN_RESULT: RequestShape = requestShape('reportResult', 'result');
 
 export interface CheckedResult {
   id: string;
@@ -39,11 +37,11 @@ export interface CheckedResult {
   headers?: Record<string, string> | null;
   /** What went wrong, kept on the row as lastError when the outcome is a failure. */
   error?: RenderError | null;
-  /** Where a redirect landed (docs/feeding.md, render verdicts). */
+  /** Where the page redirected to: an absolute http(s) URL. Kept for the render's verdict. */
   redirectedTo?: string | null;
-  /** Why the page is not indexable, as the fleet reports it. */
-  reason?: Reason | null;
-  /** False when the landed page is not indexable. */
+  /** Why the render came to its outcome. Kept for the render's verdict. */
+  reason?: ResultReason | null;
+  /** Whether the rendered page may be indexed. Kept for the render's verdict. */
   isIndexable?: boolean | null;
   /** The render time the fleet reported (ms), counted in queue_keeper_render_seconds. */
   renderTimeMs?: number | null;
@@ -52,12 +50,8 @@ export interface CheckedResult {
 /** What a prerender fleet's result came to: the `x-result-status` of its 204 (docs/prerender-fleet.md). */
 export type FleetResultStatus = (typeof PRERENDER_RESULTS)[number];
 
-export function tooLarge(maxBodyBytes: number): HttpError {
-  return new HttpError(
-    413,
-    'payload_too_large',
-    `body is larger than render.maxBodyBytes (${maxBodyBytes} bytes)`,
-  );
+export function tooLarge(maxBodyBytes: number): Problem {
+  return new Problem('payload_too_large', `body is larger than render.maxBodyBytes (${maxBodyBytes} bytes)`);
 }
 
 /** The offset where the first ill-formed UTF-8 sequence starts (Unicode 15 table 3-7), for the error. */
@@ -95,34 +89,36 @@ function firstBadUtf8(b: Uint8Array): number {
  * A token-protocol result in the raw-bytes framing (docs/fleets.md): `x-metadata-size: n`, then n bytes
  * of the result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
  */
+/**
+ * A token-protocol result in the raw-bytes framing (docs/fleets.md): `x-metadata-size: n`, then n bytes
+ * of the result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
+ */
 export function checkFramedResult(
   raw: Buffer,
   metadataSize: string | null | undefined,
   maxBodyBytes: number,
-): CheckedResult {
-  return checkFramedParts(splitFrame(raw, metadataSize), maxBodyBytes);
+): Checked<CheckedResult> {
+  const frame = splitFrame(raw, metadataSize);
+  return isProblem(frame) ? frame : checkFramedParts(frame, maxBodyBytes);
 }
 
 export function checkFramedParts(
   { meta, page }: { meta: unknown; page: Buffer },
   maxBodyBytes: number,
-): CheckedResult {
+  shape: RequestShape = TOKEN_RESULT,
+): Checked<CheckedResult> {
   if (typeof meta === 'object' && meta !== null && 'body' in meta)
-    throw new HttpError(
-      400,
-      'invalid_body',
-      'the metadata must not carry body: the page follows it as raw bytes',
-    );
-  if (page.length > maxBodyBytes) throw tooLarge(maxBodyBytes);
-  const checked = checkResult(meta, maxBodyBytes);
+    return new Problem('invalid_body', 'the metadata must not carry body: the page follows it as raw bytes');
+  if (page.length > maxBodyBytes) return tooLarge(maxBodyBytes);
+  const checked = checkResult(meta, maxBodyBytes, shape);
+  if (isProblem(checked)) return checked;
   let body: string | null = null;
   if (page.length > 0 || checked.outcome === 'rendered') {
     // A page is stored as text: bytes that are not UTF-8 would silently become U+FFFD, so the page
     // would not be what the fleet rendered. Refused instead, naming where it goes wrong.
     body = utf8Text(page);
     if (body === null)
-      throw new HttpError(
-        400,
+      return new Problem(
         'invalid_body',
         `the page is not valid UTF-8 (first bad byte at offset ${firstBadUtf8(page)}); send it re-encoded as UTF-8`,
       );
@@ -130,88 +126,69 @@ export function checkFramedParts(
   return { ...checked, body };
 }
 
-const stringOrNull = (v: unknown): string | null => (typeof v === 'string' ? v : null);
+/** The shape of TokenResult, read as the schema has already vouched for it. */
+interface ResultFields {
+  id: string;
+  leaseToken: string | number;
+  outcome: Outcome;
+  statusCode?: number | null;
+  contentType?: string | null;
+  body?: string | null;
+  error?: { name?: string | null; message?: string | null } | null;
+  redirectedTo?: string | null;
+  reason?: ResultReason | null;
+  isIndexable?: boolean | null;
+  renderTimeMs?: number | null;
+}
 
-/** Validates one result; throws HttpError (400, or 413 for a body over `maxBodyBytes`). */
-export function checkResult(input: unknown, maxBodyBytes: number): CheckedResult {
-  const o = requireObject(input, RESULT_FIELDS, 'result');
-  if (typeof o.id !== 'string' || o.id.length === 0)
-    throw new HttpError(400, 'invalid_body', 'id must be the job id string');
-  // The token is opaque: any string is well-formed here, and so is a number (the contract's
-  // examples show one). One that is not a token we issued (ours are strings) is simply not the latest
-  // grant: 409 superseded, not a 400.
-  const token =
-    typeof o.leaseToken === 'number' && Number.isFinite(o.leaseToken) ? String(o.leaseToken) : o.leaseToken;
-  if (typeof token !== 'string' || token.length === 0 || token.length > 64)
-    throw new HttpError(
-      400,
+/**
+ * Checks one result: its documented shape, then what the shape cannot say (a page over `maxBodyBytes`
+ * is `payload_too_large`; `error` only with `failed`; `redirectedTo` within its bytes and parsing as an
+ * http(s) URL). Fields the document adds are accepted and left out of the checked result.
+ */
+export function checkResult(
+  input: unknown,
+  maxBodyBytes: number,
+  shape: RequestShape = TOKEN_RESULT,
+): Checked<CheckedResult> {
+  const problem = shape.check(input);
+  if (problem) return problem;
+  const o = input as ResultFields;
+  if (o.error !== undefined && o.error !== null && o.outcome !== 'failed')
+    return new Problem('invalid_body', 'error is only allowed with outcome "failed"');
+  const redirectedTo = o.redirectedTo ?? null;
+  if (redirectedTo !== null && !isHttpUrl(redirectedTo))
+    return new Problem(
       'invalid_body',
-      `leaseToken must be the token the claim returned, not ${describeType(o.leaseToken)}`,
+      `redirectedTo must be an absolute http(s) URL of at most ${MAX_REDIRECT_BYTES} bytes`,
     );
-  if (typeof o.outcome !== 'string' || !(OUTCOMES as readonly string[]).includes(o.outcome))
-    throw new HttpError(400, 'invalid_body', `outcome must be one of ${OUTCOMES.join(', ')}`);
-  if (
-    o.statusCode !== undefined &&
-    o.statusCode !== null &&
-    (typeof o.statusCode !== 'number' ||
-      !Number.isInteger(o.statusCode) ||
-      o.statusCode < 0 ||
-      o.statusCode > 999)
-  )
-    throw new HttpError(400, 'invalid_body', 'statusCode must be an integer HTTP status');
-  if (
-    o.renderTimeMs !== undefined &&
-    o.renderTimeMs !== null &&
-    (typeof o.renderTimeMs !== 'number' || !Number.isFinite(o.renderTimeMs) || o.renderTimeMs < 0)
-  )
-    throw new HttpError(400, 'invalid_body', 'renderTimeMs must be a non-negative number');
-  if (o.contentType !== undefined && o.contentType !== null && typeof o.contentType !== 'string')
-    throw new HttpError(400, 'invalid_body', 'contentType must be a string');
-  if (o.body !== undefined && o.body !== null && typeof o.body !== 'string')
-    throw new HttpError(400, 'invalid_body', 'body must be a string');
-  if (o.error !== undefined && o.error !== null) {
-    if (o.outcome !== 'failed')
-      throw new HttpError(400, 'invalid_body', 'error is only allowed with outcome "failed"');
-    const e = o.error as Record<string, unknown>;
-    if (
-      typeof e !== 'object' ||
-      Array.isArray(e) ||
-      Object.keys(e).some((k) => k !== 'name' && k !== 'message')
-    )
-      throw new HttpError(400, 'invalid_body', 'error must be {name, message}');
-    for (const k of ['name', 'message'] as const) {
-      if (e[k] !== undefined && e[k] !== null && typeof e[k] !== 'string')
-        throw new HttpError(400, 'invalid_body', `error.${k} must be a string, not ${describeType(e[k])}`);
-    }
-  }
-  if (
-    o.redirectedTo !== undefined &&
-    o.redirectedTo !== null &&
-    (typeof o.redirectedTo !== 'string' || Buffer.byteLength(o.redirectedTo, 'utf8') > MAX_REDIRECT_BYTES)
-  )
-    throw new HttpError(
-      400,
-      'invalid_body',
-      `redirectedTo must be a URL string of at most ${MAX_REDIRECT_BYTES} bytes`,
-    );
-  if (o.reason !== undefined && o.reason !== null && knownReason(o.reason) === null)
-    throw new HttpError(400, 'invalid_body', `reason must be one of ${REASONS.join(', ')}`);
-  if (o.isIndexable !== undefined && o.isIndexable !== null && typeof o.isIndexable !== 'boolean')
-    throw new HttpError(400, 'invalid_body', 'isIndexable must be a boolean');
-  const body = typeof o.body === 'string' ? o.body : null;
-  if (body !== null && Buffer.byteLength(body, 'utf8') > maxBodyBytes) throw tooLarge(maxBodyBytes);
-  const e = o.error as { name?: unknown; message?: unknown } | null | undefined;
+  const body = o.body ?? null;
+  if (body !== null && Buffer.byteLength(body, 'utf8') > maxBodyBytes) return tooLarge(maxBodyBytes);
+  const e = o.error ?? null;
   return {
-    error: e ? { name: stringOrNull(e.name), message: stringOrNull(e.message) } : null,
+    error: e ? { name: e.name ?? null, message: e.message ?? null } : null,
     id: o.id,
-    leaseToken: token,
-    outcome: o.outcome as Outcome,
-    statusCode: typeof o.statusCode === 'number' ? o.statusCode : null,
-    redirectedTo: typeof o.redirectedTo === 'string' ? o.redirectedTo : null,
-    reason: knownReason(o.reason),
-    isIndexable: typeof o.isIndexable === 'boolean' ? o.isIndexable : null,
-    contentType: typeof o.contentType === 'string' ? o.contentType : null,
+    // The token is opaque: a number (the contract's examples show one) is not a token we issued (ours
+    // are strings), so it is simply not the latest grant: 409 superseded, not a 400.
+    leaseToken: String(o.leaseToken),
+    outcome: o.outcome,
+    statusCode: o.statusCode ?? null,
+    contentType: o.contentType ?? null,
     body,
-    renderTimeMs: typeof o.renderTimeMs === 'number' ? o.renderTimeMs : null,
+    redirectedTo,
+    reason: o.reason ?? null,
+    isIndexable: o.isIndexable ?? null,
+    renderTimeMs: o.renderTimeMs ?? null,
   };
+}
+
+/** Well-formed, within its bytes, and an absolute http(s) URL once parsed. */
+function isHttpUrl(v: string): boolean {
+  if (!isWellFormed(v) || Buffer.byteLength(v, 'utf8') > MAX_REDIRECT_BYTES) return false;
+  try {
+    const u = new URL(v);
+    return u.protocol === 'http:' || u.protocol === 'https:';
+  } catch {
+    return false;
+  }
 }

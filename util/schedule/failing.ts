@@ -2,7 +2,7 @@
 // failed, worst first — most consecutive strikes, then the oldest start of the run, then the URL — in
 // pages of `limit` behind an opaque cursor. Pure: the entries come from the failing index the schedule
 // owner keeps beside the rows, so a page costs a walk of the failing rows only, never of the schedule.
-import { badRequest } from '../http/errors.js';
+import { Problem, type Checked } from '../problem.js';
 
 export interface FailingEntry {
   url: string;
@@ -32,7 +32,7 @@ export function encodeCursor(e: FailingEntry): string {
   return Buffer.from(JSON.stringify([e.strikes, e.failingSince, e.url])).toString('base64url');
 }
 
-function decodeCursor(cursor: string): FailingEntry {
+function decodeCursor(cursor: string): Checked<FailingEntry> {
   let v: unknown;
   try {
     v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
@@ -46,24 +46,25 @@ function decodeCursor(cursor: string): FailingEntry {
     typeof v[1] !== 'number' ||
     typeof v[2] !== 'string'
   )
-    throw badRequest('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
   return { strikes: v[0], failingSince: v[1], url: v[2] };
 }
 
-/** The query string's `limit`, `queue` and `cursor`; a 400 naming the parameter when one is malformed. */
-export function parseFailingQuery(q: URLSearchParams): FailingQuery {
+/** The query string's `limit`, `queue` and `cursor`; a Problem naming the parameter when one is malformed. */
+export function parseFailingQuery(q: URLSearchParams): Checked<FailingQuery> {
   const rawLimit = q.get('limit');
   let limit = DEFAULT_FAILING_LIMIT;
   if (rawLimit !== null) {
     limit = /^\d{1,4}$/.test(rawLimit) ? Number(rawLimit) : NaN;
     if (!(limit >= 1 && limit <= MAX_FAILING_LIMIT))
-      throw badRequest('invalid_limit', `limit must be an integer from 1 to ${MAX_FAILING_LIMIT}`);
+      return new Problem('invalid_limit', `limit must be an integer from 1 to ${MAX_FAILING_LIMIT}`);
   }
   const queue = q.get('queue');
   if (queue !== null && (queue.length === 0 || queue.length > MAX_QUEUE_CHARS))
-    throw badRequest('invalid_queue', `queue must be a queue name of 1 to ${MAX_QUEUE_CHARS} characters`);
+    return new Problem('invalid_queue', `queue must be a queue name of 1 to ${MAX_QUEUE_CHARS} characters`);
   const cursor = q.get('cursor');
-  return { limit, queue, after: cursor === null || cursor === '' ? null : decodeCursor(cursor) };
+  const after = cursor === null || cursor === '' ? null : decodeCursor(cursor);
+  return after instanceof Problem ? after : { limit, queue, after };
 }
 
 /**

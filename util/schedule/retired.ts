@@ -1,7 +1,7 @@
 // The retired list's order and pages (docs/operating.md "Retired rows"): rows a render verdict retired,
 // newest first, in pages of `limit` behind an opaque cursor. Pure: the entries come from the retired
 // table the schedule owner writes with each retirement, so a page costs a walk of that table only.
-import { badRequest } from '../http/errors.js';
+import { Problem, type Checked } from '../problem.js';
 import { orderedPage, parseFailingQuery } from './failing.js';
 import type { RetiredEntry } from './writes.js';
 
@@ -15,7 +15,7 @@ function encodeCursor(e: RetiredEntry): string {
   return Buffer.from(JSON.stringify([e.retiredAt, e.url])).toString('base64url');
 }
 
-function decodeCursor(cursor: string): Pick<RetiredEntry, 'retiredAt' | 'url'> {
+function decodeCursor(cursor: string): Checked<Pick<RetiredEntry, 'retiredAt' | 'url'>> {
   let v: unknown;
   try {
     v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
@@ -23,25 +23,29 @@ function decodeCursor(cursor: string): Pick<RetiredEntry, 'retiredAt' | 'url'> {
     v = null;
   }
   if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
-    throw badRequest('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
   return { retiredAt: v[0], url: v[1] };
 }
 
-/** One page of the retired list: entries still within the retention, newest first. */
+/** One page of the retired list: entries still within the retention, newest first; a Problem naming a bad parameter. */
 export function retiredPage(
   entries: () => Iterable<RetiredEntry>,
   q: URLSearchParams,
   live: (e: RetiredEntry) => boolean,
-): { rows: RetiredEntry[]; next: string | null } {
+): Checked<{ rows: RetiredEntry[]; next: string | null }> {
   // The same parameters as the failing list; its cursor is read here, the limit and queue there.
   const cursor = q.get('cursor');
   const rest = new URLSearchParams(q);
   rest.delete('cursor');
-  const { limit, queue } = parseFailingQuery(rest);
-  const after =
-    cursor === null || cursor === ''
-      ? null
-      : ({ ...decodeCursor(cursor), reason: 'redirect', queue: '', lastStatusCode: null } as RetiredEntry);
+  const query = parseFailingQuery(rest);
+  if (query instanceof Problem) return query;
+  const { limit, queue } = query;
+  let after: RetiredEntry | null = null;
+  if (cursor !== null && cursor !== '') {
+    const at = decodeCursor(cursor);
+    if (at instanceof Problem) return at;
+    after = { ...at, reason: 'redirect', queue: '', lastStatusCode: null };
+  }
   const { page, next } = orderedPage(
     entries,
     { limit, queue, after },

@@ -1,11 +1,13 @@
 // Operator endpoints of the foundation: config, revalidate, explain, the failing list, health, pause and resume.
 import { ConfigError, configWarnings, type QueueKeeperConfig } from '../../../util/config/schema.js';
-import { HttpError, badRequest } from '../../../util/http/errors.js';
+import { HttpError, badRequest } from '../../runtime/httpError.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
 import { retiredPage } from '../../../util/schedule/retired.js';
 import type { RetiredEntry } from '../../../util/schedule/writes.js';
-import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
+import { checkSingleUrl } from '../../../util/schedule/targetChecks.js';
+import { requestShape } from '../../../util/requests/shape.js';
+import { answerOf, orRefuse } from '../problems.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import { config, type RuntimeConfig } from '../../runtime/config.js';
@@ -21,6 +23,10 @@ import type { NodeControl, NodeStatus } from '../../status/control.js';
 /** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
 const MAX_IGNORED_HEADER_BYTES = 1024;
 const MAX_IGNORED_KEY_CHARS = 100;
+
+/** The pause bodies as docs/openapi.yaml describes them; a bad `scope` has its own code. */
+const PAUSE_BODY = requestShape('pause', 'body', { scope: 'invalid_scope' });
+const RESUME_BODY = requestShape('resume', 'body', { scope: 'invalid_scope' });
 
 /**
  * The `x-ignored-keys` header: each unknown key made well-formed, cut to 100 characters and
@@ -117,7 +123,9 @@ export function registerAdmin(
   });
 
   const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
-    const obj = requireObject(req.body ?? {}, ['scope']);
+    const problem = (paused ? PAUSE_BODY : RESUME_BODY).check(req.body ?? {});
+    if (problem) throw answerOf(problem);
+    const obj = (req.body ?? {}) as { scope: string };
     const scope = await control.checkScope(obj.scope);
     await control.setPause(scope, paused);
     // Published at once, not at the next status sync, when it concerns this node.
@@ -134,7 +142,7 @@ export function registerAdmin(
   // The rows that keep failing, worst first (docs/operating.md "Failing rows"): a walk of the failing
   // list, then one point read per row shown.
   router.route('GET', '/prerender_admin/failing', 'admin', async (req) => {
-    const query = parseFailingQuery(req.query);
+    const query = orRefuse(parseFailingQuery(req.query));
     const routes = config().render.routes;
     const { page: rows, next } = failingPage(
       failingEntries,
@@ -163,7 +171,7 @@ export function registerAdmin(
   router.route('GET', '/prerender_admin/retired', 'admin', async (req) => {
     const now = Date.now();
     const retention = config().render.retiredRetention;
-    return reply(retiredPage(retiredEntries, req.query, (e) => now - e.retiredAt < retention));
+    return reply(orRefuse(retiredPage(retiredEntries, req.query, (e) => now - e.retiredAt < retention)));
   });
 
   router.route(
@@ -171,7 +179,7 @@ export function registerAdmin(
     '/prerender_admin/explain',
     'admin',
     async (req) => {
-      const url = checkSingleUrl(req.body);
+      const url = orRefuse(checkSingleUrl(req.body));
       const now = Date.now();
       const row = readRow(url) ?? null;
       const extras = await explainExtras(keeper, leases, url, now);

@@ -8,18 +8,19 @@
 // token auth set `request.user`. So the checks run on that promise, before any message is read: no
 // user, 3000 (Harper's own close code for 401); no fleet role, another site's page, a revoked fleet,
 // 3003 (its 403). Each refusal sends one `{error, code}` frame first.
-import { HttpError } from '../../../util/http/errors.js';
+import { HttpError } from '../../runtime/httpError.js';
 import { checkEnvelope, type ChannelEnvelope } from '../../../util/channel/envelope.js';
 import { ChannelWaits, type EmptyClaim, type WaitView } from '../../../util/channel/wait.js';
 import type { DutyHandle, DutyScheduler } from '../../../util/duties/scheduler.js';
 import { nameHash } from '../../../util/leases/token.js';
 import { callerOf, type Caller } from '../../leases/caller.js';
 import type { ClaimService } from '../../leases/claims.js';
-import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
+import type { FleetScope } from '../../leases/fleetScope.js';
 import type { ResultService } from '../../results/service.js';
 import { config } from '../../runtime/config.js';
 import { log, server, type HarperUser } from '../../runtime/harper.js';
 import type { MetricName } from '../../metrics/values.js';
+import { orRefuse } from '../problems.js';
 import { crossSiteProblem, parseJsonBody } from '../requestChecks.js';
 import { authorize, reply, type Router } from '../router.js';
 import { MAX_BATCH, reportBatch } from './queue.js';
@@ -165,11 +166,13 @@ class ChannelSession {
     let queues: string[] | null | undefined;
     try {
       if (isBinary) throw new HttpError(400, 'invalid_body', 'the channel takes JSON text messages only');
-      env = checkEnvelope(parseJsonBody(raw), this.credits, {
-        maxResults: MAX_BATCH,
-        maxCredits: config().queue.maxLeases,
-      });
-      queues = env.queues === null ? null : parseQueues(env.queues);
+      env = orRefuse(
+        checkEnvelope(parseJsonBody(raw), this.credits, {
+          maxResults: MAX_BATCH,
+          maxCredits: config().queue.maxLeases,
+        }),
+      );
+      queues = env.queues;
       // As on HTTP: a revoked fleet reports nothing, a queue outside the fleet's scope is refused.
       if (queues) await this.hub.deps.scope.claimScope(this.user.username, queues);
       if (env.results.length > 0) await this.hub.deps.scope.checkReporter(this.user.username);

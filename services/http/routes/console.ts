@@ -4,7 +4,7 @@
 // costs the server what those cost — never a per-row read, whatever the size of the table.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { HttpError } from '../../../util/http/errors.js';
+import { HttpError } from '../../runtime/httpError.js';
 import { componentDir } from '../../runtime/config.js';
 import { type ApiResponse, type Router } from '../router.js';
 

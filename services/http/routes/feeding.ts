@@ -1,6 +1,7 @@
 // Feeding endpoints (docs/fleets.md): targets, delete, discover.
-import { checkUrlList } from '../../../util/http/input.js';
+import { TARGET_SHAPES, checkUrlList } from '../../../util/schedule/targetChecks.js';
 import type { Filing } from '../filing.js';
+import { orRefuse } from '../problems.js';
 import { reply, type Router } from '../router.js';
 
 // targets, discover and delete bodies are at most 16 MiB. 10,000 targets of 1,900-byte URLs with
@@ -38,7 +39,7 @@ export function registerFeeding(router: Router, { filing, discoverUrls, isRetire
     '/render_queue/discover',
     'discover',
     async (req) => {
-      const { urls, rejected } = checkUrlList(req.body);
+      const { urls, rejected } = orRefuse(checkUrlList(req.body, undefined, TARGET_SHAPES.discover));
       const now = Date.now();
       // A URL a render verdict retired is refused while its retired entry lasts: discovery must not undo
       // a verdict. A feeder (the authority) may file it again through /render_queue/targets.

@@ -1,9 +1,10 @@
 // Operator endpoints for fleets and notify hooks. Bodies are closed: an unknown field
 // is a 400. A hook secret leaves the server only in the answers of create and rotate.
 import { redactUrl, validateHookUrl, type HookUrlPolicy } from '../../../util/notify/addressPolicy.js';
-import { HttpError, badRequest, echo } from '../../../util/http/errors.js';
-import { describeType, requireObject } from '../../../util/http/input.js';
-import { isWellFormed } from '../../../util/text.js';
+import { HttpError, badRequest } from '../../runtime/httpError.js';
+import { requestShape } from '../../../util/requests/shape.js';
+import { answerOf } from '../problems.js';
+import { describeType, echo, isWellFormed } from '../../../util/text.js';
 import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
 import { config } from '../../runtime/config.js';
 import {
@@ -30,6 +31,20 @@ const MAX_NAME_CHARS = 200;
 /** Ids are UUIDs; anything much longer cannot name a row (and would exceed the store's key limit). */
 const MAX_ID_CHARS = 200;
 const MAX_QUEUES = 100;
+
+/** The fleet and hook bodies as docs/openapi.yaml describes them; each field has its own code. */
+const FLEET_BODY = requestShape('createFleet', 'body', {
+  name: 'invalid_name',
+  queues: 'invalid_queues',
+  username: 'invalid_username',
+});
+const HOOK_BODY = requestShape('createHook', 'body', {
+  fleetId: 'invalid_fleetId',
+  url: 'invalid_url',
+  queues: 'invalid_queues',
+});
+/** rotate, enable and disable take no body, or an empty object. */
+const EMPTY_BODY = requestShape('rotateHookSecret', 'body');
 
 function fleetView(f: FleetRecord) {
   return {
@@ -144,7 +159,9 @@ export function registerNotify(
 ): void {
   const requireKey = () => requireKeyOf(sealKey);
   router.route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
-    const body = requireObject(req.body, ['name', 'queues', 'username']);
+    const problem = FLEET_BODY.check(req.body);
+    if (problem) throw answerOf(problem);
+    const body = req.body as { name: string; queues?: string[] | null; username?: string | null };
     const name = checkFleetName(body.name);
     const queues = checkQueues(body.queues);
     const username =
@@ -168,14 +185,9 @@ export function registerNotify(
 
   router.route('POST', '/prerender_admin/hooks', 'admin', async (req) => {
     const key = requireKey();
-    const body = requireObject(req.body, ['fleetId', 'url', 'queues']);
-    if (typeof body.fleetId !== 'string' || body.fleetId === '')
-      throw badRequest(
-        'invalid_fleetId',
-        `fleetId must be a fleet id string, not ${describeType(body.fleetId)}`,
-      );
-    if (typeof body.url !== 'string')
-      throw badRequest('invalid_url', `url must be a string, not ${describeType(body.url)}`);
+    const problem = HOOK_BODY.check(req.body);
+    if (problem) throw answerOf(problem);
+    const body = req.body as { fleetId: string; url: string; queues?: string[] | null };
     const queues = checkQueues(body.queues);
     const fleet = body.fleetId.length <= MAX_ID_CHARS ? await getFleet(body.fleetId) : undefined;
     if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(body.fleetId)}`);
@@ -232,7 +244,10 @@ export function registerNotify(
     const action = req.params[1];
     if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
       throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
-    if (req.body !== undefined) requireObject(req.body, []);
+    if (req.body !== undefined) {
+      const problem = EMPTY_BODY.check(req.body);
+      if (problem) throw answerOf(problem);
+    }
     const hook = await existingHook(req);
     if (action === 'rotate') {
       const r = await rotateHook(hook.id, key, Date.now());

@@ -1,18 +1,19 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
-import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
 import type { KeeperSignal } from '../../../util/sharedMemory/keeperSignal.js';
 import type { ReadySet } from '../../../util/sharedMemory/readySet.js';
 import type { StateDoc } from '../../../util/sharedMemory/stateDoc.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import type { RequestEndpoint } from '../../../util/metrics/catalogue.js';
-import { requireObject } from '../../../util/http/input.js';
-import { wellFormed } from '../../../util/text.js';
+import { isProblem } from '../../../util/problem.js';
+import { requestShape } from '../../../util/requests/shape.js';
+import { MAX_ECHO_CHARS, wellFormed } from '../../../util/text.js';
+import { answerOf, orRefuse } from '../problems.js';
 import { callerOf, type Caller } from '../../leases/caller.js';
 import type { ClaimService } from '../../leases/claims.js';
 import { retryableOnFault, type ResultService } from '../../results/service.js';
 import type { CheckedResult } from '../../../util/results/check.js';
 import { config } from '../../runtime/config.js';
-import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
+import type { FleetScope } from '../../leases/fleetScope.js';
 import { log, type HarperUser } from '../../runtime/harper.js';
 import { reply, type Router } from '../router.js';
 import type { NodeServing } from '../../keeper/servingView.js';
@@ -32,9 +33,23 @@ function echoId(id: unknown): string | null {
   return typeof id === 'string' ? wellFormed(id.slice(0, MAX_ECHO_CHARS)) : null;
 }
 
-/** The body's `queues` field, when the body is an object (its shape is checked by parseClaimLimit). */
-function queuesOf(body: unknown): unknown {
-  return typeof body === 'object' && body !== null ? (body as { queues?: unknown }).queues : undefined;
+/** The claim bodies as docs/openapi.yaml describes them; a bad `limit` or `queues` has its own code. */
+const FLEET_CODES = { limit: 'invalid_limit', queues: 'invalid_queues' } as const;
+const CLAIM_BODY = requestShape('claim', 'body', FLEET_CODES);
+const NEXT_BODY = requestShape('reportAndClaim', 'body', FLEET_CODES);
+const RESULTS_BODY = requestShape('reportResults', 'body');
+
+/** A claim body once its shape is checked: an absent body claims the default from every queue. */
+interface ClaimFields {
+  limit?: number;
+  queues?: string[] | null;
+  results?: unknown[];
+}
+
+function claimFields(shape: typeof CLAIM_BODY, body: unknown): ClaimFields {
+  const problem = shape.check(body ?? {});
+  if (problem) throw answerOf(problem);
+  return (body ?? {}) as ClaimFields;
 }
 
 function resultBodyLimit(): number {
@@ -73,12 +88,10 @@ interface OverviewDoc {
 export async function reportBatch(results: ResultService, list: unknown[], caller: Caller) {
   const slots: Array<{ checked?: CheckedResult; invalid?: { id: string | null; error: string } }> = list.map(
     (r: unknown) => {
-      try {
-        return { checked: results.check(r) };
-      } catch (e) {
-        const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
-        return { invalid: { id: echoId(id), error: e instanceof HttpError ? e.message : 'invalid result' } };
-      }
+      const checked = results.check(r);
+      if (!isProblem(checked)) return { checked };
+      const id = typeof r === 'object' && r !== null ? (r as { id?: unknown }).id : undefined;
+      return { invalid: { id: echoId(id), error: checked.message } };
     },
   );
   const valid = slots.filter((s) => s.checked).map((s) => s.checked!);
@@ -141,8 +154,9 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
   };
   const isPaused = () => control.isPaused();
   timedRoute(router, 'claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
-    const limit = claims.parseLimit(req.body);
-    const scope = await fleetScope.claimScope(req.user?.username, parseQueues(queuesOf(req.body)));
+    const body = claimFields(CLAIM_BODY, req.body);
+    const limit = claims.limitOf(body.limit);
+    const scope = await fleetScope.claimScope(req.user?.username, body.queues ?? undefined);
     const r = await claims.claimOrWait(limit, callerOf(req.user, req.headers.get('x-worker-id')), scope);
     return reply(r.jobs, 200, { 'x-queue-status': r.status });
   });
@@ -156,7 +170,7 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
     async (req) => {
       const workerId = req.headers.get('x-worker-id');
       if (req.rawBody) {
-        const framed = results.checkFramed(req.rawBody, req.headers.get('x-metadata-size'));
+        const framed = orRefuse(results.checkFramed(req.rawBody, req.headers.get('x-metadata-size')));
         if (framed.kind === 'fleet') {
           // A prerender fleet counts only a 204 as delivered and drops the render for good on anything
           // but 429/502/503/504 (docs/prerender-fleet.md): every well-formed result gets a 204 saying
@@ -173,7 +187,7 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
         }
         return answerTokenResult(results, framed.result, req.user, workerId, fleetScope);
       }
-      return answerTokenResult(results, results.check(req.body), req.user, workerId, fleetScope);
+      return answerTokenResult(results, orRefuse(results.check(req.body)), req.user, workerId, fleetScope);
     },
     { maxBodyBytes: resultBodyLimit, octetStream: true },
   );
@@ -185,9 +199,9 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
     '/render_queue/job_results',
     'fleet',
     async (req) => {
-      const obj = requireObject(req.body, ['results']);
-      if (!Array.isArray(obj.results) || obj.results.length < 1 || obj.results.length > MAX_BATCH)
-        throw badRequest('invalid_body', `results must be an array of 1 to ${MAX_BATCH} results`);
+      const problem = RESULTS_BODY.check(req.body);
+      if (problem) throw answerOf(problem);
+      const obj = req.body as { results: unknown[] };
       await fleetScope.checkReporter(req.user?.username);
       return reply({
         results: await reportBatch(results, obj.results, callerOf(req.user, req.headers.get('x-worker-id'))),
@@ -204,12 +218,10 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
     '/render_queue/next',
     'fleet',
     async (req) => {
-      const obj = requireObject(req.body ?? {}, ['results', 'limit', 'queues']);
+      const obj = claimFields(NEXT_BODY, req.body);
       const list = obj.results ?? [];
-      if (!Array.isArray(list) || list.length > MAX_BATCH)
-        throw badRequest('invalid_body', `results must be an array of 0 to ${MAX_BATCH} results`);
-      const limit = claims.parseLimit({ limit: obj.limit });
-      const scope = await fleetScope.claimScope(req.user?.username, parseQueues(obj.queues));
+      const limit = claims.limitOf(obj.limit);
+      const scope = await fleetScope.claimScope(req.user?.username, obj.queues ?? undefined);
       const caller = callerOf(req.user, req.headers.get('x-worker-id'));
       const answered = list.length > 0 ? await reportBatch(results, list, caller) : [];
       const r = await claims.claimOrWait(limit, caller, scope);

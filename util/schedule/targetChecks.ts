@@ -1,9 +1,13 @@
-// Request-body checks for the feeding and admin endpoints. Envelope problems throw an HttpError
-// (nothing is written); per-item problems become `{index, error}` rejections and the rest lands.
+// The feeding and admin endpoints' bodies: a target list, a URL list, one URL. Each body's shape is the
+// document's (docs/openapi.yaml); what a shape cannot say follows as named checks (a URL's bytes and
+// parse, a due time against now, a cadence within the configured bounds). An envelope problem is a
+// Problem and nothing is written; a per-item problem becomes an `{index, error}` rejection and the rest
+// lands.
 import { CONFIG_KEYS } from '../config/schema.js';
-import { HttpError, badRequest, echo } from './errors.js';
+import { Problem, type Checked } from '../problem.js';
+import { requestShape, type RequestShape } from '../requests/shape.js';
 import { isWellFormed } from '../text.js';
-import type { TargetInput } from '../schedule/rules.js';
+import type { TargetInput } from './rules.js';
 
 export const MAX_URL_BYTES = 1900;
 const MAX_TARGETS_PER_CALL = 10_000;
@@ -24,27 +28,20 @@ export interface Rejection {
   error: string;
 }
 
-export function describeType(v: unknown): string {
-  if (v === null) return 'null';
-  if (v === undefined) return 'missing';
-  if (Array.isArray(v)) return 'an array';
-  return typeof v === 'object' ? 'an object' : `a ${typeof v}`;
-}
-
-/** Requires a plain object body whose fields are all known. */
-export function requireObject(
-  body: unknown,
-  allowed: readonly string[],
-  what = 'body',
-): Record<string, unknown> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw badRequest('invalid_body', `the ${what} must be a JSON object, not ${describeType(body)}`);
-  const obj = body as Record<string, unknown>;
-  for (const k of Object.keys(obj)) {
-    if (!allowed.includes(k)) throw badRequest('unknown_field', `unknown field ${echo(k)} in the ${what}`);
-  }
-  return obj;
-}
+/** The document's request shapes these checks start from; a new documented field is accepted by them. */
+export const TARGET_SHAPES = {
+  /** POST /render_queue/targets: the envelope (each target is checked on its own). */
+  targets: requestShape('fileTargets', 'body'),
+  target: requestShape('fileTargets$targets', 'target'),
+  /** DELETE /render_queue/targets. */
+  urls: requestShape('deleteTargets', 'body'),
+  /** POST /render_queue/discover. */
+  discover: requestShape('discoverUrls', 'body'),
+  /** POST /prerender_admin/explain. */
+  url: requestShape('explain', 'body', { url: 'invalid_url' }),
+  /** POST /prerender_admin/revalidate. */
+  revalidate: requestShape('revalidate', 'body', { url: 'invalid_url' }),
+};
 
 // C0, DEL and C1 controls and every Unicode space. None is a URL character, and a C1 control in a key
 // reads as text in one tool and as a terminal escape in another.
@@ -75,39 +72,35 @@ export function urlProblem(url: unknown): string | null {
   return null;
 }
 
-const TARGET_FIELDS = ['url', 'cadenceMs', 'fromSitemap', 'dueAt', 'changed'] as const;
+/** A target as the schema vouched for it. */
+interface TargetFields {
+  url: string;
+  cadenceMs?: number | null;
+  fromSitemap?: boolean | null;
+  dueAt?: number | null;
+  changed?: boolean | null;
+}
 
-function targetProblem(t: unknown, now: number): string | TargetInput {
-  if (typeof t !== 'object' || t === null || Array.isArray(t))
-    return `target must be an object, not ${describeType(t)}`;
-  const o = t as Record<string, unknown>;
-  for (const k of Object.keys(o))
-    if (!(TARGET_FIELDS as readonly string[]).includes(k)) return `unknown field ${echo(k)}`;
+function checkTarget(t: unknown, now: number, shape: RequestShape): string | TargetInput {
+  const problem = shape.check(t);
+  if (problem) return problem.message;
+  const o = t as TargetFields;
   const up = urlProblem(o.url);
   if (up) return up;
-  const out: TargetInput = { url: o.url as string };
+  const out: TargetInput = { url: o.url };
   if (o.cadenceMs !== undefined && o.cadenceMs !== null) {
-    if (typeof o.cadenceMs !== 'number' || !Number.isSafeInteger(o.cadenceMs))
-      return 'cadenceMs must be an integer (ms)';
+    if (!Number.isSafeInteger(o.cadenceMs)) return 'cadenceMs must be an integer (ms)';
     if (o.cadenceMs < MIN_CADENCE_MS || o.cadenceMs > MAX_CADENCE_MS)
       return `cadenceMs must be between ${MIN_CADENCE_MS} and ${MAX_CADENCE_MS}`;
     out.cadenceMs = o.cadenceMs;
   }
-  if (o.fromSitemap !== undefined && o.fromSitemap !== null) {
-    if (typeof o.fromSitemap !== 'boolean') return 'fromSitemap must be a boolean';
-    out.fromSitemap = o.fromSitemap;
-  }
+  if (o.fromSitemap !== undefined && o.fromSitemap !== null) out.fromSitemap = o.fromSitemap;
   if (o.dueAt !== undefined && o.dueAt !== null) {
-    if (typeof o.dueAt !== 'number' || !Number.isFinite(o.dueAt))
-      return 'dueAt must be a finite epoch time in ms';
     if (o.dueAt < MIN_DUE_AT || o.dueAt > now + MAX_DUE_AHEAD_MS)
       return `dueAt must be an epoch time in ms from 2000-01-01 (${MIN_DUE_AT}) to ten years from now`;
     out.dueAt = o.dueAt;
   }
-  if (o.changed !== undefined && o.changed !== null) {
-    if (typeof o.changed !== 'boolean') return 'changed must be a boolean';
-    out.changed = o.changed;
-  }
+  if (o.changed !== undefined && o.changed !== null) out.changed = o.changed;
   return out;
 }
 
@@ -117,21 +110,24 @@ export interface CheckedTargets {
 }
 
 /** `now` bounds `dueAt` (at most ten years ahead). */
-export function checkTargetsBody(body: unknown, now: number): CheckedTargets {
-  const obj = requireObject(body, ['targets']);
-  const list = obj.targets;
-  if (!Array.isArray(list)) throw badRequest('invalid_body', 'targets must be an array');
-  if (list.length > MAX_TARGETS_PER_CALL)
-    throw new HttpError(
-      413,
-      'too_many_targets',
-      `at most ${MAX_TARGETS_PER_CALL} targets per call, got ${list.length}`,
-    );
+export function checkTargetsBody(
+  body: unknown,
+  now: number,
+  shapes: Pick<typeof TARGET_SHAPES, 'targets' | 'target'> = TARGET_SHAPES,
+): Checked<CheckedTargets> {
+  if (Array.isArray((body as { targets?: unknown } | null)?.targets)) {
+    const n = (body as { targets: unknown[] }).targets.length;
+    // Counted before the shape, which says the same: a larger batch is its own code (413).
+    if (n > MAX_TARGETS_PER_CALL)
+      return new Problem('too_many_targets', `at most ${MAX_TARGETS_PER_CALL} targets per call, got ${n}`);
+  }
+  const problem = shapes.targets.check(body);
+  if (problem) return problem;
   const accepted: CheckedTargets['accepted'] = [];
   const rejected: Rejection[] = [];
   // Within one batch the last entry for a URL wins, as if they were filed one after another.
-  list.forEach((t, index) => {
-    const r = targetProblem(t, now);
+  (body as { targets: unknown[] }).targets.forEach((t, index) => {
+    const r = checkTarget(t, now, shapes.target);
     if (typeof r === 'string') rejected.push({ index, error: r });
     else accepted.push({ index, target: r });
   });
@@ -141,14 +137,16 @@ export function checkTargetsBody(body: unknown, now: number): CheckedTargets {
 export function checkUrlList(
   body: unknown,
   max = MAX_TARGETS_PER_CALL,
-): { urls: Array<{ index: number; url: string }>; rejected: Rejection[] } {
-  const obj = requireObject(body, ['urls']);
-  if (!Array.isArray(obj.urls)) throw badRequest('invalid_body', 'urls must be an array of URLs');
-  if (obj.urls.length > max)
-    throw new HttpError(413, 'too_many_urls', `at most ${max} urls per call, got ${obj.urls.length}`);
+  shape: RequestShape = TARGET_SHAPES.urls,
+): Checked<{ urls: Array<{ index: number; url: string }>; rejected: Rejection[] }> {
+  const list = (body as { urls?: unknown } | null)?.urls;
+  if (Array.isArray(list) && list.length > max)
+    return new Problem('too_many_urls', `at most ${max} urls per call, got ${list.length}`);
+  const problem = shape.check(body);
+  if (problem) return problem;
   const urls: Array<{ index: number; url: string }> = [];
   const rejected: Rejection[] = [];
-  obj.urls.forEach((u: unknown, index) => {
+  (list as unknown[]).forEach((u: unknown, index) => {
     const p = urlProblem(u);
     if (p) rejected.push({ index, error: p });
     else urls.push({ index, url: u as string });
@@ -156,9 +154,10 @@ export function checkUrlList(
   return { urls, rejected };
 }
 
-export function checkSingleUrl(body: unknown): string {
-  const obj = requireObject(body, ['url']);
-  const p = urlProblem(obj.url);
-  if (p) throw badRequest('invalid_url', p);
-  return obj.url as string;
+export function checkSingleUrl(body: unknown, shape: RequestShape = TARGET_SHAPES.url): Checked<string> {
+  const problem = shape.check(body);
+  if (problem) return problem;
+  const url = (body as { url: string }).url;
+  const p = urlProblem(url);
+  return p ? new Problem('invalid_url', p) : url;
 }
