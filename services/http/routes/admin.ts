@@ -6,7 +6,7 @@ import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util
 import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
-import { config, type RuntimeConfig } from '../../runtime/config.js';
+import type { RuntimeConfig } from '../../runtime/config.js';
 import { reply, type Router } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
@@ -79,7 +79,9 @@ export function registerAdmin(
     reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
   );
 
-  router.route('GET', '/prerender_admin/config', 'admin', async () => reply(configAnswer(config())));
+  router.route('GET', '/prerender_admin/config', 'admin', async () =>
+    reply(configAnswer(settings.current())),
+  );
 
   router.route('POST', '/prerender_admin/config', 'admin', async (req) => {
     if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
@@ -122,7 +124,7 @@ export function registerAdmin(
   // list, then one point read per row shown.
   router.route('GET', '/prerender_admin/failing', 'admin', async (req) => {
     const query = parseFailingQuery(req.query);
-    const routes = config().render.routes;
+    const routes = settings.current().render.routes;
     const { page: rows, next } = failingPage(
       failingEntries,
       query,
@@ -154,7 +156,7 @@ export function registerAdmin(
       const now = Date.now();
       const row = readRow(url) ?? null;
       const extras = await explainExtras(keeper, leases, url, now);
-      return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
+      return reply({ url, queue: queueOf(url, settings.current().render.routes), row, ...extras });
     },
     { observerRead: true },
   );

@@ -5,7 +5,6 @@ import { HttpError, badRequest, echo } from '../../../util/http/errors.js';
 import { describeType, requireObject } from '../../../util/http/input.js';
 import { isWellFormed } from '../../../util/text.js';
 import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
-import { config } from '../../runtime/config.js';
 import {
   CeilingExceeded,
   FleetNotActive,
@@ -136,11 +135,13 @@ export interface NotifyRouteDeps {
   fleetsChanged: () => void;
   /** The hook address policy as configured now (services/notify/delivery.ts). */
   hookPolicy: () => HookUrlPolicy;
+  /** notify.maxHooksPerFleet as configured now. */
+  maxHooksPerFleet: () => number;
 }
 
 export function registerNotify(
   router: Router,
-  { sealKey, fleetsChanged, hookPolicy }: NotifyRouteDeps,
+  { sealKey, fleetsChanged, hookPolicy, maxHooksPerFleet }: NotifyRouteDeps,
 ): void {
   const requireKey = () => requireKeyOf(sealKey);
   router.route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
@@ -196,7 +197,7 @@ export function registerNotify(
       });
     // The phrase names a class ("resolves to a private address"), never the address or the query.
     if (!verdict.ok) throw badRequest('invalid_url', `url ${verdict.phrase}`);
-    const ceiling = config().notify.maxHooksPerFleet;
+    const ceiling = maxHooksPerFleet();
     try {
       const { hook, secret } = await createHook(
         { fleetId: fleet.id, url: verdict.url.href, queues },

@@ -11,7 +11,7 @@ import { callerOf, type Caller } from '../../leases/caller.js';
 import type { ClaimService } from '../../leases/claims.js';
 import { retryableOnFault, type ResultService } from '../../results/service.js';
 import type { CheckedResult } from '../../../util/results/check.js';
-import { config } from '../../runtime/config.js';
+import type { QueueKeeperConfig } from '../../../util/config/schema.js';
 import { parseQueues, type FleetScope } from '../../leases/fleetScope.js';
 import { log, type HarperUser } from '../../runtime/harper.js';
 import { reply, type Router } from '../router.js';
@@ -37,13 +37,15 @@ function queuesOf(body: unknown): unknown {
   return typeof body === 'object' && body !== null ? (body as { queues?: unknown }).queues : undefined;
 }
 
-function resultBodyLimit(): number {
+function resultBodyLimit(render: QueueKeeperConfig['render']): number {
   // a page of render.maxBodyBytes plus 64 KiB for the envelope and its JSON escapes; a page that
   // escapes to more uses the raw-bytes framing. Checked before buffering (services/http/router.ts).
-  return config().render.maxBodyBytes + (64 << 10);
+  return render.maxBodyBytes + (64 << 10);
 }
 
 export interface QueueRouteDeps {
+  /** The effective config's `render` section: the body limits of the result endpoints. */
+  render: () => QueueKeeperConfig['render'];
   claims: ClaimService;
   results: ResultService;
   scope: FleetScope;
@@ -175,7 +177,7 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
       }
       return answerTokenResult(results, results.check(req.body), req.user, workerId, fleetScope);
     },
-    { maxBodyBytes: resultBodyLimit, octetStream: true },
+    { maxBodyBytes: () => resultBodyLimit(deps.render()), octetStream: true },
   );
 
   timedRoute(
@@ -193,7 +195,7 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
         results: await reportBatch(results, obj.results, callerOf(req.user, req.headers.get('x-worker-id'))),
       });
     },
-    { maxBodyBytes: () => config().render.maxBatchBytes },
+    { maxBodyBytes: () => deps.render().maxBatchBytes },
   );
 
   // Report and claim in one round trip: exactly job_results, then claim, sharing their code.
@@ -215,7 +217,7 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
       const r = await claims.claimOrWait(limit, caller, scope);
       return reply({ results: answered, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
     },
-    { maxBodyBytes: () => config().render.maxBatchBytes },
+    { maxBodyBytes: () => deps.render().maxBatchBytes },
   );
 
   router.route('GET', '/prerender_admin/overview', 'admin', async () => {
