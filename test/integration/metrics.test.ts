@@ -109,7 +109,7 @@ test('the live scrape passes the promtool rules, ends with a line feed and decla
   if (promtool.error) {
     const note = `promtool check metrics DID NOT RUN (${(promtool.error as NodeJS.ErrnoException).code ?? promtool.error.message}): only test/promLint.ts checked the scrape`;
     t.diagnostic(note);
-    console.log(`# NOTE: ${note}`);
+    console.log(`NOTE: ${note}`);
     return;
   }
   assert.equal(promtool.stdout + promtool.stderr, '', 'promtool check metrics');
