@@ -7,7 +7,7 @@ import { checkSingleUrl, requireObject } from '../../../util/http/input.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import type { RuntimeConfig } from '../../runtime/config.js';
-import { reply, type Router } from '../router.js';
+import { type ApiRequest, type ApiResponse, reply, type Router, type RouteEntry } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
 import { nodeName } from '../../cluster/nodeName.js';
@@ -71,93 +71,119 @@ function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: 
   return warnings.length > 0 ? { ...cfg, warnings } : cfg;
 }
 
-export function registerAdmin(
-  router: Router,
-  { keeper, control, settings, readRow, revalidate, failingEntries, leases, nodeStatus }: AdminDeps,
-): void {
-  router.route('GET', '/prerender_admin/health', 'admin', async () =>
-    reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
-  );
+/** `GET /prerender_admin/health`: this worker serves; how many of the node's workers have loaded. */
+async function health(): Promise<ApiResponse> {
+  return reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null });
+}
 
-  router.route('GET', '/prerender_admin/config', 'admin', async () =>
-    reply(configAnswer(settings.current())),
-  );
+/** `GET /prerender_admin/config`: the effective configuration. */
+async function readConfig(deps: AdminDeps): Promise<ApiResponse> {
+  return reply(configAnswer(deps.settings.current()));
+}
 
-  router.route('POST', '/prerender_admin/config', 'admin', async (req) => {
-    if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
-      throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
-    try {
-      const r = await settings.update(req.body);
-      // Built only from bounded ASCII, so nothing here can throw after the row was committed.
-      const headers: Record<string, string> = {};
-      if (r.ignoredCount > 0) {
-        headers['x-ignored-keys'] = ignoredKeysHeader(r.ignored);
-        headers['x-ignored-count'] = String(r.ignoredCount);
-      }
-      if (r.restartRequired.length) headers['x-restart-required'] = r.restartRequired.join(',');
-      return reply(configAnswer(r.config), 200, headers);
-    } catch (e) {
-      if (e instanceof ConfigError) throw new HttpError(400, 'invalid_config', e.message, { key: e.key });
-      throw e;
+/** `POST /prerender_admin/config`: a partial update, stored and applied on every worker. */
+async function updateConfig(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
+    throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
+  try {
+    const r = await deps.settings.update(req.body);
+    // Built only from bounded ASCII, so nothing here can throw after the row was committed.
+    const headers: Record<string, string> = {};
+    if (r.ignoredCount > 0) {
+      headers['x-ignored-keys'] = ignoredKeysHeader(r.ignored);
+      headers['x-ignored-count'] = String(r.ignoredCount);
     }
-  });
+    if (r.restartRequired.length) headers['x-restart-required'] = r.restartRequired.join(',');
+    return reply(configAnswer(r.config), 200, headers);
+  } catch (e) {
+    if (e instanceof ConfigError) throw new HttpError(400, 'invalid_config', e.message, { key: e.key });
+    throw e;
+  }
+}
 
-  const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
-    const obj = requireObject(req.body ?? {}, ['scope']);
-    const scope = await control.checkScope(obj.scope);
-    await control.setPause(scope, paused);
-    // Published at once, not at the next status sync, when it concerns this node.
-    if (scope === 'all' || scope === nodeName()) await control.publishStatus(nodeStatus(Date.now()));
-    return reply({ scope, paused });
-  };
-  router.route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
-  router.route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
+/** Pause or resume a scope; published at once, not at the next status sync, when it concerns this node. */
+async function setPause(deps: AdminDeps, req: ApiRequest, paused: boolean): Promise<ApiResponse> {
+  const { control } = deps;
+  const obj = requireObject(req.body ?? {}, ['scope']);
+  const scope = await control.checkScope(obj.scope);
+  await control.setPause(scope, paused);
+  if (scope === 'all' || scope === nodeName()) await control.publishStatus(deps.nodeStatus(Date.now()));
+  return reply({ scope, paused });
+}
 
-  router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) => {
-    const url = checkSingleUrl(req.body);
-    const row = await revalidate(url, Date.now());
-    if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
-    return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
-  });
+/** `POST /prerender_admin/pause`. */
+async function pause(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  return setPause(deps, req, true);
+}
 
-  // The rows that keep failing, worst first (docs/operating.md "Failing rows"): a walk of the failing
-  // list, then one point read per row shown.
-  router.route('GET', '/prerender_admin/failing', 'admin', async (req) => {
-    const query = parseFailingQuery(req.query);
-    const routes = settings.current().render.routes;
-    const { page: rows, next } = failingPage(
-      failingEntries,
-      query,
-      (url) => queueOf(url, routes),
-      (e) => {
-        // An entry whose row no longer fails (deleted, or healed by a write the list missed) is passed over.
-        const row = readRow(e.url);
-        if (!row || row.strikes === 0) return undefined;
-        return {
-          url: e.url,
-          queue: queueOf(e.url, routes),
-          strikes: row.strikes,
-          lastStatusCode: row.lastStatusCode,
-          lastError: row.lastError,
-          failingSince: row.failingSince,
-          nextRenderTime: row.nextRenderTime,
-        };
-      },
-    );
-    return reply({ rows, next });
-  });
+/** `POST /prerender_admin/resume`. */
+async function resume(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  return setPause(deps, req, false);
+}
 
-  router.route(
-    'POST',
-    '/prerender_admin/explain',
-    'admin',
-    async (req) => {
-      const url = checkSingleUrl(req.body);
-      const now = Date.now();
-      const row = readRow(url) ?? null;
-      const extras = await explainExtras(keeper, leases, url, now);
-      return reply({ url, queue: queueOf(url, settings.current().render.routes), row, ...extras });
+/** `POST /prerender_admin/revalidate`: the row due now and urgent; 404 without a row. */
+async function revalidate(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  const url = checkSingleUrl(req.body);
+  const row = await deps.revalidate(url, Date.now());
+  if (!row) throw new HttpError(404, 'not_found', 'no row for that url');
+  return reply({ url, nextRenderTime: row.nextRenderTime, urgentAt: row.urgentAt });
+}
+
+/**
+ * `GET /prerender_admin/failing`: the rows that keep failing, worst first (docs/operating.md "Failing
+ * rows"): a walk of the failing list, then one point read per row shown.
+ */
+async function failing(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  const query = parseFailingQuery(req.query);
+  const routes = deps.settings.current().render.routes;
+  const { page: rows, next } = failingPage(
+    deps.failingEntries,
+    query,
+    (url) => queueOf(url, routes),
+    (e) => {
+      // An entry whose row no longer fails (deleted, or healed by a write the list missed) is passed over.
+      const row = deps.readRow(e.url);
+      if (!row || row.strikes === 0) return undefined;
+      return {
+        url: e.url,
+        queue: queueOf(e.url, routes),
+        strikes: row.strikes,
+        lastStatusCode: row.lastStatusCode,
+        lastError: row.lastError,
+        failingSince: row.failingSince,
+        nextRenderTime: row.nextRenderTime,
+      };
     },
-    { observerRead: true },
   );
+  return reply({ rows, next });
+}
+
+/** `POST /prerender_admin/explain`: why a URL is or is not being handed out. */
+async function explain(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  const url = checkSingleUrl(req.body);
+  const now = Date.now();
+  const row = deps.readRow(url) ?? null;
+  const extras = await explainExtras(deps.keeper, deps.leases, url, now);
+  return reply({ url, queue: queueOf(url, deps.settings.current().render.routes), row, ...extras });
+}
+
+const ADMIN_ROUTES: readonly RouteEntry<AdminDeps>[] = [
+  { method: 'GET', path: '/prerender_admin/health', caller: 'admin', handler: health },
+  { method: 'GET', path: '/prerender_admin/config', caller: 'admin', handler: readConfig },
+  { method: 'POST', path: '/prerender_admin/config', caller: 'admin', handler: updateConfig },
+  { method: 'POST', path: '/prerender_admin/pause', caller: 'admin', handler: pause },
+  { method: 'POST', path: '/prerender_admin/resume', caller: 'admin', handler: resume },
+  { method: 'POST', path: '/prerender_admin/revalidate', caller: 'admin', handler: revalidate },
+  { method: 'GET', path: '/prerender_admin/failing', caller: 'admin', handler: failing },
+  {
+    method: 'POST',
+    path: '/prerender_admin/explain',
+    caller: 'admin',
+    handler: explain,
+    options: () => ({ observerRead: true }),
+  },
+];
+
+export function registerAdmin(router: Router, deps: AdminDeps): void {
+  router.register(ADMIN_ROUTES, deps);
 }

@@ -21,7 +21,7 @@ import type { QueueKeeperConfig } from '../../../util/config/schema.js';
 import { log, server, type HarperUser } from '../../runtime/harper.js';
 import type { MetricName } from '../../metrics/values.js';
 import { crossSiteProblem, parseJsonBody } from '../requestChecks.js';
-import { authorize, reply, type Router } from '../router.js';
+import { type ApiResponse, authorize, reply, type Router, type RouteEntry } from '../router.js';
 import { MAX_BATCH, reportBatch } from './queue.js';
 
 export const CHANNEL_PATH = '/render_queue/channel';
@@ -337,15 +337,22 @@ export class ChannelHub {
  * Serves the channel on this worker. A plain GET of the path (no upgrade) is answered 426 naming the
  * protocol, after the router's usual 401/403.
  */
+/** `GET /render_queue/channel` without an upgrade: 426, naming the protocol. */
+async function upgradeRequired(): Promise<ApiResponse> {
+  return reply(
+    { error: 'this path is a WebSocket: send an Upgrade: websocket request', code: 'upgrade_required' },
+    426,
+    { upgrade: 'websocket' },
+  );
+}
+
+const CHANNEL_ROUTES: readonly RouteEntry<ChannelDeps>[] = [
+  { method: 'GET', path: CHANNEL_PATH, caller: 'fleet', handler: upgradeRequired },
+];
+
 export function registerChannel(router: Router, deps: ChannelDeps): ChannelHub {
   const hub = new ChannelHub(deps);
-  router.route('GET', CHANNEL_PATH, 'fleet', async () =>
-    reply(
-      { error: 'this path is a WebSocket: send an Upgrade: websocket request', code: 'upgrade_required' },
-      426,
-      { upgrade: 'websocket' },
-    ),
-  );
+  router.register(CHANNEL_ROUTES, deps);
   const ws = deps.ws ?? harperWs();
   ws(
     (socket, request, chainDone, next) => {
