@@ -17,7 +17,7 @@ import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, RuntimeConfig } from './services/runtime/config.js';
 import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { HealthFigures } from './services/metrics/healthFigures.js';
-import { processWideMetrics } from './services/metrics/values.js';
+import { nodeMetrics } from './services/metrics/values.js';
 import { Router } from './services/http/router.js';
 import { KeeperLeadership, type KeeperSeat } from './services/keeper/leadership.js';
 import { KeeperService, type ScheduleSource } from './services/keeper/service.js';
@@ -73,7 +73,7 @@ import {
   walkScheduleHeld,
   walkScheduleRaw,
 } from './services/schedule/rawRecords.js';
-import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
+import { SharedBuffers } from './services/runtime/sharedBuffers.js';
 import { SharedStructures } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
@@ -95,6 +95,9 @@ const sleep = (ms: number) =>
 // The config race test holds every config update open between its read and its write, so two updates
 // overlap for certain; the environment asks for that hold (read once, here) and nothing else can.
 const configHoldMs = parseConfigUpdateHold(process.env[CONFIG_UPDATE_HOLD_ENV]);
+// This thread's handles on the node's shared buffers: every shared structure is laid over one of them.
+const buffers = new SharedBuffers();
+const sharedBuffer = (key: string, bytes: number) => buffers.get(key, bytes);
 const settings = new RuntimeConfig({
   scheduler: duties,
   holdInsideUpdate: configHoldMs > 0 ? () => sleep(configHoldMs) : undefined,
@@ -112,7 +115,7 @@ const publishInterval = () => config().queue.keeper.publishInterval;
 const stateInterval = () => config().queue.keeper.stateInterval;
 const tickInterval = () => config().maintenance.tickInterval;
 // The node's shared-memory structures (this thread's views), sized from the config at first use.
-const shared = new SharedStructures(() => config().queue);
+const shared = new SharedStructures(() => config().queue, buffers);
 const readySet = () => shared.readySet();
 const keeperSignal = () => shared.keeperSignal();
 const stateDoc = <T>() => shared.stateDoc<T>();
@@ -136,7 +139,7 @@ const control = new NodeControl({
   advertisedHost: () => advertisedHost(config().render.callbackOrigin),
 });
 
-const metrics = processWideMetrics;
+const metrics = nodeMetrics(buffers);
 const count = metrics.count.bind(metrics);
 const now = () => Date.now();
 /** The pause between a sliced pass's slices: one turn of the event loop. */
@@ -344,6 +347,7 @@ registerAdmin(router, {
   failingEntries,
   leases: leaseTable,
   nodeStatus: (at) => serving.status(at),
+  workersReady: () => buffers.workersReady(),
 });
 registerQueue(router, {
   render: () => config().render,
@@ -409,7 +413,7 @@ async function start(): Promise<void> {
       .then(() => leadership.start())
       .catch((e: unknown) => log.error('queue keeper failed to start', e));
   }
-  registerWorker();
+  buffers.registerWorker();
 }
 
 start().catch((e: unknown) => log.error('queue-keeper failed to start', e));

@@ -11,7 +11,7 @@ import { RELEASE_ROOM_SLOTS } from '../../util/leases/slots.js';
 import { MIN_KEY_BYTES_PER_SLOT, ReadySet } from '../../util/sharedMemory/readySet.js';
 import { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 import { log } from './harper.js';
-import { sharedBuffer } from './sharedBuffers.js';
+import type { SharedBuffers } from './sharedBuffers.js';
 
 // Room for ~100-byte URLs at full capacity, with headroom; a generation ends where keys stop fitting.
 const KEY_BYTES_PER_ENTRY = 192;
@@ -25,14 +25,20 @@ export class SharedStructures {
   private state?: StateDoc<unknown>;
   private leases?: LeaseTable;
 
-  /** `queue` reads the effective config's `queue` section (capacity and maxLeases at first use). */
-  constructor(private readonly queue: () => QueueKeeperConfig['queue']) {}
+  /**
+   * `queue` reads the effective config's `queue` section (capacity and maxLeases at first use); `buffers`
+   * hands out the process-wide memory every structure is laid over.
+   */
+  constructor(
+    private readonly queue: () => QueueKeeperConfig['queue'],
+    private readonly buffers: Pick<SharedBuffers, 'get'>,
+  ) {}
 
   readySet(): ReadySet {
     if (this.ready) return this.ready;
     const capacity = this.queue().ready.capacity;
     const keyBytes = Math.max(MIN_KEY_BYTES_PER_SLOT, capacity * KEY_BYTES_PER_ENTRY);
-    const sb = sharedBuffer('ready-set', ReadySet.byteLength(capacity, keyBytes));
+    const sb = this.buffers.get('ready-set', ReadySet.byteLength(capacity, keyBytes));
     const stored = ReadySet.storedLayout(sb.buffer);
     if (stored && (stored.capacity !== capacity || stored.keyBytesPerSlot !== keyBytes)) {
       log.error(
@@ -48,22 +54,22 @@ export class SharedStructures {
 
   /** The claim side: asks worker 0 to publish now because the set ran dry (rate-limited through the signal). */
   pokeKeeper(now: number): void {
-    if (this.keeperSignal().requestPublish(now)) keeperSignalBuffer().notify();
+    if (this.keeperSignal().requestPublish(now)) this.keeperSignalBuffer().notify();
   }
 
   /** The keeper side: runs `fn` on this thread whenever a claim on any worker pokes; answers the undo. */
   onKeeperPoke(fn: () => void): () => void {
-    return keeperSignalBuffer().listen(fn);
+    return this.keeperSignalBuffer().listen(fn);
   }
 
   keeperSignal(): KeeperSignal {
-    this.signal ??= new KeeperSignal(keeperSignalBuffer().buffer);
+    this.signal ??= new KeeperSignal(this.keeperSignalBuffer().buffer);
     return this.signal;
   }
 
   stateDoc<T>(): StateDoc<T> {
     this.state ??= new StateDoc(
-      sharedBuffer('state-doc', StateDoc.byteLength(STATE_DOC_BYTES)).buffer,
+      this.buffers.get('state-doc', StateDoc.byteLength(STATE_DOC_BYTES)).buffer,
       STATE_DOC_BYTES,
     );
     return this.state as StateDoc<T>;
@@ -74,7 +80,7 @@ export class SharedStructures {
     const maxLeases = this.queue().maxLeases;
     // Room for the release graces of a fast drain besides the live leases (RELEASE_ROOM_SLOTS).
     const leases = new LeaseTable(
-      sharedBuffer('lease-table', LeaseTable.byteLength(maxLeases, RELEASE_ROOM_SLOTS)).buffer,
+      this.buffers.get('lease-table', LeaseTable.byteLength(maxLeases, RELEASE_ROOM_SLOTS)).buffer,
       maxLeases,
       { minSlots: RELEASE_ROOM_SLOTS },
     );
@@ -86,8 +92,8 @@ export class SharedStructures {
       );
     return leases;
   }
-}
 
-function keeperSignalBuffer() {
-  return sharedBuffer('keeper-signal', KeeperSignal.byteLength());
+  private keeperSignalBuffer() {
+    return this.buffers.get('keeper-signal', KeeperSignal.byteLength());
+  }
 }

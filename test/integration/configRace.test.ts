@@ -12,16 +12,30 @@ import { startHarper, type HarperInstance } from '../harness.js';
 import { until } from '../wait.js';
 
 let h: HarperInstance;
+const HOLD_MS = 300;
 
 before(
   async () => {
-    h = await startHarper({ env: { [CONFIG_UPDATE_HOLD_ENV]: '300' } });
+    h = await startHarper({ env: { [CONFIG_UPDATE_HOLD_ENV]: String(HOLD_MS) } });
   },
   { timeout: 180_000 },
 );
 
 after(async () => {
   await h?.destroy();
+});
+
+test('the hold the environment asks for reaches every update: the overlap below is forced', async () => {
+  // Without it the pairs below could run one after the other and pass without the lock. The quickest of
+  // three updates in a row, so a slow first request after boot cannot pass for the hold.
+  const took: number[] = [];
+  for (const after of [6000, 6100, 6200]) {
+    const t0 = performance.now();
+    const r = await h.fetch('/prerender_admin/config', { body: { stall: { after } }, fresh: true });
+    took.push(performance.now() - t0);
+    assert.equal(r.status, 200, r.text);
+  }
+  assert.ok(Math.min(...took) >= HOLD_MS, `updates answered in ${took.map(Math.round).join(', ')} ms`);
 });
 
 test('two overlapping config updates on different keys, through two workers, both land', async () => {

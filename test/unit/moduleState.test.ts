@@ -19,10 +19,6 @@ import { sourceFiles } from '../sourceFiles.js';
 
 /** `file name` → why this module-level value may live there. */
 const PROCESS_WIDE: Record<string, string> = {
-  'services/runtime/sharedBuffers.ts store':
-    'process-wide shared buffers: the NodeLocal store they come from',
-  'services/runtime/sharedBuffers.ts obtained': "process-wide shared buffers: this thread's handle on each",
-  'services/metrics/values.ts processWideMetrics': 'the metric cells every worker adds into (shared buffers)',
   'services/schedule/rawRecords.ts processWideClaimReader':
     "this thread's decode plans per shared struct for the claim's fields; no rows",
   'services/schedule/rawRecords.ts processWideRowReader':

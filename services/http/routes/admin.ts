@@ -12,7 +12,6 @@ import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import type { ScheduleRow } from '../../../util/schedule/rules.js';
-import { workersReady } from '../../runtime/sharedBuffers.js';
 import type { NodeControl, NodeStatus } from '../../status/control.js';
 
 /** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
@@ -63,6 +62,8 @@ export interface AdminDeps {
   leases: () => Pick<LeaseTable, 'lookup'>;
   /** This node's status at an instant (services/keeper/servingView.ts). */
   nodeStatus: (now: number) => NodeStatus;
+  /** How many of the node's workers have loaded the component (services/runtime/sharedBuffers.ts). */
+  workersReady: () => number;
 }
 
 /** The effective config, with `warnings` naming settings that are valid but likely to surprise. */
@@ -72,8 +73,8 @@ function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: 
 }
 
 /** `GET /prerender_admin/health`: this worker serves; how many of the node's workers have loaded. */
-async function health(): Promise<ApiResponse> {
-  return reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null });
+async function health(deps: AdminDeps): Promise<ApiResponse> {
+  return reply({ ok: true, workersReady: deps.workersReady(), workerCount: server.workerCount ?? null });
 }
 
 /** `GET /prerender_admin/config`: the effective configuration. */
