@@ -6,6 +6,7 @@
 // receives what it uses from here.
 import { DutyScheduler, realTimer } from './util/duties/scheduler.js';
 import { WarnedOnce } from './util/config/warnedOnce.js';
+import { CONFIG_UPDATE_HOLD_ENV, parseConfigUpdateHold } from './util/config/updateHold.js';
 import { registerAdmin } from './services/http/routes/admin.js';
 import { registerChannel } from './services/http/routes/channel.js';
 import { registerConsole } from './services/http/routes/console.js';
@@ -14,10 +15,10 @@ import { registerNotify } from './services/http/routes/notify.js';
 import { registerProbes } from './services/http/routes/probes.js';
 import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
-import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
+import { componentDir, RuntimeConfig } from './services/runtime/config.js';
 import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { HealthFigures } from './services/metrics/healthFigures.js';
-import { processWideMetrics } from './services/metrics/values.js';
+import { nodeMetrics } from './services/metrics/values.js';
 import { Router } from './services/http/router.js';
 import { Filing } from './services/http/filing.js';
 import { KeeperLeadership, type KeeperSeat } from './services/keeper/leadership.js';
@@ -26,7 +27,12 @@ import { NodeServing } from './services/keeper/servingView.js';
 import { startMaintenance } from './util/duties/maintenance.js';
 import { readiness } from './util/keeper/readiness.js';
 import { harperConnections } from './services/cluster/connections.js';
-import { CALLBACK_ORIGIN_ENV, callbackOrigin, environmentOrigin } from './services/cluster/nodeName.js';
+import {
+  advertisedHost,
+  CALLBACK_ORIGIN_ENV,
+  callbackOrigin,
+  environmentOrigin,
+} from './services/cluster/nodeName.js';
 import { harperMembership, harperPeers } from './services/cluster/membership.js';
 import { ReplicaRepair } from './services/cluster/repair.js';
 import { repairWindowMs } from './util/cluster/repair.js';
@@ -73,15 +79,8 @@ import {
   walkScheduleHeld,
   walkScheduleRaw,
 } from './services/schedule/rawRecords.js';
-import { registerWorker, sharedBuffer } from './services/runtime/sharedBuffers.js';
-import {
-  keeperSignal,
-  leaseTable,
-  onKeeperPoke,
-  pokeKeeper,
-  readySet,
-  stateDoc,
-} from './services/runtime/sharedStructures.js';
+import { SharedBuffers } from './services/runtime/sharedBuffers.js';
+import { SharedStructures } from './services/runtime/sharedStructures.js';
 import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummaries.js';
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
@@ -99,20 +98,37 @@ const sleep = (ms: number) =>
     realTimer.set(r, ms);
   });
 
+// The config race test holds every config update open between its read and its write, so two updates
+// overlap for certain; the environment asks for that hold (read once, here) and nothing else can.
+const configHoldMs = parseConfigUpdateHold(process.env[CONFIG_UPDATE_HOLD_ENV]);
+// This thread's handles on the node's shared buffers: every shared structure is laid over one of them.
+const buffers = new SharedBuffers();
+const sharedBuffer = (key: string, bytes: number) => buffers.get(key, bytes);
 const settings = new RuntimeConfig({
   scheduler: duties,
-  sleep,
+  holdInsideUpdate: configHoldMs > 0 ? () => sleep(configHoldMs) : undefined,
   // A view over the node's shared buffer (obtained once per thread), so an unknown key logs once per node.
   firstWarning: (text) =>
     new WarnedOnce(sharedBuffer('config-warnings', WarnedOnce.byteLength()).buffer).first(text),
 });
-installProcessWideConfig(settings);
 settings.onChange((_next, _prev, changed) => duties.configChanged(changed));
+// This worker's effective configuration: every service and route module that reads a setting gets this
+// getter (or a narrower one), never a module-level read.
+const config = () => settings.current();
 // The intervals the duties pace by, read here and handed to each service that paces by them: getters,
 // as a config change applies at runtime (the scheduler re-arms what waits on them).
 const publishInterval = () => config().queue.keeper.publishInterval;
 const stateInterval = () => config().queue.keeper.stateInterval;
 const tickInterval = () => config().maintenance.tickInterval;
+// The node's shared-memory structures (this thread's views), sized from the config at first use.
+const shared = new SharedStructures(() => config().queue, buffers);
+const readySet = () => shared.readySet();
+const keeperSignal = () => shared.keeperSignal();
+const stateDoc = <T>() => shared.stateDoc<T>();
+const leaseTable = () => shared.leaseTable();
+const pokeKeeper = (at: number) => shared.pokeKeeper(at);
+/** Where prerender fleets reach this node (services/cluster/nodeName.ts). */
+const nodeOrigin = () => callbackOrigin(config().render.callbackOrigin);
 // The cluster: Harper's replication peers, and (started on worker 0 only) the heartbeat membership.
 const peers = harperPeers();
 const membership = harperMembership({
@@ -123,9 +139,13 @@ const membership = harperMembership({
   handoff: (at, newView) => leadership.handoffFor(at, newView),
   publishInterval,
 });
-const control = new NodeControl({ scheduler: duties, peerNames: () => peers.names() });
+const control = new NodeControl({
+  scheduler: duties,
+  peerNames: () => peers.names(),
+  advertisedHost: () => advertisedHost(config().render.callbackOrigin),
+});
 
-const metrics = processWideMetrics;
+const metrics = nodeMetrics(buffers);
 const count = metrics.count.bind(metrics);
 const now = () => Date.now();
 /** The pause between a sliced pass's slices: one turn of the event loop. */
@@ -240,7 +260,7 @@ const leadership = new KeeperLeadership({
   keeper: buildKeeper,
   onRequeued: (queue, at) => notify.onRequeued(queue, at),
   // A claim on any worker that finds the set used up pokes worker 0 through the keeper signal.
-  onPoke: onKeeperPoke,
+  onPoke: (fn) => shared.onKeeperPoke(fn),
   sleep,
   signal: keeperSignal,
   leases: leaseTable,
@@ -282,7 +302,7 @@ const claims = new ClaimService({
   nodeStatus: (at) => serving.status(at),
   pokeKeeper,
   config,
-  jobTarget: () => ({ callbackOrigin: callbackOrigin(), deviceType: config().render.deviceType }),
+  jobTarget: () => ({ callbackOrigin: nodeOrigin(), deviceType: config().render.deviceType }),
   count,
   log,
 });
@@ -356,8 +376,10 @@ registerAdmin(router, {
   retiredEntries,
   leases: leaseTable,
   nodeStatus: (at) => serving.status(at),
+  workersReady: () => buffers.workersReady(),
 });
 registerQueue(router, {
+  render: () => config().render,
   claims,
   results,
   scope: fleetScope,
@@ -370,11 +392,20 @@ registerQueue(router, {
   signal: keeperSignal,
   state: stateDoc,
 });
-registerChannel(router, { claims, results, scope: fleetScope, scheduler: duties, ready: readySet, count });
+registerChannel(router, {
+  claims,
+  results,
+  scope: fleetScope,
+  scheduler: duties,
+  ready: readySet,
+  count,
+  config,
+});
 registerNotify(router, {
   sealKey,
   fleetsChanged: () => fleetScope.fleetsChanged(),
   hookPolicy: () => hookPolicy(config()),
+  maxHooksPerFleet: () => config().notify.maxHooksPerFleet,
 });
 registerStall(router, { readLedger });
 registerConsole(router);
@@ -414,7 +445,7 @@ async function start(): Promise<void> {
     const envOrigin = process.env[CALLBACK_ORIGIN_ENV];
     if (envOrigin !== undefined && envOrigin !== '' && environmentOrigin() === null)
       log.error(
-        `${CALLBACK_ORIGIN_ENV} is not an origin (scheme://host[:port]); prerender fleets are sent to ${callbackOrigin()} instead`,
+        `${CALLBACK_ORIGIN_ENV} is not an origin (scheme://host[:port]); prerender fleets are sent to ${nodeOrigin()} instead`,
       );
     if (groupCommitWaitText !== '' && groupCommitWaitMs === null)
       log.error(
@@ -443,7 +474,7 @@ async function start(): Promise<void> {
       .then(() => leadership.start())
       .catch((e: unknown) => log.error('queue keeper failed to start', e));
   }
-  registerWorker();
+  buffers.registerWorker();
 }
 
 start().catch((e: unknown) => log.error('queue-keeper failed to start', e));

@@ -46,12 +46,5 @@ export async function fileTargets(
   return answer;
 }
 
-/** A job as `claim`, `/next` and the channel grant it (docs/fleets.md). */
-export interface ClaimedJob {
-  id: string;
-  url: string;
-  queue: string;
-  isFromSitemap: boolean;
-  expiresAt: number;
-  leaseToken: string;
-}
+/** A job as `claim`, `/next` and the channel grant it (docs/fleets.md): the fleet client's wire type. */
+export type { Job } from '../client/src/types.js';

@@ -3,11 +3,11 @@
 // the wire format directly (undici's WebSocket), so a test of the server does not go through the fleet
 // client's channel module.
 import { WebSocket } from 'undici';
-import type { ClaimedJob } from './api.js';
+import type { Job } from './api.js';
 import type { Credentials } from './harness.js';
 
 /** A job as the channel pushes it: the same shape `claim` answers. */
-export type ChannelJob = ClaimedJob;
+export type ChannelJob = Job;
 
 export interface ChannelFrame {
   type?: 'ready' | 'ack' | 'jobs' | 'status';

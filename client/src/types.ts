@@ -1,7 +1,8 @@
 // The wire shapes of the fleet API (claim and report) as the client sees them, and the renderer's
-// contract.
+// contract. `Job` is the one declaration of a granted job: the server (services/leases/claims.ts) and
+// the integration tests (test/api.ts) import this type, so the three cannot drift apart.
 
-/** One job under an exclusive lease, as `/render_queue/next` hands it out. */
+/** One job under an exclusive lease, as `claim`, `/render_queue/next` and the channel hand it out. */
 export interface Job {
   /** The row key (the URL as filed). */
   id: string;
@@ -11,15 +12,15 @@ export interface Job {
   isFromSitemap: boolean;
   /** When the lease ends, epoch ms on the server's clock; the client corrects for skew. */
   expiresAt: number;
-  /** Opaque: sent back with the result, never interpreted. */
+  /** Opaque to a fleet: sent back with the result, never interpreted. */
   leaseToken: string;
   /**
-   * The origin (`scheme://host[:port]`) of the node that granted the lease: the result goes there. A
-   * server that does not send it gets the result at the configured URL.
+   * The origin (`scheme://host[:port]`) of the node that granted the lease: the result goes there. The
+   * client checks the value it receives and falls back to the configured URL when it is not usable.
    */
-  callbackOrigin?: string;
-  /** The device profile to render with (e.g. `desktop`); a renderer may ignore it. */
-  deviceType?: string;
+  callbackOrigin: string;
+  /** The device profile to render with (render.deviceType, e.g. `desktop`); a renderer may ignore it. */
+  deviceType: string;
 }
 
 export type Outcome = 'rendered' | 'failed' | 'redirected' | 'non-indexable';

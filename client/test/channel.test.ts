@@ -12,7 +12,8 @@ import { ack, FakeChannelServer } from './fakeChannelServer.js';
 
 const noJobs = { onJobs: () => {} };
 
-function job(id: string): Job {
+/** A job granted by the node at `origin` (the channel's own server, so its result goes over the socket). */
+function job(id: string, origin: string): Job {
   return {
     id,
     url: id,
@@ -20,6 +21,8 @@ function job(id: string): Job {
     isFromSitemap: false,
     expiresAt: Date.now() + 600_000,
     leaseToken: `tok-${id}`,
+    callbackOrigin: origin,
+    deviceType: 'desktop',
   };
 }
 
@@ -94,7 +97,13 @@ test('owed counts credits given minus jobs pushed, and withdraw clears it', asyn
   const pushed: Job[] = [];
   server.onMessage = (m, s) => {
     s.send(ack(m));
-    if (m.credits) s.send({ type: 'jobs', jobs: [job('a'), job('b')], status: 'queued', now: Date.now() });
+    if (m.credits)
+      s.send({
+        type: 'jobs',
+        jobs: [job('a', server.url), job('b', server.url)],
+        status: 'queued',
+        now: Date.now(),
+      });
   };
   const ch = await FleetChannel.open(creds(server), { onJobs: (jobs) => pushed.push(...jobs) });
   t.after(() => ch.close());
@@ -109,7 +118,7 @@ test('owed counts credits given minus jobs pushed, and withdraw clears it', asyn
 test('channel mode: the fleet credits only its free slots, renders what is pushed and reports over the socket', async (t) => {
   const server = await serve(t);
   const CONCURRENCY = 3;
-  const queue = Array.from({ length: 10 }, (_, i) => job(`https://a.example/${i}`));
+  const queue = Array.from({ length: 10 }, (_, i) => job(`https://a.example/${i}`, server.url));
   let outstanding = 0;
   let pushed = 0;
   let reported = 0;

@@ -104,6 +104,8 @@ const job = (url: string): Job => ({
   isFromSitemap: true,
   expiresAt: 0,
   leaseToken: 't',
+  callbackOrigin: 'http://127.0.0.1:9926',
+  deviceType: 'desktop',
 });
 const live = () => new AbortController().signal;
 

@@ -120,6 +120,9 @@ export class FakeFleetServer {
       isFromSitemap: true,
       expiresAt: this.clock.now() + this.offsetMs + leaseMs,
       leaseToken: `tok-${id}`,
+      // This server's own origin: the result comes back here, as from a single node.
+      callbackOrigin: this.url,
+      deviceType: 'desktop',
     };
   }
 }

@@ -262,6 +262,7 @@ test('channel mode: a result rides the socket its job came on, and goes to its n
     expiresAt: Date.now() + 600_000,
     leaseToken: `tok-${id}`,
     callbackOrigin: other.url,
+    deviceType: 'desktop',
   });
   const pushed: string[] = [];
   server.onMessage = (m, s) => {

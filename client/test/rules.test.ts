@@ -11,7 +11,16 @@ import { statusOf } from '../src/mqttWake.js';
 import type { Job } from '../src/types.js';
 import { FakeClock } from './fakeClock.js';
 
-const job: Job = { id: 'u', url: 'u', queue: 'q', isFromSitemap: true, expiresAt: 0, leaseToken: 't' };
+const job: Job = {
+  id: 'u',
+  url: 'u',
+  queue: 'q',
+  isFromSitemap: true,
+  expiresAt: 0,
+  leaseToken: 't',
+  callbackOrigin: 'http://127.0.0.1:9926',
+  deviceType: 'desktop',
+};
 
 test('backoff doubles from the base, stops at the cap, and jitters within the upper half', () => {
   const p = { baseMs: 100, capMs: 1_000 };

@@ -5,7 +5,6 @@
 import { hostname as osHostname } from 'node:os';
 import { normaliseOrigin } from '../../util/config/origin.js';
 import { derivedOrigin, originHost } from '../../util/prerender/origin.js';
-import { config } from '../runtime/config.js';
 import { server } from '../runtime/harper.js';
 
 /** The environment variable that gives one node its origin when render.callbackOrigin is unset. */
@@ -28,18 +27,18 @@ export function environmentOrigin(): string | null {
 }
 
 /**
- * Where prerender fleets reach this node: render.callbackOrigin, else QUEUE_KEEPER_CALLBACK_ORIGIN,
- * else the fleet's own rule over the node name and Harper's HTTP port.
+ * Where prerender fleets reach this node: `configured` (render.callbackOrigin), else
+ * QUEUE_KEEPER_CALLBACK_ORIGIN, else the fleet's own rule over the node name and Harper's HTTP port.
  */
-export function callbackOrigin(): string {
+export function callbackOrigin(configured: string | null): string {
   return (
-    config().render.callbackOrigin ??
+    configured ??
     environmentOrigin() ??
     derivedOrigin(nodeName(), (server.config as { http?: unknown } | undefined)?.http)
   );
 }
 
-/** The host fleets dial: the `hostname` of this node's queue_status message. */
-export function advertisedHost(): string {
-  return originHost(callbackOrigin());
+/** The host fleets dial: the `hostname` of this node's queue_status message (`configured` as above). */
+export function advertisedHost(configured: string | null): string {
+  return originHost(callbackOrigin(configured));
 }

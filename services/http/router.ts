@@ -8,7 +8,8 @@
 // buffering and again while reading), then parsed as UTF-8 JSON of bounded depth (400; the checks are in
 // ./requestChecks.ts). Every failure is `{error, code}`; a 500 is only ever our own fault. The route
 // table is a Router instance that resources.ts builds and hands to each route module's
-// register…(router, deps).
+// register…(router, deps), which registers the module's table of routes: each a method, a path, a caller
+// and one named handler.
 import { HttpError } from '../runtime/httpError.js';
 import { echo } from '../../util/text.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
@@ -53,6 +54,20 @@ export interface ApiResponse {
 }
 
 export type Handler = (req: ApiRequest) => Promise<ApiResponse>;
+
+/** A route module's handler: the module's dependencies and the request in, the answer out. */
+export type RouteHandler<D> = (deps: D, req: ApiRequest) => Promise<ApiResponse>;
+
+/** One row of a route module's table. */
+export interface RouteEntry<D> {
+  method: string;
+  /** Exact, or a prefix ending in `/*` whose remaining segments become `req.params`. */
+  path: string;
+  caller: Caller;
+  handler: RouteHandler<D>;
+  /** The route's options, from the module's dependencies (a body limit that follows the config). */
+  options?: (deps: D) => RouteOptions;
+}
 
 interface Route {
   method: string;
@@ -297,6 +312,12 @@ export class Router {
       octetStream: opts.octetStream ?? false,
       observerRead: opts.observerRead ?? false,
     });
+  }
+
+  /** Registers every route of a module's table, in order, each handler given the module's dependencies. */
+  register<D>(table: readonly RouteEntry<D>[], deps: D): void {
+    for (const r of table)
+      this.route(r.method, r.path, r.caller, (req) => r.handler(deps, req), r.options?.(deps));
   }
 
   /**

@@ -12,6 +12,10 @@ import type { ClaimRow } from '../../util/schedule/rawRecord.js';
 import type { QueueScope } from './fleetScope.js';
 import type { NodeStatus } from '../status/control.js';
 import type { SchedulerTimer } from '../../util/duties/scheduler.js';
+// The wire type of a granted job is the fleet client's, the one declaration (type-only: nothing of the
+// client is loaded at run time). Its leaseToken is the grant instant and 64 random bits
+// (util/leases/token.ts); its callbackOrigin is this node's (docs/prerender-fleet.md).
+import type { Job } from '../../client/src/types.js';
 
 // A claim takes up to this many entries per job wanted: leased or stale entries cost no place.
 const OVER_TAKE = 4;
@@ -24,20 +28,6 @@ const SKIPPED_OVER_TAKE = 32;
 export const CLAIM_MARK_EVERY_MS = 5000;
 /** A full lease window is warned about at most this often per worker, not once per refused key. */
 export const FULL_WARN_EVERY_MS = 10_000;
-
-export interface Job {
-  id: string;
-  url: string;
-  queue: string;
-  isFromSitemap: boolean;
-  expiresAt: number;
-  /** Opaque: the grant instant and 64 random bits (util/leases/token.ts). */
-  leaseToken: string;
-  /** The origin a prerender fleet posts this job's result to: this node's (docs/prerender-fleet.md). */
-  callbackOrigin: string;
-  /** The device profile the fleet renders with (render.deviceType). */
-  deviceType: string;
-}
 
 export interface ClaimResult {
   jobs: Job[];

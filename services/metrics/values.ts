@@ -7,7 +7,7 @@ import { MetricStore } from '../../util/metrics/store.js';
 import { QueueResults, type QueueResultsReading } from '../../util/metrics/queueResults.js';
 import { catalogueExposition, labelledSeriesKey, type LiveFigures } from '../../util/metrics/exposition.js';
 import { log, server } from '../runtime/harper.js';
-import { sharedBuffer } from '../runtime/sharedBuffers.js';
+import type { SharedBuffers } from '../runtime/sharedBuffers.js';
 import {
   METRICS,
   RENDER_BUCKETS,
@@ -137,27 +137,29 @@ function once<T>(make: () => T): () => T {
 }
 
 /**
- * process-wide: the node's metric cells and labelled series are shared buffers (every worker adds into
- * the same memory); resources.ts hands this one instance laid over them to every service that counts.
+ * The node's metrics over its shared buffers (every worker adds into the same cells and labelled series);
+ * resources.ts builds the one instance of its thread and hands it to every service that counts.
  */
-export const processWideMetrics = new MetricValues({
-  cells: once(
-    () =>
-      new MetricStore(sharedBuffer('metrics:cells', MetricStore.wordsFor(CATALOGUE) * 8).buffer, CATALOGUE),
-  ),
-  labelled: once(
-    () =>
-      new LabelledCounters(
-        sharedBuffer('metrics:labelled', LabelledCounters.byteLength(LABELLED_SERIES)).buffer,
-      ),
-  ),
-  results: once(
-    () =>
-      new QueueResults(
-        sharedBuffer('metrics:results', QueueResults.byteLength(RESULT_QUEUES, RENDER_BUCKETS)).buffer,
-        RENDER_BUCKETS,
-      ),
-  ),
-  analytics: (value, name, path) => server.recordAnalytics?.(value, name, path),
-  log,
-});
+export function nodeMetrics(buffers: Pick<SharedBuffers, 'get'>): MetricValues {
+  return new MetricValues({
+    cells: once(
+      () =>
+        new MetricStore(buffers.get('metrics:cells', MetricStore.wordsFor(CATALOGUE) * 8).buffer, CATALOGUE),
+    ),
+    labelled: once(
+      () =>
+        new LabelledCounters(
+          buffers.get('metrics:labelled', LabelledCounters.byteLength(LABELLED_SERIES)).buffer,
+        ),
+    ),
+    results: once(
+      () =>
+        new QueueResults(
+          buffers.get('metrics:results', QueueResults.byteLength(RESULT_QUEUES, RENDER_BUCKETS)).buffer,
+          RENDER_BUCKETS,
+        ),
+    ),
+    analytics: (value, name, path) => server.recordAnalytics?.(value, name, path),
+    log,
+  });
+}

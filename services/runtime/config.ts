@@ -1,8 +1,8 @@
 // The effective configuration on this worker: schema defaults ← the component's options in the
 // host app's config.yaml ← runtime overrides from the replicated QueueConfigOverride table. Every worker
 // subscribes to the override table, so a POST on any worker (or node) applies everywhere, and the row
-// outlives restarts. The state lives on a RuntimeConfig built in resources.ts; `config()` reads the one
-// process-wide config cell it is installed in.
+// outlives restarts. The state lives on the one RuntimeConfig resources.ts builds per worker, which hands
+// `current` (or a narrower getter) to every service and route module that reads a setting.
 import { existsSync, readFileSync } from 'node:fs';
 import { join, sep } from 'node:path';
 import { componentDir } from './componentDir.js';
@@ -119,20 +119,15 @@ function nest(values: Map<string, unknown>): Record<string, unknown> {
   return out;
 }
 
-/**
- * Test hook, read per call: holds the override row's read-modify-write open this long between the read
- * and the write, so a test can overlap two updates deterministically. Unset in production.
- */
-function testHoldMs(): number {
-  const v = Number(process.env.QUEUE_KEEPER_TEST_CONFIG_HOLD_MS);
-  return Number.isFinite(v) && v > 0 ? Math.min(v, 5000) : 0;
-}
-
 export interface RuntimeConfigDeps {
   /** Runs the resubscribe duty. */
   scheduler: DutyScheduler;
-  /** A one-shot wait: the test hold inside an update (testHoldMs). */
-  sleep: (ms: number) => Promise<void>;
+  /**
+   * Awaited inside an update's store lock, between reading the override row and writing it. Absent in
+   * production; the composition root hands one in only when its environment asks for a hold, so a test
+   * can overlap two updates deterministically (docs/development.md).
+   */
+  holdInsideUpdate?: () => Promise<void>;
   /**
    * True the first time any worker of this node asks about a text (util/config/warnedOnce.ts over a
    * shared buffer), so a warning appears once per node, not once per worker. Without it, worker 0 speaks
@@ -293,8 +288,7 @@ export class RuntimeConfig {
         transaction(async (txn) => {
           // Stored keys that no longer validate are dropped here rather than failing every later update.
           const stored = nest(checkPartial(await readOverrides(txn), { lenient: true }).values);
-          const hold = testHoldMs();
-          if (hold > 0) await this.deps.sleep(hold);
+          if (this.deps.holdInsideUpdate) await this.deps.holdInsideUpdate();
           const nextOverrides = mergePartials(stored, known);
           // Validate the merged result as a whole before storing anything.
           const merged = applyValues(
@@ -324,19 +318,4 @@ export class RuntimeConfig {
       restartRequired,
     };
   }
-}
-
-// process-wide: the one config cell of this worker. resources.ts installs the worker's RuntimeConfig in
-// it; `config()` is the cheap read that ~50 call sites use (until then it answers the schema defaults).
-let processWideConfig: RuntimeConfig | null = null;
-const DEFAULTS = defaultConfig();
-
-/** resources.ts (the composition root) only: makes `rc` the config `config()` answers. */
-export function installProcessWideConfig(rc: RuntimeConfig): void {
-  processWideConfig = rc;
-}
-
-/** The effective configuration on this worker right now. */
-export function config(): QueueKeeperConfig {
-  return processWideConfig?.current() ?? DEFAULTS;
 }

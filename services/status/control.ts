@@ -8,7 +8,7 @@ import { HttpError } from '../runtime/httpError.js';
 import { echo } from '../../util/text.js';
 import { log, table, transaction } from '../runtime/harper.js';
 import { TableFollower, type TableSubscription } from '../runtime/tableFollower.js';
-import { advertisedHost, nodeName } from '../cluster/nodeName.js';
+import { nodeName } from '../cluster/nodeName.js';
 import { withStoreLock } from '../runtime/storeLock.js';
 
 export type NodeStatus = 'empty' | 'queued' | 'paused' | 'unready';
@@ -69,6 +69,8 @@ export interface NodeControlDeps {
   scheduler: DutyScheduler;
   /** The cluster's other nodes (a pause may name one). */
   peerNames: () => Promise<string[]>;
+  /** The host fleets dial (services/cluster/nodeName.ts advertisedHost), named in the status row. */
+  advertisedHost: () => string;
 }
 
 /**
@@ -197,7 +199,7 @@ export class NodeControl {
     const host = nodeName();
     // Fleets dial the message's hostname (docs/prerender-fleet.md): the host of the advertised origin.
     // The row, the topic and the pause scope stay the node's name, which `node` names when they differ.
-    const hostname = advertisedHost();
+    const hostname = this.deps.advertisedHost();
     const store = statusTable().primaryStore;
     const r = await withStoreLock(store, 'status', host, STATUS_LOCK_WAIT_MS, async () => {
       const row = store.get(host) as { status?: unknown; hostname?: unknown } | undefined;

@@ -2,7 +2,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
-import { fileTargets, postConfig, type ClaimedJob } from '../api.js';
+import { fileTargets, postConfig, type Job } from '../api.js';
 import { parseScrape, total } from '../promText.js';
 import { sleep, until } from '../wait.js';
 
@@ -31,7 +31,7 @@ async function claim(limit = 25, fresh = false) {
   const r = await h.fetch('/render_queue/claim', { body: { limit }, auth: fleet, fresh });
   assert.equal(r.status, 200, r.text);
   return {
-    jobs: r.json as ClaimedJob[],
+    jobs: r.json as Job[],
     status: r.headers['x-queue-status'],
   };
 }

@@ -1,25 +1,41 @@
 // POST /prerender_admin/config is a read-modify-write of one override row. Harper gives no compare-and-set, so two updates on different keys that overlap must be
 // serialised, or the later write carries the earlier snapshot and drops the other's key. The overlap is
-// forced, not hoped for: QUEUE_KEEPER_TEST_CONFIG_HOLD_MS holds every update open between its read
-// and its write, so without the lock both always read the same row (this test fails on the code
-// before the lock: the first key of each pair was lost every time).
+// forced, not hoped for: CONFIG_UPDATE_HOLD_ENV (util/config/updateHold.ts), which the composition root
+// reads once and hands to RuntimeConfig, holds every update open between its read and its write, so
+// without the lock both always read the same row (with the lock taken out, the first key of each pair
+// is lost every time).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
+import { CONFIG_UPDATE_HOLD_ENV } from '../../util/config/updateHold.js';
 import { startHarper, type HarperInstance } from '../harness.js';
 import { until } from '../wait.js';
 
 let h: HarperInstance;
+const HOLD_MS = 300;
 
 before(
   async () => {
-    h = await startHarper({ env: { QUEUE_KEEPER_TEST_CONFIG_HOLD_MS: '300' } });
+    h = await startHarper({ env: { [CONFIG_UPDATE_HOLD_ENV]: String(HOLD_MS) } });
   },
   { timeout: 180_000 },
 );
 
 after(async () => {
   await h?.destroy();
+});
+
+test('the hold the environment asks for reaches every update: the overlap below is forced', async () => {
+  // Without it the pairs below could run one after the other and pass without the lock. The quickest of
+  // three updates in a row, so a slow first request after boot cannot pass for the hold.
+  const took: number[] = [];
+  for (const after of [6000, 6100, 6200]) {
+    const t0 = performance.now();
+    const r = await h.fetch('/prerender_admin/config', { body: { stall: { after } }, fresh: true });
+    took.push(performance.now() - t0);
+    assert.equal(r.status, 200, r.text);
+  }
+  assert.ok(Math.min(...took) >= HOLD_MS, `updates answered in ${took.map(Math.round).join(', ')} ms`);
 });
 
 test('two overlapping config updates on different keys, through two workers, both land', async () => {

@@ -22,7 +22,7 @@ import {
   type FetchResult,
   type HarperInstance,
 } from '../harness.js';
-import { fileTargets, postConfig, type ClaimedJob } from '../api.js';
+import { fileTargets, postConfig, type Job } from '../api.js';
 import { sleep, until } from '../wait.js';
 import { parseToken } from '../../util/leases/token.js';
 
@@ -35,7 +35,6 @@ const MIN = 60_000;
 const LEASE_MS = 5000;
 const PUBLISH_MS = 200;
 
-type Job = ClaimedJob;
 /** The grant instant a lease token starts with (server clock, ms). */
 const at = (job: Job): number => parseToken(job.leaseToken)!.grantedAt;
 

@@ -96,14 +96,23 @@ async function dueCount(): Promise<number> {
   return (await h.fetch('/prerender_admin/overview')).json.keeper.dueCount as number;
 }
 
-test('the live scrape passes the promtool rules, ends with a line feed and declares every family', async () => {
+test('the live scrape passes the promtool rules, ends with a line feed and declares every family', async (t) => {
   const { text, families } = await vouchedScrape();
   assert.ok(text.endsWith('\n'), 'the last line ends with a line feed');
   assert.deepEqual(lintExposition(text), []);
   assert.ok(families.size >= 20, `${families.size} families`);
   for (const name of families.keys()) assert.ok(name.startsWith('queue_keeper_'), name);
+  // promtool itself runs where it is installed (no npm package ships it, and CI installs nothing from the
+  // system's package manager); test/promLint.ts applies its rules everywhere. Where it is absent, the run
+  // says so, in the test's diagnostics and on a line of its own, rather than passing in silence.
   const promtool = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
-  if (!promtool.error) assert.equal(promtool.stdout + promtool.stderr, '', 'promtool check metrics');
+  if (promtool.error) {
+    const note = `promtool check metrics DID NOT RUN (${(promtool.error as NodeJS.ErrnoException).code ?? promtool.error.message}): only test/promLint.ts checked the scrape`;
+    t.diagnostic(note);
+    console.log(`NOTE: ${note}`);
+    return;
+  }
+  assert.equal(promtool.stdout + promtool.stderr, '', 'promtool check metrics');
 });
 
 test('claim and result durations are histograms per endpoint, summed over both workers', async () => {

@@ -58,6 +58,12 @@ const UTIL_LAYERS: readonly string[] = [
 
 const SHARED_STRUCTURES = 'services/runtime/sharedStructures.ts';
 
+/**
+ * The fleet client's wire types (the one `Job` declaration): services/ may import them, type-only, so
+ * the server and the client share one contract and nothing of the client is loaded at run time.
+ */
+const WIRE_TYPES = 'client/src/types.ts';
+
 interface Source {
   /** Repository-relative, with `/` separators. */
   file: string;
@@ -118,7 +124,7 @@ function upward(sources: readonly Source[]): string[] {
       const to = roomOf(target);
       if (from === null) continue;
       if (to === null) {
-        if (!target.startsWith('util/')) found.push(`${src.file} -> ${target}`);
+        if (!target.startsWith('util/') && target !== WIRE_TYPES) found.push(`${src.file} -> ${target}`);
         continue;
       }
       if (rankIn(LAYERS, to) > rankIn(LAYERS, from)) found.push(`${src.file} (${from}) -> ${target} (${to})`);
@@ -228,4 +234,18 @@ test('only resources.ts imports the shared-memory structures; every service rece
   // Equality, not inclusion: the root must be found by the same scan, so a pattern that matched
   // nothing would fail here too.
   assert.deepEqual(importersOf(sources, SHARED_STRUCTURES), ['resources.ts']);
+});
+
+test("the client's wire types are imported type-only wherever the component uses them", () => {
+  const users = importersOf(sources, WIRE_TYPES);
+  assert.ok(users.includes('services/leases/claims.ts'), 'the claim service takes Job from the client');
+  const valueImports = sources
+    .filter((s) => users.includes(s.file))
+    .filter((s) =>
+      [...code(s.text).matchAll(/(?:^|[;\n])\s*(import|export)\s+([^;]*?)\sfrom\s*['"]([^'"]+)['"]/g)].some(
+        (m) => m[3]!.endsWith('client/src/types.js') && !/^type\s/.test(m[2]!),
+      ),
+    )
+    .map((s) => s.file);
+  assert.deepEqual(valueImports, []);
 });

@@ -1,10 +1,11 @@
-// One house: no module-level mutable state outside the composition root (resources.ts), apart
-// from process-wide things named here, and no raw timers outside the duty scheduler. A scan of the source
-// lines under util/ and services/, comments removed:
-//   state  a top-level `let`/`var`, or a top-level `const` whose value is `new …`, an array literal or an
-//          empty object, unless its type is read-only (`readonly T[]`, `ReadonlySet`, `ReadonlyMap`,
-//          `Readonly<…>`) or it ends `as const`: then tsc proves nothing writes it.
-//   timer  `setTimeout(`/`setInterval(` or an import from node's timers modules, anywhere in a file.
+// One house: no module-level mutable state outside the composition root (resources.ts), apart from the
+// process-wide things named here, and no raw timers outside the duty scheduler. Each file under util/ and
+// services/ is parsed with the TypeScript compiler, so a declaration is found however prettier breaks it:
+//   state  a top-level `let`/`var` (every name it declares), or a top-level `const` whose value is
+//          `new …`, an array literal, an empty object or `Object.create(…)`, unless its type is read-only
+//          (`readonly T[]`, `ReadonlySet`, `ReadonlyMap`, `Readonly<…>`) or its value ends `as const`:
+//          then tsc proves nothing writes it.
+//   timer  a call of `setTimeout`/`setInterval` or an import from node's timers modules, anywhere.
 // It does not follow values (a top-level `const x = make()` whose answer is mutable passes); keep state
 // on instances built in resources.ts and this stays true. Each allowance names its reason; one that
 // matches nothing any more fails too, so the lists shrink with the code.
@@ -12,17 +13,12 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
+import ts from 'typescript';
 import { repoRoot } from '../harness.js';
 import { sourceFiles } from '../sourceFiles.js';
 
 /** `file name` → why this module-level value may live there. */
 const PROCESS_WIDE: Record<string, string> = {
-  'services/runtime/config.ts processWideConfig':
-    'the one config cell of the worker; resources.ts installs its RuntimeConfig, config() reads it',
-  'services/runtime/sharedBuffers.ts store':
-    'process-wide shared buffers: the NodeLocal store they come from',
-  'services/runtime/sharedBuffers.ts obtained': "process-wide shared buffers: this thread's handle on each",
-  'services/metrics/values.ts processWideMetrics': 'the metric cells every worker adds into (shared buffers)',
   'services/schedule/rawRecords.ts processWideClaimReader':
     "this thread's decode plans per shared struct for the claim's fields; no rows",
   'services/schedule/rawRecords.ts processWideRowReader':
@@ -51,57 +47,98 @@ const RAW_TIMERS: Record<string, { count: number; reason: string }> = {
   },
 };
 
-/** Source lines without comments; a block comment keeps its line breaks so line numbers hold. */
-function codeLines(text: string): string[] {
-  return text
-    .replace(/\/\*[\s\S]*?\*\//g, (c) => c.replace(/[^\n]/g, ''))
-    .replace(/(^|[^:'"`\\])\/\/.*$/gm, '$1')
-    .split('\n');
-}
-
 interface Finding {
   line: number;
   /** The declared name (state) or the matched text (timer). */
   what: string;
 }
 
-const LET = /^(?:export\s+)?(?:let|var)\s+(\w+)/;
-const CONST = /^(?:export\s+)?const\s+(\w+)\s*(?::\s*([^=]+?))?\s*=\s*(.*)$/;
-const READONLY_TYPE = /^(?:readonly\s|Readonly)/;
+function parse(text: string): ts.SourceFile {
+  return ts.createSourceFile('scanned.ts', text, ts.ScriptTarget.ES2022, true, ts.ScriptKind.TS);
+}
+
+function lineOf(sf: ts.SourceFile, node: ts.Node): number {
+  return sf.getLineAndCharacterOfPosition(node.getStart(sf)).line + 1;
+}
+
+const READONLY_TYPE_NAMES: ReadonlySet<string> = new Set(['ReadonlySet', 'ReadonlyMap', 'ReadonlyArray']);
+
+/** A type tsc keeps from being written through: `readonly T[]`, `Readonly<…>`, `ReadonlySet`, `ReadonlyMap`. */
+function isReadOnlyType(type: ts.TypeNode | undefined): boolean {
+  if (type === undefined) return false;
+  if (ts.isTypeOperatorNode(type)) return type.operator === ts.SyntaxKind.ReadonlyKeyword;
+  if (ts.isTypeReferenceNode(type)) {
+    const name = type.typeName.getText();
+    return name === 'Readonly' || READONLY_TYPE_NAMES.has(name);
+  }
+  return false;
+}
+
+/** A value that makes a fresh mutable thing: `new …`, `[…]`, `{}`, `Object.create(…)`. */
+function isMutableValue(init: ts.Expression): boolean {
+  while (ts.isParenthesizedExpression(init) || ts.isSatisfiesExpression(init)) init = init.expression;
+  if (ts.isAsExpression(init)) {
+    const t = init.type;
+    if (ts.isTypeReferenceNode(t) && t.typeName.getText() === 'const') return false;
+    return isMutableValue(init.expression);
+  }
+  if (ts.isNewExpression(init) || ts.isArrayLiteralExpression(init)) return true;
+  if (ts.isObjectLiteralExpression(init)) return init.properties.length === 0;
+  return ts.isCallExpression(init) && init.expression.getText() === 'Object.create';
+}
+
+/** Every name a binding declares (`let a`, `let {a, b: [c]}`). */
+function boundNames(name: ts.BindingName): string[] {
+  if (ts.isIdentifier(name)) return [name.text];
+  return name.elements.flatMap((e) => (ts.isOmittedExpression(e) ? [] : boundNames(e.name)));
+}
 
 /** Top-level declarations that hold mutable state. */
 function stateDeclarations(text: string): Finding[] {
-  const lines = codeLines(text);
+  const sf = parse(text);
   const found: Finding[] = [];
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i]!;
-    const asLet = LET.exec(line);
-    if (asLet) {
-      found.push({ line: i + 1, what: asLet[1]! });
-      continue;
+  for (const statement of sf.statements) {
+    if (!ts.isVariableStatement(statement)) continue;
+    const list = statement.declarationList;
+    const isConst = (list.flags & ts.NodeFlags.Const) !== 0;
+    for (const decl of list.declarations) {
+      const names = boundNames(decl.name).map((what) => ({ line: lineOf(sf, decl), what }));
+      if (!isConst) found.push(...names);
+      else if (decl.initializer && !isReadOnlyType(decl.type) && isMutableValue(decl.initializer))
+        found.push(...names);
     }
-    const asConst = CONST.exec(line);
-    if (!asConst) continue;
-    const [, name, type, init] = asConst as unknown as [string, string, string | undefined, string];
-    if (type !== undefined && READONLY_TYPE.test(type.trim())) continue;
-    // The statement runs to the first line ending in `;` (prettier closes a multi-line one at column 0).
-    let end = i;
-    while (end < lines.length - 1 && !lines[end]!.trimEnd().endsWith(';')) end++;
-    if (/\bas const;\s*$/.test(lines[end]!)) continue;
-    if (/^new\s/.test(init) || /^\[/.test(init) || /^\{\s*\}/.test(init) || /^Object\.create\(/.test(init))
-      found.push({ line: i + 1, what: name });
   }
   return found;
 }
 
-const TIMER = /\bset(?:Timeout|Interval)\s*\(|\bfrom\s+['"](?:node:)?timers(?:\/promises)?['"]/g;
+const TIMER_CALLS: ReadonlySet<string> = new Set(['setTimeout', 'setInterval']);
+const TIMER_MODULES: ReadonlySet<string> = new Set([
+  'timers',
+  'node:timers',
+  'timers/promises',
+  'node:timers/promises',
+]);
 
 /** Raw timer calls and imports of node's timer modules. */
 function rawTimers(text: string): Finding[] {
+  const sf = parse(text);
   const found: Finding[] = [];
-  codeLines(text).forEach((line, i) => {
-    for (const m of line.matchAll(TIMER)) found.push({ line: i + 1, what: m[0] });
-  });
+  const visit = (node: ts.Node): void => {
+    if (ts.isCallExpression(node)) {
+      // `setTimeout(…)`, and `globalThis.setTimeout(…)` or `timers.setInterval(…)` alike.
+      const callee = ts.isPropertyAccessExpression(node.expression) ? node.expression.name : node.expression;
+      if (ts.isIdentifier(callee) && TIMER_CALLS.has(callee.text))
+        found.push({ line: lineOf(sf, node), what: callee.text });
+    }
+    if (
+      ts.isImportDeclaration(node) &&
+      ts.isStringLiteral(node.moduleSpecifier) &&
+      TIMER_MODULES.has(node.moduleSpecifier.text)
+    )
+      found.push({ line: lineOf(sf, node), what: node.moduleSpecifier.text });
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
   return found;
 }
 
@@ -131,6 +168,7 @@ test('the scan finds a top-level let, a mutable collection and a raw timer, and 
     'const t = setTimeout(() => undefined, 5);',
     "import { setTimeout as wait } from 'node:timers/promises';",
     '/* setInterval(f, 1) */',
+    'const u = globalThis.setInterval(f, 1);',
   ].join('\n');
   assert.deepEqual(
     stateDeclarations(src).map((f) => f.what),
@@ -138,7 +176,34 @@ test('the scan finds a top-level let, a mutable collection and a raw timer, and 
   );
   assert.deepEqual(
     rawTimers(src).map((f) => f.line),
-    [15, 16],
+    [15, 16, 18],
+  );
+});
+
+test('the scan finds state however a declaration is broken across lines', () => {
+  const src = [
+    'let lastSeen:',
+    '  | string',
+    '  | undefined;',
+    'export let first = 1,',
+    '  second = 2;',
+    'const views: {',
+    '  ready?: number;',
+    '  leases?: number;',
+    '} = {};',
+    'let {',
+    '  x,',
+    '  y: [z],',
+    '} = make();',
+    'const held =',
+    '  new Map<string, number>();',
+    'const fixed: Readonly<{',
+    '  a: number;',
+    '}> = { a: 1 };',
+  ].join('\n');
+  assert.deepEqual(
+    stateDeclarations(src).map((f) => `${f.line} ${f.what}`),
+    ['1 lastSeen', '4 first', '5 second', '6 views', '10 x', '10 z', '14 held'],
   );
 });
 

@@ -1,7 +1,10 @@
-// Which addresses a notify hook may reach (SSRF; docs/wakes.md, "Where a hook may point"). Pure: the resolver
-// is passed in, nothing here touches the network. Every check works on the parsed address value, never on its
-// spelling, so `0x7f.1`, `::ffff:7f00:1` and `127.0.0.1` are the same address to every rule.
-import { isIP } from 'node:net';
+// Which addresses an outbound request may reach (SSRF; docs/wakes.md, "Where a hook may point"). Pure: the
+// resolver and every setting (allowHttp, the allow-list, this server's addresses) are arguments, so each
+// kind of outbound fetch brings its own policy. Nothing here touches the network. Every check works on the
+// address value, never on its spelling: IPv4 in any URL notation goes through the WHATWG URL parser, which
+// is what a socket dials, and the range checks are Node's net.BlockList, so `0x7f.1`, `::ffff:7f00:1` and
+// `127.0.0.1` are the same address to every rule.
+import { BlockList, isIP } from 'node:net';
 
 export type AddressClass =
   | 'loopback'
@@ -16,19 +19,23 @@ export type AddressClass =
   | 'reserved'
   | 'documentation';
 
-/** A parsed address: the family and its value as a 32- or 128-bit integer. */
+type Family = 'ipv4' | 'ipv6';
+
+/** A parsed address: its family and a spelling net.BlockList reads (IPv4 dotted decimal). */
 interface Ip {
-  v: 4 | 6;
-  n: bigint;
+  family: Family;
+  address: string;
 }
 
-interface Cidr extends Ip {
+export interface AllowEntry {
+  family: Family;
+  /** The network as written (host bits and all: `10.1.2.3/8` covers 10.0.0.0/8). */
+  address: string;
   prefix: number;
-}
-
-export interface AllowEntry extends Cidr {
   /** A bare address, /32 or /128: the only kind that may open loopback, link-local, metadata or this server. */
   exact: boolean;
+  /** The entry's range. */
+  covers: BlockList;
 }
 
 export type AllowList = readonly AllowEntry[];
@@ -61,90 +68,81 @@ const V6_BITS = 128;
 
 // ---------------------------------------------------------------- parsing
 
-function parseV4Part(part: string): bigint | null {
-  // WHATWG / inet_aton number forms: 0x.. hex, a leading 0 means octal, otherwise decimal.
-  if (/^0[xX][0-9a-fA-F]*$/.test(part)) return part.length === 2 ? 0n : BigInt(part);
-  if (/^0[0-7]+$/.test(part)) return BigInt('0o' + part.slice(1));
-  if (/^(0|[1-9][0-9]*)$/.test(part)) return BigInt(part);
-  return null;
+function subnet(cidr: string): BlockList {
+  const [address, bits] = cidr.split('/') as [string, string];
+  const list = new BlockList();
+  list.addSubnet(address, Number(bits), isIP(address) === 4 ? 'ipv4' : 'ipv6');
+  return list;
 }
 
-/** IPv4 in every notation a URL host or inet_aton accepts: `2130706433`, `0177.0.0.1`, `0x7f.1`, `127.1`. */
-function parseV4Loose(text: string): bigint | null {
-  const parts = text.split('.');
-  if (parts.length > 1 && parts[parts.length - 1] === '') parts.pop();
-  if (parts.length === 0 || parts.length > 4 || parts.some((p) => p === '')) return null;
-  const nums = parts.map(parseV4Part);
-  if (nums.some((x) => x === null)) return null;
-  const values = nums as bigint[];
-  const last = values.pop()!;
-  if (values.some((x) => x > 255n)) return null;
-  const tailBits = BigInt(8 * (4 - values.length));
-  if (last >= 1n << tailBits) return null;
-  return values.reduce((acc, x, i) => acc | (x << BigInt(8 * (3 - i))), 0n) | last;
-}
+// Only what can spell an IPv4 number (digits, hex, dots) is handed to the URL parser: a name stays a name.
+const IPV4_NUMBER_FORM = /^[0-9a-fA-FxX.]+$/;
 
-function parseV6(text: string): bigint | null {
-  if (isIP(text) !== 6) return null;
-  let head = text;
-  let tail4: bigint | null = null;
-  const dotted = /:(\d+\.\d+\.\d+\.\d+)$/.exec(head);
-  if (dotted) {
-    tail4 = parseV4Loose(dotted[1]!);
-    head = head.slice(0, dotted.index + 1) + '0:0';
-  }
-  const [left, right] = head.split('::') as [string, string | undefined];
-  const groups = (s: string) => (s === '' ? [] : s.split(':'));
-  const l = groups(left);
-  const r = right === undefined ? [] : groups(right);
-  const all = right === undefined ? l : [...l, ...Array<string>(8 - l.length - r.length).fill('0'), ...r];
-  let n = all.reduce((acc, g) => (acc << 16n) | BigInt('0x' + g), 0n);
-  if (tail4 !== null) n = (n & ~0xffffffffn) | tail4;
-  return n;
-}
-
-/** Brackets and an IPv6 zone id (`%eth0`) are dropped: the zone names an interface, not a different host. */
+/**
+ * Brackets and an IPv6 zone id (`%eth0`) are dropped: the zone names an interface, not a different host.
+ * IPv4 is read as a URL host is (`2130706433`, `0177.0.0.1`, `0x7f.1`, `127.1`, a trailing dot).
+ */
 function parseIp(text: string): Ip | null {
   let t = text.trim();
   if (t.startsWith('[') && t.endsWith(']')) t = t.slice(1, -1);
   const zone = t.indexOf('%');
   if (zone >= 0 && t.includes(':')) t = t.slice(0, zone);
-  if (t.includes(':')) {
-    const n = parseV6(t);
-    return n === null ? null : { v: 6, n };
+  if (t.includes(':')) return isIP(t) === 6 ? { family: 'ipv6', address: t.toLowerCase() } : null;
+  if (!IPV4_NUMBER_FORM.test(t)) return null;
+  let host: string;
+  try {
+    host = new URL(`http://${t}/`).hostname;
+  } catch {
+    return null;
   }
-  const n = parseV4Loose(t);
-  return n === null ? null : { v: 4, n };
+  return isIP(host) === 4 ? { family: 'ipv4', address: host } : null;
 }
+
+/** The eight 16-bit words of an IPv6 address isIP accepts (a dotted tail is the last two). */
+function v6Words(address: string): number[] {
+  let text = address;
+  const tail: number[] = [];
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    tail.push((a << 8) | b, (c << 8) | d);
+    text = text.slice(0, dotted.index);
+    if (!text.endsWith('::')) text = text.slice(0, -1);
+  }
+  const words = (part: string) => (part === '' ? [] : part.split(':').map((w) => parseInt(w, 16)));
+  const [left, right] = text.split('::') as [string, string | undefined];
+  const l = words(left);
+  if (right === undefined) return [...l, ...tail];
+  const r = [...words(right), ...tail];
+  return [...l, ...Array<number>(8 - l.length - r.length).fill(0), ...r];
+}
+
+/** Dotted IPv4 from two 16-bit words. */
+function v4Of(hi: number, lo: number): string {
+  return [hi >> 8, hi & 255, lo >> 8, lo & 255].join('.');
+}
+
+/** The IPv4 in the last 32 bits of an IPv6 address. */
+function low32(address: string): string {
+  const w = v6Words(address);
+  return v4Of(w[6]!, w[7]!);
+}
+
+const MAPPED = subnet('::ffff:0:0/96');
 
 /** IPv4-mapped (`::ffff:a.b.c.d`) is the IPv4 host itself on a dual-stack socket, so every rule sees the IPv4. */
 function unmap(ip: Ip): Ip {
-  if (ip.v === 6 && ip.n >> 32n === 0xffffn) return { v: 4, n: ip.n & 0xffffffffn };
+  if (ip.family === 'ipv6' && MAPPED.check(ip.address, 'ipv6'))
+    return { family: 'ipv4', address: low32(ip.address) };
   return ip;
-}
-
-function formatV4(n: bigint): string {
-  return [24n, 16n, 8n, 0n].map((s) => String((n >> s) & 255n)).join('.');
-}
-
-function cidr(text: string): Cidr {
-  const [addr, bits] = text.split('/') as [string, string];
-  const ip = parseIp(addr)!;
-  return { ...ip, prefix: Number(bits) };
-}
-
-function contains(net: Cidr, ip: Ip): boolean {
-  if (net.v !== ip.v) return false;
-  const shift = BigInt((ip.v === 4 ? V4_BITS : V6_BITS) - net.prefix);
-  return ip.n >> shift === net.n >> shift;
 }
 
 // ---------------------------------------------------------------- classes
 
-type V6Class = AddressClass | null | ((n: bigint) => AddressClass | null);
+type V6Class = AddressClass | null | ((address: string) => AddressClass | null);
 
 // First match wins, so each specific range (metadata, broadcast) sits above the range that contains it.
-const V4_RULES: [Cidr, AddressClass][] = (
+const V4_RULES: [BlockList, AddressClass][] = (
   [
     ['0.0.0.0/8', 'unspecified'], // Linux dials 0.0.0.0 as this host
     ['10.0.0.0/8', 'private'],
@@ -167,31 +165,40 @@ const V4_RULES: [Cidr, AddressClass][] = (
     ['255.255.255.255/32', 'broadcast'],
     ['240.0.0.0/4', 'reserved'],
   ] as const
-).map(([c, k]) => [cidr(c), k]);
+).map(([c, k]) => [subnet(c), k]);
 
-function classifyV4(n: bigint): AddressClass | null {
-  const ip: Ip = { v: 4, n };
-  for (const [net, k] of V4_RULES) if (contains(net, ip)) return k;
+function classifyV4(address: string): AddressClass | null {
+  for (const [net, k] of V4_RULES) if (net.check(address, 'ipv4')) return k;
   return null;
 }
 
-const low32 = (n: bigint) => n & 0xffffffffn;
+/** Teredo stores the client's IPv4 inverted in the last 32 bits. */
+function teredoClient(address: string): string {
+  const w = v6Words(address);
+  return v4Of(~w[6]! & 0xffff, ~w[7]! & 0xffff);
+}
+
+/** 6to4 carries the site's IPv4 in bits 16 to 47. */
+function sixToFourSite(address: string): string {
+  const w = v6Words(address);
+  return v4Of(w[1]!, w[2]!);
+}
 
 // Translation prefixes carry an IPv4 destination inside; they take that IPv4's class so a NAT64 or 6to4
 // spelling of 10.0.0.1 is refused like 10.0.0.1 itself.
-const V6_RULES: [Cidr, V6Class][] = (
+const V6_RULES: [BlockList, V6Class][] = (
   [
     ['::/128', 'unspecified'],
     ['::1/128', 'loopback'],
-    ['::ffff:0:0:0/96', (n) => classifyV4(low32(n))], // SIIT IPv4-translated
-    ['::/96', (n) => classifyV4(low32(n)) ?? 'reserved'], // deprecated IPv4-compatible
-    ['64:ff9b::/96', (n) => classifyV4(low32(n))], // NAT64 well-known prefix
+    ['::ffff:0:0:0/96', (a) => classifyV4(low32(a))], // SIIT IPv4-translated
+    ['::/96', (a) => classifyV4(low32(a)) ?? 'reserved'], // deprecated IPv4-compatible
+    ['64:ff9b::/96', (a) => classifyV4(low32(a))], // NAT64 well-known prefix
     ['64:ff9b:1::/48', 'private'], // NAT64 local-use
     ['100::/64', 'reserved'], // discard-only
-    ['2001::/32', (n) => classifyV4(low32(~n)) ?? 'reserved'], // Teredo: client IPv4 stored inverted
+    ['2001::/32', (a) => classifyV4(teredoClient(a)) ?? 'reserved'], // Teredo
     ['2001:db8::/32', 'documentation'],
     ['2001::/23', 'reserved'],
-    ['2002::/16', (n) => classifyV4((n >> 80n) & 0xffffffffn)], // 6to4
+    ['2002::/16', (a) => classifyV4(sixToFourSite(a))], // 6to4
     ['3fff::/20', 'documentation'],
     ['fd00:ec2::254/128', 'metadata'], // AWS IMDS over IPv6
     ['fc00::/7', 'ula'],
@@ -199,18 +206,18 @@ const V6_RULES: [Cidr, V6Class][] = (
     ['fec0::/10', 'private'], // deprecated site-local
     ['ff00::/8', 'multicast'],
   ] satisfies [string, V6Class][]
-).map(([c, k]) => [cidr(c), k]);
+).map(([c, k]) => [subnet(c), k]);
 
-const GLOBAL_UNICAST_V6 = cidr('2000::/3');
+const GLOBAL_UNICAST_V6 = subnet('2000::/3');
 
 function classifyIp(ip: Ip): AddressClass | null {
   const u = unmap(ip);
-  if (u.v === 4) return classifyV4(u.n);
+  if (u.family === 'ipv4') return classifyV4(u.address);
   for (const [net, k] of V6_RULES) {
-    if (contains(net, u)) return typeof k === 'function' ? k(u.n) : k;
+    if (net.check(u.address, 'ipv6')) return typeof k === 'function' ? k(u.address) : k;
   }
   // Outside 2000::/3 nothing is allocated for hosts; unallocated space is refused, not assumed public.
-  return contains(GLOBAL_UNICAST_V6, u) ? null : 'reserved';
+  return GLOBAL_UNICAST_V6.check(u.address, 'ipv6') ? null : 'reserved';
 }
 
 /**
@@ -265,25 +272,35 @@ export function parseAllowList(entries: readonly string[]): AllowList {
     }
     // Only a mapped entry narrow enough to sit inside ::ffff:0:0/96 becomes an IPv4 entry.
     const u = prefix >= 96 ? unmap(ip) : ip;
-    const p = u.v === 4 && ip.v === 6 ? prefix - 96 : prefix;
-    const bitsOfFamily = u.v === 4 ? V4_BITS : V6_BITS;
-    const hostMask = (1n << BigInt(bitsOfFamily - p)) - 1n;
-    return { v: u.v, n: u.n & ~hostMask, prefix: p, exact: p === bitsOfFamily };
+    const p = u.family === 'ipv4' && ip.family === 'ipv6' ? prefix - 96 : prefix;
+    const covers = new BlockList();
+    covers.addSubnet(u.address, p, u.family);
+    return {
+      family: u.family,
+      address: u.address,
+      prefix: p,
+      exact: p === (u.family === 'ipv4' ? V4_BITS : V6_BITS),
+      covers,
+    };
   });
 }
 
-function sameIp(a: Ip, b: Ip): boolean {
-  return a.v === b.v && a.n === b.n;
+/**
+ * Whether an entry covers an address of its own family: BlockList alone would let `::/0` cover every
+ * IPv4 address (it reads IPv4 as IPv4-mapped IPv6), and an IPv6 entry never opens an IPv4 host here.
+ */
+function covers(entry: AllowEntry, ip: Ip): boolean {
+  return entry.family === ip.family && entry.covers.check(ip.address, ip.family);
 }
 
 /** Why one address is refused, or null when a hook may dial it. */
-function refusal(ip: Ip, allowList: AllowList, self: readonly Ip[]): AddressClass | 'self' | null {
+function refusal(ip: Ip, allowList: AllowList, self: BlockList): AddressClass | 'self' | null {
   const u = unmap(ip);
-  if (allowList.some((e) => e.exact && contains(e, u))) return null;
+  if (allowList.some((e) => e.exact && covers(e, u))) return null;
   const cls = classifyIp(u);
   if (cls !== null && EXACT_ONLY.has(cls)) return cls;
-  if (self.some((s) => sameIp(s, u))) return 'self';
-  if (cls === null || allowList.some((e) => !e.exact && contains(e, u))) return null;
+  if (self.check(u.address, u.family)) return 'self';
+  if (cls === null || allowList.some((e) => !e.exact && covers(e, u))) return null;
   return cls;
 }
 
@@ -293,7 +310,11 @@ export function checkAddresses(
   policy: Pick<HostPolicy, 'allowList' | 'selfAddresses'>,
 ): HostVerdict {
   if (addresses.length === 0) return { ok: false, phrase: 'does not resolve' };
-  const self = policy.selfAddresses.map(parseIp).filter((x): x is Ip => x !== null);
+  // This server's addresses, unmapped like every address checked against them, so only one spelling
+  // per family is ever compared (::1 and 0:0::1 are one address to the list).
+  const self = new BlockList();
+  for (const ip of policy.selfAddresses.map(parseIp))
+    if (ip !== null) self.addAddress(unmap(ip).address, unmap(ip).family);
   for (const a of addresses) {
     const ip = parseIp(a);
     const why = ip === null ? 'reserved' : refusal(ip, policy.allowList, self);
@@ -317,7 +338,7 @@ export async function validateHookHost(hostname: string, policy: HostPolicy): Pr
   const host = hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname;
   const literal = parseIp(host);
   if (literal !== null) {
-    return checkAddresses([literal.v === 4 ? formatV4(literal.n) : host], policy);
+    return checkAddresses([literal.family === 'ipv4' ? literal.address : host], policy);
   }
   let addresses: string[];
   try {

@@ -14,7 +14,7 @@ export const QUEUE_NAME = new RegExp(`^[A-Za-z0-9_.-]{1,${MAX_QUEUE_NAME_CHARS}}
  * and no `"` or `\` (JSON escapes exactly those, and lone surrogates, which are refused too), so their
  * JSON form is their bytes plus two quotes.
  *
- * The budget: the body with a 1,900-byte URL (no escaped characters: util/http/input.ts refuses them)
+ * The budget: the body with a 1,900-byte URL (no escaped characters: util/schedule/targetChecks.ts refuses them)
  * twice, 13-digit `dueAt` and `createdAt`, `attempt` 10 (notify.maxAttempts is at most 10), reason
  * `requeued` and empty names is 3,971 bytes, which leaves 125 bytes for the two names: 64 + 60 = 124.
  * test/unit/wakeBody.test.ts builds that worst case and checks it fits.

@@ -1,5 +1,5 @@
 // The pathname a route matches against, without the WHATWG parser for the common URL (`new URL`
-// was ~14 % of the keeper's load, one parse per row). `simplePathname` answers only for
+// per row costs ~14 % of the keeper's load). `simplePathname` answers only for
 // URLs whose pathname it can tell for certain — `http(s)://` lowercase, a plain host of letters, digits,
 // dots and hyphens whose last label is not a number (so no IPv4, IPv6, port, userinfo or punycode), and
 // a path of printable ASCII that the parser leaves as it is (no dot segment, no `%2e`, nothing it

@@ -1,4 +1,5 @@
-// Operator endpoints of the foundation: config, revalidate, explain, the failing list, health, pause and resume.
+// Operator endpoints of the foundation: config, revalidate, explain, the failing and retired lists, health,
+// pause and resume.
 import { ConfigError, configWarnings, type QueueKeeperConfig } from '../../../util/config/schema.js';
 import { HttpError, badRequest } from '../../runtime/httpError.js';
 import { queueOf } from '../../../util/schedule/rules.js';
@@ -8,25 +9,24 @@ import type { RetiredEntry } from '../../../util/schedule/writes.js';
 import { checkSingleUrl } from '../../../util/schedule/targetChecks.js';
 import { requestShape } from '../../../util/requests/shape.js';
 import { answerOf, orRefuse } from '../problems.js';
+import type { Filing } from '../filing.js';
 import { wellFormed } from '../../../util/text.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
-import { config, type RuntimeConfig } from '../../runtime/config.js';
-import type { Filing } from '../filing.js';
-import { reply, type Router } from '../router.js';
+import type { RuntimeConfig } from '../../runtime/config.js';
+import { type ApiRequest, type ApiResponse, reply, type Router, type RouteEntry } from '../router.js';
 import { server } from '../../runtime/harper.js';
 import type { KeeperLeadership } from '../../keeper/leadership.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import type { ScheduleRow } from '../../../util/schedule/rules.js';
-import { workersReady } from '../../runtime/sharedBuffers.js';
 import type { NodeControl, NodeStatus } from '../../status/control.js';
-
-/** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
-const MAX_IGNORED_HEADER_BYTES = 1024;
-const MAX_IGNORED_KEY_CHARS = 100;
 
 /** The pause bodies as docs/openapi.yaml describes them; a bad `scope` has its own code. */
 const PAUSE_BODY = requestShape('pause', 'body', { scope: 'invalid_scope' });
 const RESUME_BODY = requestShape('resume', 'body', { scope: 'invalid_scope' });
+
+/** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
+const MAX_IGNORED_HEADER_BYTES = 1024;
+const MAX_IGNORED_KEY_CHARS = 100;
 
 /**
  * The `x-ignored-keys` header: each unknown key made well-formed, cut to 100 characters and
@@ -75,6 +75,8 @@ export interface AdminDeps {
   leases: () => Pick<LeaseTable, 'lookup'>;
   /** This node's status at an instant (services/keeper/servingView.ts). */
   nodeStatus: (now: number) => NodeStatus;
+  /** How many of the node's workers have loaded the component (services/runtime/sharedBuffers.ts). */
+  workersReady: () => number;
 }
 
 /** The effective config, with `warnings` naming settings that are valid but likely to surprise. */
@@ -83,108 +85,129 @@ function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: 
   return warnings.length > 0 ? { ...cfg, warnings } : cfg;
 }
 
-export function registerAdmin(
-  router: Router,
-  {
-    keeper,
-    control,
-    settings,
-    readRow,
-    filing,
-    failingEntries,
-    retiredEntries,
-    leases,
-    nodeStatus,
-  }: AdminDeps,
-): void {
-  router.route('GET', '/prerender_admin/health', 'admin', async () =>
-    reply({ ok: true, workersReady: workersReady(), workerCount: server.workerCount ?? null }),
-  );
+/** `GET /prerender_admin/health`: this worker serves; how many of the node's workers have loaded. */
+async function health(deps: AdminDeps): Promise<ApiResponse> {
+  return reply({ ok: true, workersReady: deps.workersReady(), workerCount: server.workerCount ?? null });
+}
 
-  router.route('GET', '/prerender_admin/config', 'admin', async () => reply(configAnswer(config())));
+/** `GET /prerender_admin/config`: the effective configuration. */
+async function readConfig(deps: AdminDeps): Promise<ApiResponse> {
+  return reply(configAnswer(deps.settings.current()));
+}
 
-  router.route('POST', '/prerender_admin/config', 'admin', async (req) => {
-    if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
-      throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
-    try {
-      const r = await settings.update(req.body);
-      // Built only from bounded ASCII, so nothing here can throw after the row was committed.
-      const headers: Record<string, string> = {};
-      if (r.ignoredCount > 0) {
-        headers['x-ignored-keys'] = ignoredKeysHeader(r.ignored);
-        headers['x-ignored-count'] = String(r.ignoredCount);
-      }
-      if (r.restartRequired.length) headers['x-restart-required'] = r.restartRequired.join(',');
-      return reply(configAnswer(r.config), 200, headers);
-    } catch (e) {
-      if (e instanceof ConfigError) throw new HttpError(400, 'invalid_config', e.message, { key: e.key });
-      throw e;
+/** `POST /prerender_admin/config`: a partial update, stored and applied on every worker. */
+async function updateConfig(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
+    throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
+  try {
+    const r = await deps.settings.update(req.body);
+    // Built only from bounded ASCII, so nothing here can throw after the row was committed.
+    const headers: Record<string, string> = {};
+    if (r.ignoredCount > 0) {
+      headers['x-ignored-keys'] = ignoredKeysHeader(r.ignored);
+      headers['x-ignored-count'] = String(r.ignoredCount);
     }
-  });
+    if (r.restartRequired.length) headers['x-restart-required'] = r.restartRequired.join(',');
+    return reply(configAnswer(r.config), 200, headers);
+  } catch (e) {
+    if (e instanceof ConfigError) throw new HttpError(400, 'invalid_config', e.message, { key: e.key });
+    throw e;
+  }
+}
 
-  const pauseHandler = (paused: boolean) => async (req: { body: unknown }) => {
-    const problem = (paused ? PAUSE_BODY : RESUME_BODY).check(req.body ?? {});
-    if (problem) throw answerOf(problem);
-    const obj = (req.body ?? {}) as { scope: string };
-    const scope = await control.checkScope(obj.scope);
-    await control.setPause(scope, paused);
-    // Published at once, not at the next status sync, when it concerns this node.
-    if (scope === 'all' || scope === nodeName()) await control.publishStatus(nodeStatus(Date.now()));
-    return reply({ scope, paused });
-  };
-  router.route('POST', '/prerender_admin/pause', 'admin', pauseHandler(true));
-  router.route('POST', '/prerender_admin/resume', 'admin', pauseHandler(false));
+/** Pause or resume a scope; published at once, not at the next status sync, when it concerns this node. */
+async function setPause(deps: AdminDeps, req: ApiRequest, paused: boolean): Promise<ApiResponse> {
+  const { control } = deps;
+  const problem = (paused ? PAUSE_BODY : RESUME_BODY).check(req.body ?? {});
+  if (problem) throw answerOf(problem);
+  const scope = await control.checkScope((req.body as { scope?: unknown } | null)?.scope);
+  await control.setPause(scope, paused);
+  if (scope === 'all' || scope === nodeName()) await control.publishStatus(deps.nodeStatus(Date.now()));
+  return reply({ scope, paused });
+}
 
-  router.route('POST', '/prerender_admin/revalidate', 'admin', async (req) =>
-    reply(await filing.revalidate(req.body)),
-  );
+/** `POST /prerender_admin/pause`. */
+async function pause(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  return setPause(deps, req, true);
+}
 
-  // The rows that keep failing, worst first (docs/operating.md "Failing rows"): a walk of the failing
-  // list, then one point read per row shown.
-  router.route('GET', '/prerender_admin/failing', 'admin', async (req) => {
-    const query = orRefuse(parseFailingQuery(req.query));
-    const routes = config().render.routes;
-    const { page: rows, next } = failingPage(
-      failingEntries,
-      query,
-      (url) => queueOf(url, routes),
-      (e) => {
-        // An entry whose row no longer fails (deleted, or healed by a write the list missed) is passed over.
-        const row = readRow(e.url);
-        if (!row || row.strikes === 0) return undefined;
-        return {
-          url: e.url,
-          queue: queueOf(e.url, routes),
-          strikes: row.strikes,
-          lastStatusCode: row.lastStatusCode,
-          lastError: row.lastError,
-          failingSince: row.failingSince,
-          nextRenderTime: row.nextRenderTime,
-        };
-      },
-    );
-    return reply({ rows, next });
-  });
+/** `POST /prerender_admin/resume`. */
+async function resume(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  return setPause(deps, req, false);
+}
 
-  // Rows a render verdict retired, newest first (docs/operating.md "Retired rows"): a walk of the retired
-  // list only; entries past render.retiredRetention are passed over until the tick drops them.
-  router.route('GET', '/prerender_admin/retired', 'admin', async (req) => {
-    const now = Date.now();
-    const retention = config().render.retiredRetention;
-    return reply(orRefuse(retiredPage(retiredEntries, req.query, (e) => now - e.retiredAt < retention)));
-  });
+/** `POST /prerender_admin/revalidate`: the row due now and urgent; 404 without a row. */
+async function revalidate(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  return reply(await deps.filing.revalidate(req.body));
+}
 
-  router.route(
-    'POST',
-    '/prerender_admin/explain',
-    'admin',
-    async (req) => {
-      const url = orRefuse(checkSingleUrl(req.body));
-      const now = Date.now();
-      const row = readRow(url) ?? null;
-      const extras = await explainExtras(keeper, leases, url, now);
-      return reply({ url, queue: queueOf(url, config().render.routes), row, ...extras });
+/**
+ * `GET /prerender_admin/failing`: the rows that keep failing, worst first (docs/operating.md "Failing
+ * rows"): a walk of the failing list, then one point read per row shown.
+ */
+async function failing(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  const query = orRefuse(parseFailingQuery(req.query));
+  const routes = deps.settings.current().render.routes;
+  const { page: rows, next } = failingPage(
+    deps.failingEntries,
+    query,
+    (url) => queueOf(url, routes),
+    (e) => {
+      // An entry whose row no longer fails (deleted, or healed by a write the list missed) is passed over.
+      const row = deps.readRow(e.url);
+      if (!row || row.strikes === 0) return undefined;
+      return {
+        url: e.url,
+        queue: queueOf(e.url, routes),
+        strikes: row.strikes,
+        lastStatusCode: row.lastStatusCode,
+        lastError: row.lastError,
+        failingSince: row.failingSince,
+        nextRenderTime: row.nextRenderTime,
+      };
     },
-    { observerRead: true },
   );
+  return reply({ rows, next });
+}
+
+/**
+ * `GET /prerender_admin/retired`: rows a render verdict retired, newest first (docs/operating.md "Retired
+ * rows"): a walk of the retired list only; entries past render.retiredRetention are passed over until the
+ * maintenance tick drops them.
+ */
+async function retired(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  const now = Date.now();
+  const retention = deps.settings.current().render.retiredRetention;
+  return reply(orRefuse(retiredPage(deps.retiredEntries, req.query, (e) => now - e.retiredAt < retention)));
+}
+
+/** `POST /prerender_admin/explain`: why a URL is or is not being handed out. */
+async function explain(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  const url = orRefuse(checkSingleUrl(req.body));
+  const now = Date.now();
+  const row = deps.readRow(url) ?? null;
+  const extras = await explainExtras(deps.keeper, deps.leases, url, now);
+  return reply({ url, queue: queueOf(url, deps.settings.current().render.routes), row, ...extras });
+}
+
+const ADMIN_ROUTES: readonly RouteEntry<AdminDeps>[] = [
+  { method: 'GET', path: '/prerender_admin/health', caller: 'admin', handler: health },
+  { method: 'GET', path: '/prerender_admin/config', caller: 'admin', handler: readConfig },
+  { method: 'POST', path: '/prerender_admin/config', caller: 'admin', handler: updateConfig },
+  { method: 'POST', path: '/prerender_admin/pause', caller: 'admin', handler: pause },
+  { method: 'POST', path: '/prerender_admin/resume', caller: 'admin', handler: resume },
+  { method: 'POST', path: '/prerender_admin/revalidate', caller: 'admin', handler: revalidate },
+  { method: 'GET', path: '/prerender_admin/failing', caller: 'admin', handler: failing },
+  { method: 'GET', path: '/prerender_admin/retired', caller: 'admin', handler: retired },
+  {
+    method: 'POST',
+    path: '/prerender_admin/explain',
+    caller: 'admin',
+    handler: explain,
+    options: () => ({ observerRead: true }),
+  },
+];
+
+export function registerAdmin(router: Router, deps: AdminDeps): void {
+  router.register(ADMIN_ROUTES, deps);
 }

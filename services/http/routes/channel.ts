@@ -17,12 +17,12 @@ import { callerOf, type Caller } from '../../leases/caller.js';
 import type { ClaimService } from '../../leases/claims.js';
 import type { FleetScope } from '../../leases/fleetScope.js';
 import type { ResultService } from '../../results/service.js';
-import { config } from '../../runtime/config.js';
+import type { QueueKeeperConfig } from '../../../util/config/schema.js';
 import { log, server, type HarperUser } from '../../runtime/harper.js';
 import type { MetricName } from '../../metrics/values.js';
 import { orRefuse } from '../problems.js';
 import { crossSiteProblem, parseJsonBody } from '../requestChecks.js';
-import { authorize, reply, type Router } from '../router.js';
+import { type ApiResponse, authorize, reply, type Router, type RouteEntry } from '../router.js';
 import { MAX_BATCH, reportBatch } from './queue.js';
 
 export const CHANNEL_PATH = '/render_queue/channel';
@@ -82,6 +82,8 @@ export interface ChannelDeps {
   ready: () => WaitView;
   /** Counts into the node's metrics; every claim made is `channel_claims`. */
   count: (name: MetricName, n: number) => void;
+  /** The effective config: the frame limit, credits, claim size and fleet roles are read per use. */
+  config: () => Pick<QueueKeeperConfig, 'render' | 'queue'>;
   /** Harper's `server.ws` (default: the runtime's). */
   ws?: (listener: WsListener, opts: Record<string, unknown>) => void;
 }
@@ -128,7 +130,7 @@ class ChannelSession {
   received(data: Buffer | ArrayBuffer | Buffer[], isBinary: boolean): void {
     if (this.closed) return;
     const raw = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
-    const limit = config().render.maxBatchBytes;
+    const limit = this.hub.deps.config().render.maxBatchBytes;
     if (raw.length > limit) {
       // The frame cap (set at open) catches this first; a limit lowered since lands here.
       this.send({ error: `the message is larger than ${limit} bytes`, code: 'payload_too_large' });
@@ -169,7 +171,7 @@ class ChannelSession {
       env = orRefuse(
         checkEnvelope(parseJsonBody(raw), this.credits, {
           maxResults: MAX_BATCH,
-          maxCredits: config().queue.maxLeases,
+          maxCredits: this.hub.deps.config().queue.maxLeases,
         }),
       );
       queues = env.queues;
@@ -210,7 +212,7 @@ class ChannelSession {
         return;
       }
       if (this.closed) return;
-      const limit = Math.min(this.credits, config().queue.maxClaimLimit);
+      const limit = Math.min(this.credits, this.hub.deps.config().queue.maxClaimLimit);
       // Read before the claim: a publish landing while it runs still wakes this socket.
       const generation = this.hub.waits.generation();
       const r = deps.claims.claim(limit, this.caller, scope);
@@ -310,7 +312,7 @@ export class ChannelHub {
           'unauthenticated',
           'authentication failed: the credentials were not accepted',
         );
-      authorize(user, 'fleet', config().queue);
+      authorize(user, 'fleet', this.deps.config().queue);
       const cross = crossSiteProblem((n) => request.headers?.get?.(n));
       if (cross) throw new HttpError(403, 'cross_site', cross);
       await this.deps.scope.claimScope(user!.username, undefined);
@@ -320,15 +322,15 @@ export class ChannelHub {
       return;
     }
     if (refused) return;
-    const limit = config().render.maxBatchBytes;
+    const limit = this.deps.config().render.maxBatchBytes;
     if (ws._receiver && typeof ws._receiver._maxPayload === 'number') ws._receiver._maxPayload = limit;
     session = new ChannelSession(this, ws, user!);
     session.send({
       type: 'ready',
       maxMessageBytes: limit,
       maxResults: MAX_BATCH,
-      maxCredits: config().queue.maxLeases,
-      maxClaimLimit: config().queue.maxClaimLimit,
+      maxCredits: this.deps.config().queue.maxLeases,
+      maxClaimLimit: this.deps.config().queue.maxClaimLimit,
     });
     for (const [data, isBinary] of early) session.received(data, isBinary);
   }
@@ -338,15 +340,22 @@ export class ChannelHub {
  * Serves the channel on this worker. A plain GET of the path (no upgrade) is answered 426 naming the
  * protocol, after the router's usual 401/403.
  */
+/** `GET /render_queue/channel` without an upgrade: 426, naming the protocol. */
+async function upgradeRequired(): Promise<ApiResponse> {
+  return reply(
+    { error: 'this path is a WebSocket: send an Upgrade: websocket request', code: 'upgrade_required' },
+    426,
+    { upgrade: 'websocket' },
+  );
+}
+
+const CHANNEL_ROUTES: readonly RouteEntry<ChannelDeps>[] = [
+  { method: 'GET', path: CHANNEL_PATH, caller: 'fleet', handler: upgradeRequired },
+];
+
 export function registerChannel(router: Router, deps: ChannelDeps): ChannelHub {
   const hub = new ChannelHub(deps);
-  router.route('GET', CHANNEL_PATH, 'fleet', async () =>
-    reply(
-      { error: 'this path is a WebSocket: send an Upgrade: websocket request', code: 'upgrade_required' },
-      426,
-      { upgrade: 'websocket' },
-    ),
-  );
+  router.register(CHANNEL_ROUTES, deps);
   const ws = deps.ws ?? harperWs();
   ws(
     (socket, request, chainDone, next) => {

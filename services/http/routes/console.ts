@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { HttpError } from '../../runtime/httpError.js';
 import { componentDir } from '../../runtime/config.js';
-import { type ApiResponse, type Router } from '../router.js';
+import { type ApiRequest, type ApiResponse, type Router, type RouteEntry } from '../router.js';
 
 export const CONSOLE_PATH = '/prerender_admin/console';
 
@@ -53,19 +53,32 @@ function load(cache: Map<string, Buffer>, asset: Asset): Buffer {
   return data;
 }
 
+/** What the console's handlers share: this registration's file cache. */
+interface ConsoleDeps {
+  cache: Map<string, Buffer>;
+}
+
+function serve(deps: ConsoleDeps, asset: Asset, headers: Record<string, string>): ApiResponse {
+  return { status: 200, headers, raw: { contentType: asset.contentType, data: load(deps.cache, asset) } };
+}
+
+/** `GET /prerender_admin/console`: the page. */
+async function consolePage(deps: ConsoleDeps): Promise<ApiResponse> {
+  return serve(deps, PAGE, PAGE_HEADERS);
+}
+
+/** `GET /prerender_admin/console/<asset>`: one of the allow-listed assets, else 404. */
+async function consoleAsset(deps: ConsoleDeps, req: ApiRequest): Promise<ApiResponse> {
+  const asset = req.params.length === 1 ? ASSETS.get(req.params[0]!) : undefined;
+  if (!asset) throw new HttpError(404, 'not_found', `no console asset at ${req.path}`);
+  return serve(deps, asset, ASSET_HEADERS);
+}
+
+const CONSOLE_ROUTES: readonly RouteEntry<ConsoleDeps>[] = [
+  { method: 'GET', path: CONSOLE_PATH, caller: 'admin', handler: consolePage },
+  { method: 'GET', path: `${CONSOLE_PATH}/*`, caller: 'admin', handler: consoleAsset },
+];
+
 export function registerConsole(router: Router): void {
-  const cache = new Map<string, Buffer>();
-  const serve = (asset: Asset, headers: Record<string, string>): ApiResponse => ({
-    status: 200,
-    headers,
-    raw: { contentType: asset.contentType, data: load(cache, asset) },
-  });
-
-  router.route('GET', CONSOLE_PATH, 'admin', async () => serve(PAGE, PAGE_HEADERS));
-
-  router.route('GET', `${CONSOLE_PATH}/*`, 'admin', async (req) => {
-    const asset = req.params.length === 1 ? ASSETS.get(req.params[0]!) : undefined;
-    if (!asset) throw new HttpError(404, 'not_found', `no console asset at ${req.path}`);
-    return serve(asset, ASSET_HEADERS);
-  });
+  router.register(CONSOLE_ROUTES, { cache: new Map() });
 }

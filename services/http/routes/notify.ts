@@ -6,7 +6,6 @@ import { requestShape } from '../../../util/requests/shape.js';
 import { answerOf } from '../problems.js';
 import { describeType, echo, isWellFormed } from '../../../util/text.js';
 import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
-import { config } from '../../runtime/config.js';
 import {
   CeilingExceeded,
   FleetNotActive,
@@ -25,7 +24,7 @@ import {
   type HookRecord,
 } from '../../notify/fleets.js';
 import type { SealKey } from '../../notify/sealKey.js';
-import { type ApiRequest, reply, type Router } from '../router.js';
+import { type ApiRequest, type ApiResponse, reply, type Router, type RouteEntry } from '../router.js';
 
 const MAX_NAME_CHARS = 200;
 /** Ids are UUIDs; anything much longer cannot name a row (and would exceed the store's key limit). */
@@ -151,122 +150,136 @@ export interface NotifyRouteDeps {
   fleetsChanged: () => void;
   /** The hook address policy as configured now (services/notify/delivery.ts). */
   hookPolicy: () => HookUrlPolicy;
+  /** notify.maxHooksPerFleet as configured now. */
+  maxHooksPerFleet: () => number;
 }
 
-export function registerNotify(
-  router: Router,
-  { sealKey, fleetsChanged, hookPolicy }: NotifyRouteDeps,
-): void {
-  const requireKey = () => requireKeyOf(sealKey);
-  router.route('POST', '/prerender_admin/fleets', 'admin', async (req) => {
-    const problem = FLEET_BODY.check(req.body);
-    if (problem) throw answerOf(problem);
-    const body = req.body as { name: string; queues?: string[] | null; username?: string | null };
-    const name = checkFleetName(body.name);
-    const queues = checkQueues(body.queues);
-    const username =
-      body.username === undefined || body.username === null ? null : checkName(body.username, 'username');
-    const created = await createFleet({ name, queues, username }, Date.now());
-    fleetsChanged();
-    return reply(fleetView(created));
-  });
+/** `POST /prerender_admin/fleets`: registers a fleet, bound to a user when one is named. */
+async function addFleet(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const problem = FLEET_BODY.check(req.body);
+  if (problem) throw answerOf(problem);
+  const body = req.body as { name: string; queues?: string[] | null; username?: string | null };
+  const name = checkFleetName(body.name);
+  const queues = checkQueues(body.queues);
+  const username =
+    body.username === undefined || body.username === null ? null : checkName(body.username, 'username');
+  const created = await createFleet({ name, queues, username }, Date.now());
+  deps.fleetsChanged();
+  return reply(fleetView(created));
+}
 
-  router.route('GET', '/prerender_admin/fleets', 'admin', async () =>
-    reply((await listFleets()).map(fleetView)),
-  );
+/** `GET /prerender_admin/fleets`. */
+async function listAllFleets(): Promise<ApiResponse> {
+  return reply((await listFleets()).map(fleetView));
+}
 
-  router.route('DELETE', '/prerender_admin/fleets/*', 'admin', async (req) => {
-    const id = oneParam(req, 'fleet');
-    const fleet = await revokeFleet(id, Date.now());
-    fleetsChanged();
-    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(id)}`);
-    return reply(fleetView(fleet));
-  });
+/** `DELETE /prerender_admin/fleets/<id>`: revokes the fleet. */
+async function revokeFleetById(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const id = oneParam(req, 'fleet');
+  const fleet = await revokeFleet(id, Date.now());
+  deps.fleetsChanged();
+  if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(id)}`);
+  return reply(fleetView(fleet));
+}
 
-  router.route('POST', '/prerender_admin/hooks', 'admin', async (req) => {
-    const key = requireKey();
-    const problem = HOOK_BODY.check(req.body);
-    if (problem) throw answerOf(problem);
-    const body = req.body as { fleetId: string; url: string; queues?: string[] | null };
-    const queues = checkQueues(body.queues);
-    const fleet = body.fleetId.length <= MAX_ID_CHARS ? await getFleet(body.fleetId) : undefined;
-    if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(body.fleetId)}`);
-    if (fleet.state !== 'active') throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
-    if (fleet.queues.length > 0) {
-      const outside = queues.find((q) => !fleet.queues.includes(q));
-      if (outside !== undefined)
-        throw badRequest(
-          'invalid_queues',
-          `queue ${echo(outside)} is not served by fleet ${echo(fleet.name)}`,
-        );
-    }
-    const verdict = await validateHookUrl(body.url, hookPolicy());
-    // A resolver that cannot answer now is our trouble, not a verdict on the URL: retry later.
-    if (!verdict.ok && verdict.transient)
-      throw new HttpError(503, 'unavailable', `url ${verdict.phrase}; try again`, undefined, {
-        'retry-after': '5',
-      });
-    // The phrase names a class ("resolves to a private address"), never the address or the query.
-    if (!verdict.ok) throw badRequest('invalid_url', `url ${verdict.phrase}`);
-    const ceiling = config().notify.maxHooksPerFleet;
-    try {
-      const { hook, secret } = await createHook(
-        { fleetId: fleet.id, url: verdict.url.href, queues },
-        ceiling,
-        key,
-        Date.now(),
+/** `POST /prerender_admin/hooks`: a hook for an active fleet, its URL checked against the address policy. */
+async function addHook(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const key = requireKeyOf(deps.sealKey);
+  const problem = HOOK_BODY.check(req.body);
+  if (problem) throw answerOf(problem);
+  const body = req.body as { fleetId: string; url: string; queues?: string[] | null };
+  const queues = checkQueues(body.queues);
+  const fleet = body.fleetId.length <= MAX_ID_CHARS ? await getFleet(body.fleetId) : undefined;
+  if (!fleet) throw new HttpError(404, 'not_found', `no fleet with id ${echo(body.fleetId)}`);
+  if (fleet.state !== 'active') throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
+  if (fleet.queues.length > 0) {
+    const outside = queues.find((q) => !fleet.queues.includes(q));
+    if (outside !== undefined)
+      throw badRequest('invalid_queues', `queue ${echo(outside)} is not served by fleet ${echo(fleet.name)}`);
+  }
+  const verdict = await validateHookUrl(body.url, deps.hookPolicy());
+  // A resolver that cannot answer now is our trouble, not a verdict on the URL: retry later.
+  if (!verdict.ok && verdict.transient)
+    throw new HttpError(503, 'unavailable', `url ${verdict.phrase}; try again`, undefined, {
+      'retry-after': '5',
+    });
+  // The phrase names a class ("resolves to a private address"), never the address or the query.
+  if (!verdict.ok) throw badRequest('invalid_url', `url ${verdict.phrase}`);
+  const ceiling = deps.maxHooksPerFleet();
+  try {
+    const { hook, secret } = await createHook(
+      { fleetId: fleet.id, url: verdict.url.href, queues },
+      ceiling,
+      key,
+      Date.now(),
+    );
+    return reply({ ...hookView(hook, key), secret });
+  } catch (e) {
+    if (e instanceof FleetNotActive)
+      throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
+    if (e instanceof CeilingExceeded)
+      throw new HttpError(
+        409,
+        'ceiling_exceeded',
+        ceiling === 0
+          ? 'notify hooks are switched off (notify.maxHooksPerFleet is 0)'
+          : `fleet ${JSON.stringify(fleet.name)} already has ${ceiling} hooks (notify.maxHooksPerFleet)`,
       );
-      return reply({ ...hookView(hook, key), secret });
-    } catch (e) {
-      if (e instanceof FleetNotActive)
-        throw new HttpError(409, 'fleet_revoked', `fleet ${fleet.id} is revoked`);
-      if (e instanceof CeilingExceeded)
-        throw new HttpError(
-          409,
-          'ceiling_exceeded',
-          ceiling === 0
-            ? 'notify hooks are switched off (notify.maxHooksPerFleet is 0)'
-            : `fleet ${JSON.stringify(fleet.name)} already has ${ceiling} hooks (notify.maxHooksPerFleet)`,
-        );
-      throw e;
-    }
-  });
+    throw e;
+  }
+}
 
-  router.route('GET', '/prerender_admin/hooks', 'admin', async (req) => {
-    const key = requireKey();
-    const fleetId = req.query.get('fleetId');
-    const list = await listHooks(fleetId === null || fleetId === '' ? undefined : fleetId);
-    return reply(list.map((h) => hookView(h, key)));
-  });
+/** `GET /prerender_admin/hooks` (`?fleetId=` narrows to one fleet's). */
+async function listAllHooks(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const key = requireKeyOf(deps.sealKey);
+  const fleetId = req.query.get('fleetId');
+  const list = await listHooks(fleetId === null || fleetId === '' ? undefined : fleetId);
+  return reply(list.map((h) => hookView(h, key)));
+}
 
-  router.route('POST', '/prerender_admin/hooks/*', 'admin', async (req) => {
-    const key = requireKey();
-    const action = req.params[1];
-    if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
-      throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
-    if (req.body !== undefined) {
-      const problem = EMPTY_BODY.check(req.body);
-      if (problem) throw answerOf(problem);
-    }
-    const hook = await existingHook(req);
-    if (action === 'rotate') {
-      const r = await rotateHook(hook.id, key, Date.now());
-      if (!r) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
-      return reply({
-        secret: r.secret,
-        previousSecretValidUntil: r.hook.previousValidUntil,
-        enabled: r.hook.enabled,
-      });
-    }
-    const next = await setHookEnabled(hook.id, action === 'enable');
-    if (!next) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
-    return reply(hookView(next, key));
-  });
+/** `POST /prerender_admin/hooks/<id>/rotate|enable|disable`. */
+async function changeHook(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const key = requireKeyOf(deps.sealKey);
+  const action = req.params[1];
+  if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
+    throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
+  if (req.body !== undefined) {
+    const problem = EMPTY_BODY.check(req.body);
+    if (problem) throw answerOf(problem);
+  }
+  const hook = await existingHook(req);
+  if (action === 'rotate') {
+    const r = await rotateHook(hook.id, key, Date.now());
+    if (!r) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
+    return reply({
+      secret: r.secret,
+      previousSecretValidUntil: r.hook.previousValidUntil,
+      enabled: r.hook.enabled,
+    });
+  }
+  const next = await setHookEnabled(hook.id, action === 'enable');
+  if (!next) throw new HttpError(404, 'not_found', `no hook with id ${echo(hook.id)}`);
+  return reply(hookView(next, key));
+}
 
-  router.route('DELETE', '/prerender_admin/hooks/*', 'admin', async (req) => {
-    requireKey();
-    const id = oneParam(req, 'hook');
-    if (!(await deleteHook(id))) throw new HttpError(404, 'not_found', `no hook with id ${echo(id)}`);
-    return reply({ deleted: true });
-  });
+/** `DELETE /prerender_admin/hooks/<id>`. */
+async function removeHook(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  requireKeyOf(deps.sealKey);
+  const id = oneParam(req, 'hook');
+  if (!(await deleteHook(id))) throw new HttpError(404, 'not_found', `no hook with id ${echo(id)}`);
+  return reply({ deleted: true });
+}
+
+const NOTIFY_ROUTES: readonly RouteEntry<NotifyRouteDeps>[] = [
+  { method: 'POST', path: '/prerender_admin/fleets', caller: 'admin', handler: addFleet },
+  { method: 'GET', path: '/prerender_admin/fleets', caller: 'admin', handler: listAllFleets },
+  { method: 'DELETE', path: '/prerender_admin/fleets/*', caller: 'admin', handler: revokeFleetById },
+  { method: 'POST', path: '/prerender_admin/hooks', caller: 'admin', handler: addHook },
+  { method: 'GET', path: '/prerender_admin/hooks', caller: 'admin', handler: listAllHooks },
+  { method: 'POST', path: '/prerender_admin/hooks/*', caller: 'admin', handler: changeHook },
+  { method: 'DELETE', path: '/prerender_admin/hooks/*', caller: 'admin', handler: removeHook },
+];
+
+export function registerNotify(router: Router, deps: NotifyRouteDeps): void {
+  router.register(NOTIFY_ROUTES, deps);
 }

@@ -3,7 +3,7 @@
 // a status word, so an anonymous caller learns whether to send traffic and nothing else; `health` keeps
 // the authenticated detail.
 import type { Readiness } from '../../../util/keeper/readiness.js';
-import type { ApiResponse, Router } from '../router.js';
+import type { ApiResponse, Router, RouteEntry } from '../router.js';
 
 export interface ProbeDeps {
   /** This node's readiness at an instant, as this worker reads it. */
@@ -21,14 +21,22 @@ function word(status: number, text: string): ApiResponse {
   };
 }
 
-export function registerProbes(router: Router, { readiness }: ProbeDeps): void {
-  const live = async () => word(200, 'live');
-  const ready = async () => {
-    const r = readiness(Date.now());
-    return word(r === 'ready' ? 200 : 503, r);
-  };
-  for (const method of ['GET', 'HEAD']) {
-    router.route(method, '/prerender_admin/live', 'public', live);
-    router.route(method, '/prerender_admin/ready', 'public', ready);
-  }
+/** `live`: the process answers HTTP. */
+async function live(): Promise<ApiResponse> {
+  return word(200, 'live');
+}
+
+/** `ready`: this node's keeper serves claims here (util/keeper/readiness.ts). */
+async function ready(deps: ProbeDeps): Promise<ApiResponse> {
+  const r = deps.readiness(Date.now());
+  return word(r === 'ready' ? 200 : 503, r);
+}
+
+const PROBE_ROUTES: readonly RouteEntry<ProbeDeps>[] = ['GET', 'HEAD'].flatMap((method) => [
+  { method, path: '/prerender_admin/live', caller: 'public' as const, handler: live },
+  { method, path: '/prerender_admin/ready', caller: 'public' as const, handler: ready },
+]);
+
+export function registerProbes(router: Router, deps: ProbeDeps): void {
+  router.register(PROBE_ROUTES, deps);
 }

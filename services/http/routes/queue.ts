@@ -12,10 +12,17 @@ import { callerOf, type Caller } from '../../leases/caller.js';
 import type { ClaimService } from '../../leases/claims.js';
 import { retryableOnFault, type ResultService } from '../../results/service.js';
 import type { CheckedResult } from '../../../util/results/check.js';
-import { config } from '../../runtime/config.js';
+import type { QueueKeeperConfig } from '../../../util/config/schema.js';
 import type { FleetScope } from '../../leases/fleetScope.js';
 import { log, type HarperUser } from '../../runtime/harper.js';
-import { reply, type Router } from '../router.js';
+import {
+  type ApiRequest,
+  type ApiResponse,
+  reply,
+  type RouteHandler,
+  type Router,
+  type RouteEntry,
+} from '../router.js';
 import type { NodeServing } from '../../keeper/servingView.js';
 import { nodeName } from '../../cluster/nodeName.js';
 import type { NodeControl } from '../../status/control.js';
@@ -52,13 +59,15 @@ function claimFields(shape: typeof CLAIM_BODY, body: unknown): ClaimFields {
   return (body ?? {}) as ClaimFields;
 }
 
-function resultBodyLimit(): number {
+function resultBodyLimit(render: QueueKeeperConfig['render']): number {
   // a page of render.maxBodyBytes plus 64 KiB for the envelope and its JSON escapes; a page that
   // escapes to more uses the raw-bytes framing. Checked before buffering (services/http/router.ts).
-  return config().render.maxBodyBytes + (64 << 10);
+  return render.maxBodyBytes + (64 << 10);
 }
 
 export interface QueueRouteDeps {
+  /** The effective config's `render` section: the body limits of the result endpoints. */
+  render: () => QueueKeeperConfig['render'];
   claims: ClaimService;
   results: ResultService;
   scope: FleetScope;
@@ -128,177 +137,185 @@ async function answerTokenResult(
   return reply({ accepted: true, nextRenderTime: a!.nextRenderTime, ...dup });
 }
 
-export function registerQueue(router: Router, deps: QueueRouteDeps): void {
-  const { claims, results, scope: fleetScope, metrics, control, serving, figures } = deps;
-  /** `router.route` with the handler's duration observed under `endpoint`, whether it answers or throws. */
-  const timedRoute = (
-    on: Router,
-    endpoint: RequestEndpoint,
-    ...[method, path, caller, handler, opts]: Parameters<Router['route']>
-  ): void => {
-    const labels = { endpoint };
-    on.route(
-      method,
-      path,
-      caller,
-      async (req) => {
-        const t0 = performance.now();
-        try {
-          return await handler(req);
-        } finally {
-          metrics.observe('request_ms', performance.now() - t0, labels);
-        }
-      },
-      opts,
-    );
-  };
-  const isPaused = () => control.isPaused();
-  timedRoute(router, 'claim', 'POST', '/render_queue/claim', 'fleet', async (req) => {
-    const body = claimFields(CLAIM_BODY, req.body);
-    const limit = claims.limitOf(body.limit);
-    const scope = await fleetScope.claimScope(req.user?.username, body.queues ?? undefined);
-    const r = await claims.claimOrWait(limit, callerOf(req.user, req.headers.get('x-worker-id')), scope);
-    return reply(r.jobs, 200, { 'x-queue-status': r.status });
-  });
-
-  timedRoute(
-    router,
-    'job_result',
-    'POST',
-    '/render_queue/job_result',
-    'fleet',
-    async (req) => {
-      const workerId = req.headers.get('x-worker-id');
-      if (req.rawBody) {
-        const framed = orRefuse(results.checkFramed(req.rawBody, req.headers.get('x-metadata-size')));
-        if (framed.kind === 'fleet') {
-          // A prerender fleet counts only a 204 as delivered and drops the render for good on anything
-          // but 429/502/503/504 (docs/prerender-fleet.md): every well-formed result gets a 204 saying
-          // what it came to, and a fault of ours is a 503 it retries, never a 500.
-          const status = await retryableOnFault(
-            framed.result.id,
-            async () => {
-              await fleetScope.checkReporter(req.user?.username);
-              return results.applyFleet(framed.result, callerOf(req.user, workerId));
-            },
-            log,
-          );
-          return reply(undefined, 204, { 'x-result-status': status });
-        }
-        return answerTokenResult(results, framed.result, req.user, workerId, fleetScope);
-      }
-      return answerTokenResult(results, orRefuse(results.check(req.body)), req.user, workerId, fleetScope);
-    },
-    { maxBodyBytes: resultBodyLimit, octetStream: true },
-  );
-
-  timedRoute(
-    router,
-    'job_results',
-    'POST',
-    '/render_queue/job_results',
-    'fleet',
-    async (req) => {
-      const problem = RESULTS_BODY.check(req.body);
-      if (problem) throw answerOf(problem);
-      const obj = req.body as { results: unknown[] };
-      await fleetScope.checkReporter(req.user?.username);
-      return reply({
-        results: await reportBatch(results, obj.results, callerOf(req.user, req.headers.get('x-worker-id'))),
-      });
-    },
-    { maxBodyBytes: () => config().render.maxBatchBytes },
-  );
-
-  // Report and claim in one round trip: exactly job_results, then claim, sharing their code.
-  timedRoute(
-    router,
-    'next',
-    'POST',
-    '/render_queue/next',
-    'fleet',
-    async (req) => {
-      const obj = claimFields(NEXT_BODY, req.body);
-      const list = obj.results ?? [];
-      const limit = claims.limitOf(obj.limit);
-      const scope = await fleetScope.claimScope(req.user?.username, obj.queues ?? undefined);
-      const caller = callerOf(req.user, req.headers.get('x-worker-id'));
-      const answered = list.length > 0 ? await reportBatch(results, list, caller) : [];
-      const r = await claims.claimOrWait(limit, caller, scope);
-      return reply({ results: answered, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
-    },
-    { maxBodyBytes: () => config().render.maxBatchBytes },
-  );
-
-  router.route('GET', '/prerender_admin/overview', 'admin', async () => {
-    const now = Date.now();
-    const leases = deps.leases();
-    // Reads never write: the lease figures are worker 0's last reconcile (every stateInterval).
-    const rec = figures.leaseFigures(now);
-    const snap = deps.ready().snapshot();
-    const signal = deps.signal().read();
-    const view = serving.view(now);
-    const doc = deps.state().read();
-    return reply({
-      node: nodeName(),
-      status: serving.status(now),
-      paused: isPaused(),
-      leases: {
-        occupancy: rec.occupancy,
-        maxLeases: leases.maxLeases,
-        oldestLeaseExpiresAt: rec.oldestExpiresAt,
-        oldestLeaseAgeMs: rec.oldestGrantedAt === null ? null : now - rec.oldestGrantedAt,
-      },
-      ready: {
-        capacity: snap.capacity,
-        count: snap.count,
-        consumed: snap.consumed,
-        remaining: snap.remaining,
-        generation: snap.generation,
-        ageMs: snap.publishedAt === null ? null : now - snap.publishedAt,
-      },
-      keeper: {
-        phase: signal.phase,
-        live: signal.live,
-        serving: view.serving,
-        stale: view.stale,
-        dueCount: signal.dueCount,
-        complete: signal.complete,
-        // The heartbeat is stored in whole seconds, rounded up (a live keeper never looks older than it
-        // is), so right after a beat it reads up to a second ahead of `now`: that is age 0, not negative.
-        heartbeatAgeMs: signal.heartbeatAt === null ? null : Math.max(0, now - signal.heartbeatAt),
-        exact: doc?.doc.trust?.exact ?? false,
-        stats: doc?.doc.trust?.keeper ?? null,
-      },
-    });
-  });
-
-  router.route('GET', '/prerender_admin/queue-state', 'admin', async () => {
-    const now = Date.now();
-    const state = figures.vouchedState(now);
-    if (!state.ok) {
-      return reply(
-        {
-          error: `the keeper cannot vouch for its numbers (${state.phase})`,
-          code: 'unavailable',
-          now: {
-            inFlight: figures.leaseFigures(now).occupancy,
-            paused: isPaused(),
-            status: serving.status(now),
-          },
-          trust: { live: false, exact: false, phase: state.phase },
-        },
-        503,
-        { 'retry-after': '5' },
-      );
+/** A fleet handler with its duration observed under `endpoint`, whether it answers or throws. */
+function timed(
+  endpoint: RequestEndpoint,
+  handler: RouteHandler<QueueRouteDeps>,
+): RouteHandler<QueueRouteDeps> {
+  const labels = { endpoint };
+  return async (deps, req) => {
+    const t0 = performance.now();
+    try {
+      return await handler(deps, req);
+    } finally {
+      deps.metrics.observe('request_ms', performance.now() - t0, labels);
     }
-    const { doc, maxAgeMs } = state;
-    return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
-  });
+  };
+}
 
-  router.route('GET', '/prerender_admin/metrics', 'admin', async () => {
-    const now = Date.now();
-    const text = metrics.text(figures.liveFigures(now));
-    return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
+/** `POST /render_queue/claim`: a bare array of jobs under leases, and the node's status header. */
+async function claim(deps: QueueRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const body = claimFields(CLAIM_BODY, req.body);
+  const limit = deps.claims.limitOf(body.limit);
+  const scope = await deps.scope.claimScope(req.user?.username, body.queues ?? undefined);
+  const r = await deps.claims.claimOrWait(limit, callerOf(req.user, req.headers.get('x-worker-id')), scope);
+  return reply(r.jobs, 200, { 'x-queue-status': r.status });
+}
+
+/** `POST /render_queue/job_result`: one result, JSON or framed; a prerender fleet's framed result gets a 204. */
+async function jobResult(deps: QueueRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const { results, scope: fleetScope } = deps;
+  const workerId = req.headers.get('x-worker-id');
+  if (req.rawBody) {
+    const framed = orRefuse(results.checkFramed(req.rawBody, req.headers.get('x-metadata-size')));
+    if (framed.kind === 'fleet') {
+      // A prerender fleet counts only a 204 as delivered and drops the render for good on anything
+      // but 429/502/503/504 (docs/prerender-fleet.md): every well-formed result gets a 204 saying
+      // what it came to, and a fault of ours is a 503 it retries, never a 500.
+      const status = await retryableOnFault(
+        framed.result.id,
+        async () => {
+          await fleetScope.checkReporter(req.user?.username);
+          return results.applyFleet(framed.result, callerOf(req.user, workerId));
+        },
+        log,
+      );
+      return reply(undefined, 204, { 'x-result-status': status });
+    }
+    return answerTokenResult(results, framed.result, req.user, workerId, fleetScope);
+  }
+  return answerTokenResult(results, orRefuse(results.check(req.body)), req.user, workerId, fleetScope);
+}
+
+/** `POST /render_queue/job_results`: 1 to MAX_BATCH results, each answered on its own. */
+async function jobResults(deps: QueueRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const problem = RESULTS_BODY.check(req.body);
+  if (problem) throw answerOf(problem);
+  const obj = req.body as { results: unknown[] };
+  await deps.scope.checkReporter(req.user?.username);
+  return reply({
+    results: await reportBatch(deps.results, obj.results, callerOf(req.user, req.headers.get('x-worker-id'))),
   });
+}
+
+/** `POST /render_queue/next`: report and claim in one round trip, exactly job_results then claim. */
+async function next(deps: QueueRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const obj = claimFields(NEXT_BODY, req.body);
+  const list = obj.results ?? [];
+  const limit = deps.claims.limitOf(obj.limit);
+  const scope = await deps.scope.claimScope(req.user?.username, obj.queues ?? undefined);
+  const caller = callerOf(req.user, req.headers.get('x-worker-id'));
+  const answered = list.length > 0 ? await reportBatch(deps.results, list, caller) : [];
+  const r = await deps.claims.claimOrWait(limit, caller, scope);
+  return reply({ results: answered, jobs: r.jobs }, 200, { 'x-queue-status': r.status });
+}
+
+/** `GET /prerender_admin/overview`: leases, the ready set and the keeper at a glance; reads never write. */
+async function overview(deps: QueueRouteDeps): Promise<ApiResponse> {
+  const { serving, figures } = deps;
+  const now = Date.now();
+  const leases = deps.leases();
+  // The lease figures are worker 0's last reconcile (every stateInterval).
+  const rec = figures.leaseFigures(now);
+  const snap = deps.ready().snapshot();
+  const signal = deps.signal().read();
+  const view = serving.view(now);
+  const doc = deps.state().read();
+  return reply({
+    node: nodeName(),
+    status: serving.status(now),
+    paused: deps.control.isPaused(),
+    leases: {
+      occupancy: rec.occupancy,
+      maxLeases: leases.maxLeases,
+      oldestLeaseExpiresAt: rec.oldestExpiresAt,
+      oldestLeaseAgeMs: rec.oldestGrantedAt === null ? null : now - rec.oldestGrantedAt,
+    },
+    ready: {
+      capacity: snap.capacity,
+      count: snap.count,
+      consumed: snap.consumed,
+      remaining: snap.remaining,
+      generation: snap.generation,
+      ageMs: snap.publishedAt === null ? null : now - snap.publishedAt,
+    },
+    keeper: {
+      phase: signal.phase,
+      live: signal.live,
+      serving: view.serving,
+      stale: view.stale,
+      dueCount: signal.dueCount,
+      complete: signal.complete,
+      // The heartbeat is stored in whole seconds, rounded up (a live keeper never looks older than it
+      // is), so right after a beat it reads up to a second ahead of `now`: that is age 0, not negative.
+      heartbeatAgeMs: signal.heartbeatAt === null ? null : Math.max(0, now - signal.heartbeatAt),
+      exact: doc?.doc.trust?.exact ?? false,
+      stats: doc?.doc.trust?.keeper ?? null,
+    },
+  });
+}
+
+/** `GET /prerender_admin/queue-state`: the keeper's state document; 503 while it cannot vouch for it. */
+async function queueState(deps: QueueRouteDeps): Promise<ApiResponse> {
+  const { figures } = deps;
+  const now = Date.now();
+  const state = figures.vouchedState(now);
+  if (!state.ok) {
+    return reply(
+      {
+        error: `the keeper cannot vouch for its numbers (${state.phase})`,
+        code: 'unavailable',
+        now: {
+          inFlight: figures.leaseFigures(now).occupancy,
+          paused: deps.control.isPaused(),
+          status: deps.serving.status(now),
+        },
+        trust: { live: false, exact: false, phase: state.phase },
+      },
+      503,
+      { 'retry-after': '5' },
+    );
+  }
+  const { doc, maxAgeMs } = state;
+  return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
+}
+
+/** `GET /prerender_admin/metrics`: the Prometheus text exposition. */
+async function metricsText(deps: QueueRouteDeps): Promise<ApiResponse> {
+  const text = deps.metrics.text(deps.figures.liveFigures(Date.now()));
+  return { status: 200, raw: { contentType: PROMETHEUS_CONTENT_TYPE, data: text } };
+}
+
+const batchLimit = (deps: QueueRouteDeps) => ({ maxBodyBytes: () => deps.render().maxBatchBytes });
+
+const QUEUE_ROUTES: readonly RouteEntry<QueueRouteDeps>[] = [
+  { method: 'POST', path: '/render_queue/claim', caller: 'fleet', handler: timed('claim', claim) },
+  {
+    method: 'POST',
+    path: '/render_queue/job_result',
+    caller: 'fleet',
+    handler: timed('job_result', jobResult),
+    options: (deps) => ({ maxBodyBytes: () => resultBodyLimit(deps.render()), octetStream: true }),
+  },
+  {
+    method: 'POST',
+    path: '/render_queue/job_results',
+    caller: 'fleet',
+    handler: timed('job_results', jobResults),
+    options: batchLimit,
+  },
+  {
+    method: 'POST',
+    path: '/render_queue/next',
+    caller: 'fleet',
+    handler: timed('next', next),
+    options: batchLimit,
+  },
+  { method: 'GET', path: '/prerender_admin/overview', caller: 'admin', handler: overview },
+  { method: 'GET', path: '/prerender_admin/queue-state', caller: 'admin', handler: queueState },
+  { method: 'GET', path: '/prerender_admin/metrics', caller: 'admin', handler: metricsText },
+];
+
+export function registerQueue(router: Router, deps: QueueRouteDeps): void {
+  router.register(QUEUE_ROUTES, deps);
 }
