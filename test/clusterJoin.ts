@@ -8,10 +8,21 @@
 // cluster bench once had 681 of 30,000 missing on node-c (docs/clusters.md, "Joining a node"). A
 // probe row that arrives proves the copy is over; rows filed after it stream like any later write.
 import assert from 'node:assert/strict';
-import type { HarperInstance } from './harness.js';
+import { ADMIN_PASS, ADMIN_USER, type HarperInstance } from './harness.js';
 import { sleep, until } from './wait.js';
 
 const DAY = 86_400_000;
+
+/** Links `from` to `to` (Harper's add_node, the admin's Basic credentials retained; docs/clusters.md). */
+export function addNode(from: HarperInstance, toName: string, to: HarperInstance): Promise<unknown> {
+  return from.operation({
+    operation: 'add_node',
+    hostname: toName,
+    url: to.replicationUrl,
+    authorization: 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64'),
+    retain_authorization: true,
+  });
+}
 
 /** Rows in a node's RenderSchedule table, optionally narrowed by a SQL `WHERE` clause. */
 export async function tableRows(n: HarperInstance, where = ''): Promise<number> {

@@ -6,21 +6,13 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { beatStaleAfterMs } from '../../util/cluster/holding.js';
 import { Ownership } from '../../util/cluster/ownership.js';
-import {
-  ADMIN_PASS,
-  ADMIN_USER,
-  startHarper,
-  type FetchInit,
-  type FetchResult,
-  type HarperInstance,
-} from '../harness.js';
+import { startHarper, type FetchInit, type FetchResult, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
-import { heldByOneView, untilRowsStream } from '../clusterJoin.js';
+import { addNode, heldByOneView, untilRowsStream } from '../clusterJoin.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'] as const;
 type Name = (typeof NAMES)[number];
 const MIN = 60_000;
-const AUTH = 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64');
 const CONFIG = {
   queue: { keeper: { publishInterval: 200, stateInterval: 1000 } },
   maintenance: { tickInterval: 500 },
@@ -173,14 +165,7 @@ before(async () => {
     nodes.clear();
     throw failed.reason;
   }
-  const link = async (from: Name, to: Name) =>
-    node(from).operation({
-      operation: 'add_node',
-      hostname: to,
-      url: node(to).replicationUrl,
-      authorization: AUTH,
-      retain_authorization: true,
-    });
+  const link = (from: Name, to: Name) => addNode(node(from), to, node(to));
   let step = 'link';
   try {
     await link('node-b', 'node-a');

@@ -6,13 +6,12 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Ownership } from '../../util/cluster/ownership.js';
-import { ADMIN_PASS, ADMIN_USER, startHarper, type HarperInstance } from '../harness.js';
+import { startHarper, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
-import { heldByOneView, untilRowsStream } from '../clusterJoin.js';
+import { addNode, heldByOneView, untilRowsStream } from '../clusterJoin.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'] as const;
 type Name = (typeof NAMES)[number];
-const AUTH = 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64');
 const CONFIG = {
   queue: { keeper: { publishInterval: 250, stateInterval: 1000 } },
   maintenance: { tickInterval: 1000 },
@@ -82,14 +81,7 @@ before(async () => {
     throw failed.reason;
   }
   try {
-    const link = (from: Name, to: Name) =>
-      node(from).operation({
-        operation: 'add_node',
-        hostname: to,
-        url: node(to).replicationUrl,
-        authorization: AUTH,
-        retain_authorization: true,
-      });
+    const link = (from: Name, to: Name) => addNode(node(from), to, node(to));
     await link('node-b', 'node-a');
     await link('node-c', 'node-a');
     await link('node-c', 'node-b');

@@ -195,6 +195,15 @@ const EP: Endpoint[] = [
       public: true,
     })),
   ),
+  // The two lists' query strings: random cursors, limits and queues are a 400 naming them, never a 500.
+  ...(['failing', 'retired'] as const).map((list): Endpoint => ({
+    method: 'GET',
+    path: (r) =>
+      `/prerender_admin/${list}?cursor=${encodeURIComponent(r)}&limit=${r.length % 600}&queue=${encodeURIComponent(r.slice(0, 3))}`,
+    who: [],
+    body: 'none',
+    ok: [200, 400],
+  })),
   { method: 'POST', path: () => '/prerender_admin/explain', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/revalidate', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/pause', who: [], body: 'scope', ok: [400] },

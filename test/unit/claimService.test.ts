@@ -8,7 +8,6 @@ import { LeaseTable } from '../../util/leases/table.js';
 import { FakeClock } from '../fakeClock.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
-import { ACTIVE } from '../../util/schedule/rules.js';
 import {
   CLAIM_MARK_EVERY_MS,
   ClaimService,
@@ -18,27 +17,14 @@ import {
 import type { Caller } from '../../services/leases/caller.js';
 
 const NOW = Date.UTC(2026, 2, 1, 12, 0, 0);
+import { scheduleRow } from '../scheduleRow.js';
+
 const MINUTE = 60_000;
 const FLEET: Caller = { user: nameHash('fleet-a'), worker: nameHash(''), superUser: false };
 const url = (queue: string, i: number) => `https://shop.test/${queue}/${i}`;
 
 function row(key: string, nextRenderTime: number): ScheduleRow {
-  return {
-    cacheKey: key,
-    nextRenderTime,
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: true,
-    urgentAt: null,
-    changedAt: null,
-    strikes: 0,
-    lastOutcome: null,
-    lastRenderedAt: null,
-    lastStatusCode: null,
-    lastError: null,
-    failingSince: null,
-    ...ACTIVE,
-  };
+  return scheduleRow(key, nextRenderTime);
 }
 
 function world(opts: { fullFor?: (key: string) => boolean; cfg?: (c: QueueKeeperConfig) => void } = {}) {

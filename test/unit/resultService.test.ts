@@ -6,13 +6,13 @@ import { defaultConfig } from '../../util/config/schema.js';
 import { LeaseTable, type GrantOptions } from '../../util/leases/table.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
-import { ACTIVE } from '../../util/schedule/rules.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { PageWrite } from '../../services/pages/store.js';
 import type { Caller } from '../../services/leases/caller.js';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { HttpError } from '../../services/runtime/httpError.js';
 import { decodePage } from '../../util/prerender/page.js';
+import { scheduleRow } from '../scheduleRow.js';
 import {
   checkFleetResult as checkFleetOrProblem,
   splitFrame as splitFrameOrProblem,
@@ -50,22 +50,7 @@ const grantOptions = (over: Partial<GrantOptions> = {}): GrantOptions => ({
 });
 
 function row(key: string): ScheduleRow {
-  return {
-    cacheKey: key,
-    nextRenderTime: NEXT,
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: true,
-    urgentAt: null,
-    changedAt: null,
-    strikes: 0,
-    lastOutcome: 'rendered',
-    lastRenderedAt: NOW,
-    lastStatusCode: 200,
-    lastError: null,
-    failingSince: null,
-    ...ACTIVE,
-  };
+  return scheduleRow(key, NEXT, { lastOutcome: 'rendered', lastRenderedAt: NOW, lastStatusCode: 200 });
 }
 
 function world() {

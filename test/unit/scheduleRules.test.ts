@@ -12,9 +12,9 @@ import {
   spreadDue,
   upsertTarget,
   type ScheduleRow,
-  ACTIVE,
 } from '../../util/schedule/rules.js';
 import { startOfMinute } from '../../util/time.js';
+import { scheduleRow } from '../scheduleRow.js';
 
 const MIN = 60_000;
 const HOUR = 3_600_000;
@@ -27,23 +27,7 @@ function cfgWith(partial: unknown) {
 const cfg = defaultConfig();
 
 function row(over: Partial<ScheduleRow> = {}): ScheduleRow {
-  return {
-    cacheKey: 'https://example.com/a',
-    nextRenderTime: startOfMinute(NOW) + HOUR,
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: true,
-    urgentAt: null,
-    changedAt: null,
-    strikes: 0,
-    lastOutcome: null,
-    lastRenderedAt: null,
-    lastStatusCode: null,
-    lastError: null,
-    failingSince: null,
-    ...ACTIVE,
-    ...over,
-  };
+  return scheduleRow('https://example.com/a', startOfMinute(NOW) + HOUR, over);
 }
 
 test('startOfMinute drops seconds and milliseconds', () => {

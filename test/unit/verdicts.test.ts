@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { defaultConfig } from '../../util/config/schema.js';
-import { ACTIVE, type ScheduleRow } from '../../util/schedule/rules.js';
+import type { ScheduleRow } from '../../util/schedule/rules.js';
+import { scheduleRow } from '../scheduleRow.js';
 import { rowAfterVerdict, verdictOf, type VerdictInput } from '../../util/schedule/verdicts.js';
 import { startOfMinute } from '../../util/time.js';
 
@@ -11,23 +12,7 @@ const URL_A = 'https://example.com/a';
 const cfg = defaultConfig();
 
 function row(over: Partial<ScheduleRow> = {}): ScheduleRow {
-  return {
-    cacheKey: URL_A,
-    nextRenderTime: startOfMinute(NOW),
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: true,
-    urgentAt: null,
-    changedAt: null,
-    strikes: 0,
-    lastOutcome: null,
-    lastRenderedAt: null,
-    lastStatusCode: null,
-    lastError: null,
-    failingSince: null,
-    ...ACTIVE,
-    ...over,
-  };
+  return scheduleRow(URL_A, startOfMinute(NOW), over);
 }
 
 const input = (over: Partial<VerdictInput>): VerdictInput => ({

@@ -185,14 +185,16 @@ export function upsertTarget(
   };
 }
 
-/** Filing through /render_queue/discover: only when absent, never verified. */
-export function discoveredRow(url: string, now: number, config: QueueKeeperConfig): ScheduleRow {
+/** A row never rendered: no marks, no history, active; the scheduling fields are the caller's. */
+export function newRow(
+  url: string,
+  nextRenderTime: number,
+  fields: Pick<ScheduleRow, 'fromSitemap' | 'effectiveInterval' | 'verified'>,
+): ScheduleRow {
   return {
     cacheKey: url,
-    nextRenderTime: spreadDue(url, now, classifyUrl(url, null, config).cadenceMs),
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: false,
+    nextRenderTime,
+    ...fields,
     urgentAt: null,
     changedAt: null,
     strikes: 0,
@@ -203,6 +205,12 @@ export function discoveredRow(url: string, now: number, config: QueueKeeperConfi
     failingSince: null,
     ...ACTIVE,
   };
+}
+
+/** Filing through /render_queue/discover: only when absent, never verified. */
+export function discoveredRow(url: string, now: number, config: QueueKeeperConfig): ScheduleRow {
+  const due = spreadDue(url, now, classifyUrl(url, null, config).cadenceMs);
+  return newRow(url, due, { fromSitemap: false, effectiveInterval: null, verified: false });
 }
 
 /** An operator's revalidate: due now and urgent, never demoting an earlier due time. */

@@ -6,10 +6,10 @@
 import type { QueueKeeperConfig } from '../config/schema.js';
 import { startOfMinute } from '../time.js';
 import {
-  ACTIVE,
   afterFailure,
   afterSuccess,
   classifyUrl,
+  newRow,
   type Outcome,
   type RenderError,
   type ScheduleRow,
@@ -182,20 +182,9 @@ export function rowAfterVerdict(
 
 /** The row a permanent redirect files for its destination: due now, the source's cadence and sitemap flag. */
 export function redirectDestination(source: ScheduleRow, url: string, now: number): ScheduleRow {
-  return {
-    cacheKey: url,
-    nextRenderTime: startOfMinute(now),
+  return newRow(url, startOfMinute(now), {
     fromSitemap: source.fromSitemap,
     effectiveInterval: source.effectiveInterval,
     verified: source.verified,
-    urgentAt: null,
-    changedAt: null,
-    strikes: 0,
-    lastOutcome: null,
-    lastRenderedAt: null,
-    lastStatusCode: null,
-    lastError: null,
-    failingSince: null,
-    ...ACTIVE,
-  };
+  });
 }
