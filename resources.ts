@@ -13,6 +13,7 @@ import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
+import { registerSitemaps } from './services/http/routes/sitemaps.js';
 import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
 import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { HealthFigures } from './services/metrics/healthFigures.js';
@@ -80,6 +81,10 @@ import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummarie
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
 import { NodeControl } from './services/status/control.js';
+import { fetchSitemapFile, sitemapAgent, sitemapPolicy } from './services/sitemaps/fetcher.js';
+import { SitemapService } from './services/sitemaps/service.js';
+import { validateHookHost } from './util/notify/addressPolicy.js';
+import { nodeName } from './services/cluster/nodeName.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
@@ -309,6 +314,39 @@ const stallSweep = new StallSweep({
   log,
 });
 
+// ------------------------------------------------------------------ sitemaps (docs/sitemaps.md)
+// Walks run on the worker that starts them (a registration or refresh) or on worker 0 (the cron refresh
+// and the resume of a walk whose holder stopped); each files through this worker's schedule owner.
+const sitemapFetcher = {
+  config,
+  agent: sitemapAgent(config),
+  timer: realTimer,
+  userAgent: userAgent(componentDir),
+};
+const sitemaps = new SitemapService({
+  config,
+  now,
+  holder: `${nodeName()}/${process.pid}/${workerIndex() ?? 'main'}`,
+  walk: {
+    config,
+    now,
+    fetch: (url, rootHost, validators) => fetchSitemapFile(url, rootHost, validators, sitemapFetcher),
+    fileFromSitemap: (items, id, at) => schedule.fileFromSitemap(items, id, at),
+    unlinkFromSitemap: (urls, id) => schedule.unlinkFromSitemap(urls, id),
+    deleteSitemapRows: (urls, id) => schedule.deleteSitemapRows(urls, id),
+    deletePages,
+    // The retired list arrives with device variants; until then no URL is retired.
+    isRetired: () => false,
+    yieldLoop: nextTurn,
+    count: (metric, result, n) => count(metric, n, { result }),
+  },
+  checkHost: (host) => validateHookHost(host, sitemapPolicy(config())),
+  // Clustered, each sitemap is refreshed by the one node that owns it (rendezvous over the nodes).
+  ownsSitemap: (id) => leadership.clusterOwnership()?.owns(`sitemap:${id}`) ?? true,
+  recordWalk: (figures) => metrics.observe('sitemap_walk_ms', figures.durationMs),
+  log,
+});
+
 // ------------------------------------------------------------------ the HTTP front
 // This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
@@ -348,6 +386,7 @@ registerNotify(router, {
   hookPolicy: () => hookPolicy(config()),
 });
 registerStall(router, { readLedger });
+registerSitemaps(router, { sitemaps });
 registerConsole(router);
 router.install();
 
@@ -371,12 +410,15 @@ async function start(): Promise<void> {
       stallSweep.duty(),
       notify.secretCleanupDuty(),
       figures.recordDuty(metrics),
+      sitemaps.resumeDuty(),
       pageSweepDuty({
         hasRow: (url) => readRow(url) !== undefined,
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
         graceMs: async () => ((await peers.names()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
       }),
     ]);
+    const refresh = sitemaps.refreshDuty();
+    duties.add(refresh.duty, { next: refresh.next });
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them.
     void peerWait({ membership, scheduler: duties, signal: keeperSignal })
       .then(() => leadership.start())

@@ -26,6 +26,7 @@ const LAYERS: readonly string[] = [
   'leases',
   'results',
   'keeper',
+  'sitemaps',
   'metrics',
   'http',
 ];

@@ -4,6 +4,7 @@ import { parseAllowList } from '../notify/addressPolicy.js';
 import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from '../notify/wakeBody.js';
 import { normaliseOrigin } from '../prerender/origin.js';
 import { wellFormed } from '../text.js';
+import { cronProblem, timezoneProblem } from '../sitemaps/refreshPlan.js';
 import { CONFIG_KEYS, DAY, MINUTE } from './keys.js';
 import type { ConfigKey, QueueKeeperConfig, RouteConfig } from './shape.js';
 
@@ -64,6 +65,9 @@ const ROUTE_FIELDS: ReadonlySet<string> = new Set(['name', 'match', 'path', 'ren
 /** Role names, CIDR entries and routes are lists an operator types; these bounds only stop abuse. */
 const MAX_LIST = 1000;
 const MAX_ROUTE_PATH_CHARS = 1900;
+/** A host as `URL.host` spells it: a name or an address, with an optional port. */
+const HOST_ENTRY =
+  /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
 
 /** Checks one value against its key; returns the normalised value or throws ConfigError naming the key. */
 function checkValue(k: ConfigKey, v: unknown): unknown {
@@ -131,6 +135,24 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       if (typeof v !== 'string' || !DEVICE_NAME.test(v))
         throw new ConfigError(k.path, `${k.path} must be 1-64 letters, digits, '_', '.' or '-'`);
       return v;
+    case 'hosts':
+      if (
+        !Array.isArray(v) ||
+        v.length > MAX_LIST ||
+        v.some((h) => typeof h !== 'string' || !HOST_ENTRY.test(h))
+      )
+        throw new ConfigError(k.path, `${k.path} must be an array of host names (host or host:port)`);
+      return (v as string[]).map((h) => h.toLowerCase());
+    case 'cron': {
+      const p = typeof v === 'string' && v.length <= 200 ? cronProblem(v) : 'must be a string';
+      if (p !== null) throw new ConfigError(k.path, `${k.path} ${p}`);
+      return v;
+    }
+    case 'timezone': {
+      const p = typeof v === 'string' && v.length <= 100 ? timezoneProblem(v) : 'must be a string';
+      if (p !== null) throw new ConfigError(k.path, `${k.path} ${p}`);
+      return v;
+    }
     case 'routes': {
       if (!Array.isArray(v) || v.length > MAX_LIST)
         throw new ConfigError(k.path, `${k.path} must be an array of routes`);

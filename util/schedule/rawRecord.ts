@@ -30,6 +30,8 @@ export const ROW_FIELDS = [
   'lastStatusCode',
   'lastError',
   'failingSince',
+  'sitemapId',
+  'sitemapLastmod',
 ] as const;
 export const CLAIM_FIELDS = ['nextRenderTime', 'effectiveInterval', 'fromSitemap'] as const;
 
@@ -51,6 +53,8 @@ export const scheduleRowOf = (key: string, v: Values): ScheduleRow | undefined =
     lastStatusCode: v[9],
     lastError: v[10],
     failingSince: v[11],
+    sitemapId: v[12],
+    sitemapLastmod: v[13],
   });
 export const claimRowOf = (key: string, v: Values): ClaimRow | undefined =>
   toScheduleRow(key, { nextRenderTime: v[0], effectiveInterval: v[1], fromSitemap: v[2] });

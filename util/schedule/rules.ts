@@ -21,6 +21,10 @@ export interface ScheduleRow {
   lastError: RenderError | null;
   /** When the current run of strikes began; null while the row is not failing. */
   failingSince: number | null;
+  /** The sitemap that owns the row (docs/sitemaps.md); absent or null when none does. */
+  sitemapId?: string | null;
+  /** The newest `<lastmod>` the owning sitemap gave for the row (epoch ms, as given). */
+  sitemapLastmod?: number | null;
 }
 
 /** What a renderer said went wrong, as the row keeps it (docs/operating.md "Failing rows"). */
@@ -166,7 +170,14 @@ export function upsertTarget(
     lastStatusCode: existing?.lastStatusCode ?? null,
     lastError: existing?.lastError ?? null,
     failingSince: existing?.failingSince ?? null,
+    ...sitemapFields(existing),
   };
+}
+
+/** A feeder's write keeps the row's sitemap link (only a walk links or unlinks). */
+function sitemapFields(existing: ScheduleRow | undefined): Pick<ScheduleRow, 'sitemapId' | 'sitemapLastmod'> {
+  if (existing?.sitemapId == null) return {};
+  return { sitemapId: existing.sitemapId, sitemapLastmod: existing.sitemapLastmod ?? null };
 }
 
 /** Filing through /render_queue/discover: only when absent, never verified. */
@@ -276,7 +287,7 @@ export function afterFailure(
 export function toScheduleRow(key: string, v: Record<string, unknown>): ScheduleRow | undefined {
   if (typeof v.nextRenderTime !== 'number') return undefined;
   const num = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) ? x : null);
-  return {
+  const row: ScheduleRow = {
     cacheKey: key,
     nextRenderTime: v.nextRenderTime,
     fromSitemap: v.fromSitemap === true,
@@ -291,6 +302,12 @@ export function toScheduleRow(key: string, v: Record<string, unknown>): Schedule
     lastError: storedError(v.lastError),
     failingSince: num(v.failingSince),
   };
+  // Only a sitemap's row carries these, so every other row keeps its stored shape.
+  if (typeof v.sitemapId === 'string') {
+    row.sitemapId = v.sitemapId;
+    row.sitemapLastmod = num(v.sitemapLastmod);
+  }
+  return row;
 }
 
 function storedError(v: unknown): RenderError | null {
@@ -314,6 +331,8 @@ export function sameSchedule(a: ScheduleRow, b: ScheduleRow): boolean {
     a.lastStatusCode === b.lastStatusCode &&
     a.failingSince === b.failingSince &&
     a.lastError?.name === b.lastError?.name &&
-    a.lastError?.message === b.lastError?.message
+    a.lastError?.message === b.lastError?.message &&
+    (a.sitemapId ?? null) === (b.sitemapId ?? null) &&
+    (a.sitemapLastmod ?? null) === (b.sitemapLastmod ?? null)
   );
 }

@@ -16,6 +16,7 @@ import {
   type ScheduleRow,
   type TargetInput,
 } from './rules.js';
+import { listedRow, unlinkedRow, type SitemapItem, type SitemapOutcome } from './sitemapRules.js';
 
 /** A chunk's write: a row to put, or null to delete the key. */
 export interface ScheduleWrite {
@@ -51,6 +52,9 @@ export interface ResultWrite {
   /** What went wrong, for a failure (kept on the row as lastError). */
   error?: RenderError | null;
 }
+
+/** What one sitemap batch did, by outcome (util/schedule/sitemapRules.ts). */
+export type SitemapFiled = Record<SitemapOutcome, number>;
 
 export type ResultApplied = { found: false } | { found: true; row: ScheduleRow; keepLease: boolean };
 
@@ -131,6 +135,57 @@ export class ScheduleWrites {
       return discoveredRow(url, now, cfg);
     });
     return filed;
+  }
+
+  /**
+   * Files the URLs a sitemap lists (util/schedule/sitemapRules.ts listedRow); a URL listed twice in one
+   * batch counts once, its first entry winning. Rows that would not change are not written.
+   */
+  async fileFromSitemap(
+    items: readonly SitemapItem[],
+    sitemapId: string,
+    now: number,
+  ): Promise<SitemapFiled> {
+    const cfg = this.config();
+    const counts: SitemapFiled = {
+      filed: 0,
+      linked: 0,
+      updated: 0,
+      changed: 0,
+      unchanged: 0,
+      otherSitemap: 0,
+    };
+    const byUrl = new Map<string, SitemapItem>();
+    for (const it of items) if (!byUrl.has(it.url)) byUrl.set(it.url, it);
+    await this.update([...byUrl.keys()], (url, current) => {
+      const r = listedRow(current, byUrl.get(url)!, sitemapId, now, cfg);
+      counts[r.outcome]++;
+      return r.row;
+    });
+    return counts;
+  }
+
+  /** Unlinks rows that left `sitemapId` (sitemapRules.ts unlinkedRow); counts only rows it owned. */
+  async unlinkFromSitemap(urls: readonly string[], sitemapId: string): Promise<number> {
+    let unlinked = 0;
+    await this.update([...new Set(urls)], (_url, current) => {
+      if (current === undefined) return undefined;
+      const next = unlinkedRow(current, sitemapId);
+      if (next !== undefined) unlinked++;
+      return next;
+    });
+    return unlinked;
+  }
+
+  /** Deletes the rows `sitemapId` owns among `urls` (a sitemap with deleteRemoved); counts them. */
+  async deleteSitemapRows(urls: readonly string[], sitemapId: string): Promise<string[]> {
+    const deleted: string[] = [];
+    await this.update([...new Set(urls)], (url, current) => {
+      if (current === undefined || (current.sitemapId ?? null) !== sitemapId) return undefined;
+      deleted.push(url);
+      return null;
+    });
+    return deleted;
   }
 
   /** Due now and urgent; undefined when there is no row. */
