@@ -378,6 +378,7 @@ registerQueue(router, {
   ready: readySet,
   signal: keeperSignal,
   state: stateDoc,
+  sitemaps: () => sitemaps.summary(),
 });
 registerChannel(router, { claims, results, scope: fleetScope, scheduler: duties, ready: readySet, count });
 registerNotify(router, {

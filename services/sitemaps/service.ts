@@ -63,6 +63,25 @@ export interface SitemapView {
   lastWalk: WalkFigures | null;
 }
 
+/** queue-state's sitemap section: counts, each sitemap's state and last walk, a warning per failed one. */
+export interface SitemapSummary {
+  total: number;
+  walking: number;
+  failed: number;
+  warnings: string[];
+  sitemaps: Array<{
+    id: string;
+    url: string;
+    state: SitemapRecord['state'];
+    urlCount: number;
+    lastWalkAt: number | null;
+    reason: string | null;
+  }>;
+}
+
+/** queue-state lists this many sitemaps at most (the list route pages through all of them). */
+const SUMMARY_LIST = 100;
+
 export function viewOf(r: SitemapRecord): SitemapView {
   return {
     id: r.id,
@@ -159,9 +178,28 @@ export class SitemapService {
     return viewOf(r);
   }
 
-  /** Every sitemap, for queue-state and the console. */
-  all(): SitemapView[] {
-    return [...sitemapsFrom()].map(viewOf);
+  /** queue-state's sitemap section. */
+  summary(): SitemapSummary {
+    const out: SitemapSummary = { total: 0, walking: 0, failed: 0, warnings: [], sitemaps: [] };
+    for (const r of sitemapsFrom()) {
+      out.total++;
+      if (r.state === 'walking') out.walking++;
+      if (r.state === 'failed') {
+        out.failed++;
+        if (out.warnings.length < SUMMARY_LIST)
+          out.warnings.push(`sitemap ${r.url}: its last walk failed: ${r.lastWalk?.reason ?? 'unknown'}`);
+      }
+      if (out.sitemaps.length < SUMMARY_LIST)
+        out.sitemaps.push({
+          id: r.id,
+          url: r.url,
+          state: r.state,
+          urlCount: r.urlCount,
+          lastWalkAt: r.lastWalk?.finishedAt ?? null,
+          reason: r.lastWalk?.reason ?? null,
+        });
+    }
+    return out;
   }
 
   /** Walks the sitemap now; 409 while a walk of it runs. */

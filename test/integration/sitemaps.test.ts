@@ -215,8 +215,30 @@ test('a refresh picks up a new URL and unlinks a removed one, reuses 304s and fi
   assert.equal(still.unchanged, 24);
 });
 
+test('sitemaps.refresh walks every sitemap again at its cron instants, with no one asking', async () => {
+  const before = (
+    (await h.fetch(`/render_queue/sitemaps/${mainId}`)).json as Sitemap & { lastWalk: { walkId: string } }
+  ).lastWalk.walkId;
+  bPages = ((prev) => () => [...prev(), { loc: site.url('/b/cron') }])(bPages);
+  site.set('/b.xml', urlset(bPages()));
+  // A timers key: the refresh duty is re-armed at once for the new expression (every 2 s here).
+  await postConfig(h, { sitemaps: { refresh: '*/2 * * * * *' } });
+  try {
+    const w = await walked(mainId, before);
+    assert.equal(w.state, 'idle', JSON.stringify(w.lastWalk));
+    assert.equal((await row(site.url('/b/cron')))?.sitemapId, mainId);
+  } finally {
+    await postConfig(h, { sitemaps: { refresh: '0 3 * * *' } });
+  }
+  // Whatever the cron started has ended before the next test walks.
+  await until('no walk running', async () => {
+    const l = (await h.fetch('/render_queue/sitemaps')).json as { sitemaps: Sitemap[] };
+    return l.sitemaps.every((x) => x.state !== 'walking');
+  });
+});
+
 test('a walk that would remove more than sitemaps.maxRemovalShare fails and removes nothing, unless allowed', async () => {
-  // Nine of the 23 (/b/7 left before): 39 %, over the 10 % default.
+  // Nine of the 24 (/b/7 left before): 37.5 %, over the 10 % default.
   const cut = pages('/b/', 10)
     .map((e) => e.loc)
     .filter((u) => !u.endsWith('/b/7'));
@@ -226,6 +248,7 @@ test('a walk that would remove more than sitemaps.maxRemovalShare fails and remo
     ),
     { loc: site.url('/b/plain') },
     { loc: site.url('/b/new'), changefreq: 'weekly' },
+    { loc: site.url('/b/cron') },
   ];
   site.set('/b.xml', urlset(bPages()));
   const refused = await refresh(mainId);
@@ -377,7 +400,13 @@ test('a malformed XML tail: the URLs before it are filed, none after, and the wa
   assert.equal(done.lastWalk!.filed, 3);
   for (const u of [m1, m2, m3]) assert.equal((await row(u!))?.fromSitemap, true);
   for (const u of [m4, m5]) assert.equal(await row(u!), null);
-  // A failed walk has no committed file list, so forgetting it unlinks nothing it never committed.
+  const qs = await h.fetch('/prerender_admin/queue-state');
+  assert.equal(qs.status, 200, qs.text);
+  assert.ok(qs.json.sitemaps.failed >= 1);
+  assert.ok(
+    qs.json.sitemaps.warnings.some((w: string) => w.includes('/broken.xml') && w.includes('malformed')),
+    JSON.stringify(qs.json.sitemaps.warnings),
+  );
 });
 
 test('observers read the sitemaps; only feeders and operators change them; forgetting unlinks or deletes', async () => {

@@ -1,4 +1,5 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
+import type { SitemapSummary } from '../../sitemaps/service.js';
 import { HttpError, MAX_ECHO_CHARS, badRequest } from '../../../util/http/errors.js';
 import type { KeeperSignal } from '../../../util/sharedMemory/keeperSignal.js';
 import type { ReadySet } from '../../../util/sharedMemory/readySet.js';
@@ -59,6 +60,8 @@ export interface QueueRouteDeps {
   ready: () => Pick<ReadySet, 'snapshot'>;
   signal: () => Pick<KeeperSignal, 'read'>;
   state: () => Pick<StateDoc<OverviewDoc>, 'read'>;
+  /** The sitemaps' states for queue-state (services/sitemaps/service.ts); a failed last walk is a warning. */
+  sitemaps?: () => SitemapSummary;
 }
 
 /** What the overview shows of the state document (any shape it holds: each part is optional). */
@@ -281,7 +284,11 @@ export function registerQueue(router: Router, deps: QueueRouteDeps): void {
       );
     }
     const { doc, maxAgeMs } = state;
-    return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
+    return reply({
+      ...doc,
+      trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs },
+      ...(deps.sitemaps ? { sitemaps: deps.sitemaps() } : {}),
+    });
   });
 
   router.route('GET', '/prerender_admin/metrics', 'admin', async () => {
