@@ -72,6 +72,9 @@ export class SitemapWalk {
   private readonly rootHost: string;
   private readonly frontier: Frontier;
   private lastBeat: number;
+  /** The batch being committed (flush), and the first commit that failed. */
+  private writing: Promise<void> | null = null;
+  private writeFailure: unknown = null;
 
   constructor(
     private readonly sitemap: SitemapRecord,
@@ -289,10 +292,10 @@ export class SitemapWalk {
     } catch (e) {
       // What completed before the break is filed; nothing after it.
       await handle(parser.take()).catch(() => undefined);
-      await this.flush(batch);
+      await this.flush(batch, true);
       return this.bodyBroke(file, e);
     }
-    await this.flush(batch);
+    await this.flush(batch, true);
     if (stop !== null) return stop;
     if (parser.kind === 'sitemapindex') {
       const s = this.offerChildren(file, children);
@@ -344,16 +347,43 @@ export class SitemapWalk {
     return null;
   }
 
-  private async flush(batch: SitemapItem[]): Promise<void> {
-    if (batch.length === 0) return;
-    const items = batch.splice(0, batch.length);
-    const counts = await this.deps.fileFromSitemap(items, this.sitemapId, this.deps.now());
+  /**
+   * Starts committing `batch` and returns once the batch before it has committed: at most two batches
+   * are in flight, so the next one is read and parsed while one commits (their keys never overlap: a URL
+   * is in one batch of a walk). `settle` also waits for the last one.
+   */
+  private async flush(batch: SitemapItem[], settle = false): Promise<void> {
+    if (batch.length > 0) {
+      const items = batch.splice(0, batch.length);
+      const previous = this.writing;
+      this.writing = this.deps.fileFromSitemap(items, this.sitemapId, this.deps.now()).then(
+        (counts) => this.record(counts),
+        (e: unknown) => {
+          this.writeFailure ??= e;
+        },
+      );
+      await previous;
+      this.throwIfWriteFailed();
+      await this.deps.yieldLoop();
+      await this.beat(false);
+    }
+    if (settle) {
+      const last = this.writing;
+      this.writing = null;
+      await last;
+      this.throwIfWriteFailed();
+    }
+  }
+
+  private throwIfWriteFailed(): void {
+    if (this.writeFailure !== null) throw this.writeFailure;
+  }
+
+  private record(counts: SitemapFiled): void {
     for (const [outcome, n] of Object.entries(counts) as Array<[keyof SitemapFiled, number]>) {
       this.figures[outcome] += n;
       if (n > 0) this.deps.count('sitemap_urls', outcome === 'otherSitemap' ? 'other_sitemap' : outcome, n);
     }
-    await this.deps.yieldLoop();
-    await this.beat(false);
   }
 
   /**
