@@ -33,7 +33,10 @@ const MIN_WALK_LEASE_MS = 60_000;
 /** The refresh duty wakes at least this often to look at the cron again (a timer cannot wait for months). */
 const MAX_REFRESH_WAIT_MS = 6 * 3_600_000;
 
-export type WalkDepsFor = Omit<WalkDeps, 'beat' | 'readFileEntry' | 'putFileEntry' | 'fileEntriesOf'>;
+export type WalkDepsFor = Omit<
+  WalkDeps,
+  'beat' | 'holds' | 'readFileEntry' | 'putFileEntry' | 'fileEntriesOf'
+>;
 
 export interface SitemapServiceDeps {
   config: () => QueueKeeperConfig;
@@ -271,6 +274,7 @@ export class SitemapService {
       putFileEntry,
       fileEntriesOf,
       beat: (progress) => beatWalk(rec.id, holder, this.deps.now(), progress),
+      holds: () => readSitemap(rec.id)?.walkHolder === holder,
     });
     let end;
     try {

@@ -48,6 +48,8 @@ export interface WalkDeps {
   fileEntriesOf: (sitemapId: string, walkId: string) => Iterable<{ url: string; entry: FileEntry }>;
   /** Renews the walk's lease and shows its progress; false when the walk is no longer this one's. */
   beat: (progress: WalkFigures) => Promise<boolean>;
+  /** Whether the walk still holds its lease (a point read): a forgotten sitemap files no more batches. */
+  holds: () => boolean;
   /** One turn of the event loop between batches. */
   yieldLoop: () => Promise<void>;
   /** Counts into the metrics: URLs by what the walk did, files by how they were read or refused. */
@@ -354,6 +356,7 @@ export class SitemapWalk {
    */
   private async flush(batch: SitemapItem[], settle = false): Promise<void> {
     if (batch.length > 0) {
+      if (!this.deps.holds()) throw new WalkLost();
       const items = batch.splice(0, batch.length);
       const previous = this.writing;
       this.writing = this.deps.fileFromSitemap(items, this.sitemapId, this.deps.now()).then(

@@ -28,6 +28,7 @@ function harness(site: Site, record: Partial<SitemapRecord> = {}) {
   const filed: SitemapItem[] = [];
   const unlinked: string[] = [];
   const entries = new Map<string, FileEntry>();
+  const holding = { value: true };
   const rec: SitemapRecord = {
     id: 'sm1',
     url: `${HOST}/index.xml`,
@@ -65,6 +66,7 @@ function harness(site: Site, record: Partial<SitemapRecord> = {}) {
     },
     fileFromSitemap: async (items) => {
       filed.push(...items);
+      out.onFile();
       return { filed: items.length, linked: 0, updated: 0, changed: 0, unchanged: 0, otherSitemap: 0 };
     },
     unlinkFromSitemap: async (urls) => {
@@ -81,10 +83,21 @@ function harness(site: Site, record: Partial<SitemapRecord> = {}) {
         .filter(([k]) => k.startsWith(JSON.stringify([sid, wid]).slice(0, -1)))
         .map(([k, entry]) => ({ url: (JSON.parse(k) as string[])[2]!, entry })),
     beat: async () => true,
+    holds: () => holding.value,
     yieldLoop: async () => {},
     count: () => {},
   };
-  return { run: () => new SitemapWalk(rec, rec.walkId!, deps).run(), filed, unlinked, entries, rec };
+  const out = {
+    run: () => new SitemapWalk(rec, rec.walkId!, deps).run(),
+    filed,
+    unlinked,
+    entries,
+    rec,
+    holding,
+    /** Called as each batch is filed. */
+    onFile: (): void => undefined,
+  };
+  return out;
 }
 
 test('an index is walked breadth first: cadences from changefreq (floored), the sitemap cadenceMs over them, retired URLs not filed', async () => {
@@ -196,4 +209,18 @@ test('URLs that left are unlinked within sitemaps.maxRemovalShare; more fails th
 
   const allowed = after(10, true);
   assert.equal((await allowed.run()).figures.removed, 10);
+});
+
+test('a walk that lost its lease (the sitemap was forgotten) files no further batch', async () => {
+  const many = Array.from({ length: 2500 }, (_, i) => ({ loc: `${HOST}/${i}` }));
+  const site: Site = { files: new Map<string, string | 304>([['/index.xml', urlset(many)]]) };
+  const h = harness(site);
+  // The sitemap is forgotten while its first batch commits.
+  h.onFile = () => {
+    h.holding.value = false;
+  };
+  const end = await h.run();
+  assert.equal(end.figures.state, 'failed');
+  assert.match(end.figures.reason ?? '', /deleted or another walk took it over/);
+  assert.equal(h.filed.length, 1000, 'only the batch started before the lease went');
 });
