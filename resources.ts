@@ -16,6 +16,7 @@ import { registerProbes } from './services/http/routes/probes.js';
 import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, RuntimeConfig } from './services/runtime/config.js';
+import { registerSitemaps } from './services/http/routes/sitemaps.js';
 import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { HealthFigures } from './services/metrics/healthFigures.js';
 import { nodeMetrics } from './services/metrics/values.js';
@@ -85,6 +86,10 @@ import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummarie
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
 import { NodeControl } from './services/status/control.js';
+import { fetchSitemapFile, sitemapAgent, sitemapPolicy } from './services/sitemaps/fetcher.js';
+import { SitemapService } from './services/sitemaps/service.js';
+import { validateHookHost } from './util/notify/addressPolicy.js';
+import { nodeName } from './services/cluster/nodeName.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
@@ -358,6 +363,38 @@ export const inProcessApi = {
   revalidate: (input: unknown) => filing.revalidate(input),
 };
 
+// ------------------------------------------------------------------ sitemaps (docs/sitemaps.md)
+// Walks run on the worker that starts them (a registration or refresh) or on worker 0 (the cron refresh
+// and the resume of a walk whose holder stopped); each files through this worker's schedule owner.
+const sitemapFetcher = {
+  config,
+  agent: sitemapAgent(config),
+  timer: realTimer,
+  userAgent: userAgent(componentDir),
+};
+const sitemaps = new SitemapService({
+  config,
+  now,
+  holder: `${nodeName()}/${process.pid}/${workerIndex() ?? 'main'}`,
+  walk: {
+    config,
+    now,
+    fetch: (url, rootHost, validators) => fetchSitemapFile(url, rootHost, validators, sitemapFetcher),
+    fileFromSitemap: (items, id, at) => schedule.fileFromSitemap(items, id, at),
+    unlinkFromSitemap: (urls, id) => schedule.unlinkFromSitemap(urls, id),
+    deleteSitemapRows: (urls, id) => schedule.deleteSitemapRows(urls, id),
+    deletePages,
+    isRetired: (url) => isRetired(url, now(), config().render.retiredRetention),
+    yieldLoop: nextTurn,
+    count: (metric, result, n) => count(metric, n, { result }),
+  },
+  checkHost: (host) => validateHookHost(host, sitemapPolicy(config())),
+  // Clustered, each sitemap is refreshed by the one node that owns it (rendezvous over the nodes).
+  ownsSitemap: (id) => leadership.clusterOwnership()?.owns(`sitemap:${id}`) ?? true,
+  recordWalk: (figures) => metrics.observe('sitemap_walk_ms', figures.durationMs),
+  log,
+});
+
 // ------------------------------------------------------------------ the HTTP front
 // This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
@@ -391,6 +428,7 @@ registerQueue(router, {
   ready: readySet,
   signal: keeperSignal,
   state: stateDoc,
+  sitemaps: () => sitemaps.summary(),
 });
 registerChannel(router, {
   claims,
@@ -408,6 +446,7 @@ registerNotify(router, {
   maxHooksPerFleet: () => config().notify.maxHooksPerFleet,
 });
 registerStall(router, { readLedger });
+registerSitemaps(router, { sitemaps });
 registerConsole(router);
 // The balancer's probes: ready once the keeper serves claims here (util/keeper/readiness.ts).
 registerProbes(router, {
@@ -456,6 +495,7 @@ async function start(): Promise<void> {
       stallSweep.duty(),
       notify.secretCleanupDuty(),
       figures.recordDuty(metrics),
+      sitemaps.resumeDuty(),
       pageSweepDuty({
         hasRow: (url) => readRow(url) !== undefined,
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
@@ -469,6 +509,8 @@ async function start(): Promise<void> {
         }),
       },
     ]);
+    const refresh = sitemaps.refreshDuty();
+    duties.add(refresh.duty, { next: refresh.next });
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them.
     void peerWait({ membership, scheduler: duties, signal: keeperSignal })
       .then(() => leadership.start())

@@ -660,6 +660,33 @@ function renderFailing(failing) {
   );
 }
 
+/** The registered sitemaps from queue-state (docs/sitemaps.md): each one's state and last walk. */
+function renderSitemaps(state) {
+  const sm = state.ok && state.body && state.body.sitemaps ? state.body.sitemaps : null;
+  byId('sitemaps-note').textContent = sm
+    ? sm.failed > 0
+      ? `${fmtCount(sm.failed)} of ${fmtCount(sm.total)} failed their last walk; GET /render_queue/sitemaps/<id> has the figures.`
+      : `${fmtCount(sm.total)} registered, ${fmtCount(sm.walking)} walking.`
+    : 'unavailable with queue-state';
+  fillTable(
+    'sitemaps-table',
+    sm
+      ? sm.sitemaps.map((s) => {
+          const tr = document.createElement('tr');
+          tr.setAttribute('data-testid', 'sitemap-row');
+          cell(tr, s.url, 'mono');
+          cell(tr, s.state, s.state === 'failed' ? 'warn' : '');
+          cell(tr, fmtCount(s.urlCount), 'num');
+          cell(tr, s.lastWalkAt === null ? '—' : fmtAgo(s.lastWalkAt));
+          cell(tr, s.reason ?? '');
+          return tr;
+        })
+      : null,
+    5,
+    'no sitemaps registered',
+  );
+}
+
 // ---------- refresh loop ----------
 
 async function refresh() {
@@ -676,6 +703,7 @@ async function refresh() {
   renderOverview(overview);
   renderNotify(fleets, hooks, stall);
   renderFailing(failing);
+  renderSitemaps(state);
   byId('fetch-error').textContent = overview.ok ? '' : `overview: ${overview.error}`;
   const updated = byId('updated-at');
   updated.textContent = new Date().toLocaleTimeString();

@@ -132,7 +132,7 @@ export function authorize(
   if (caller === 'any') return;
   if (user.role?.permission?.super_user) return;
   const roleName = user.role?.role ?? '';
-  if (caller === 'admin' && readOnly && q.observerRoles.includes(roleName)) return;
+  if ((caller === 'admin' || caller === 'feeder') && readOnly && q.observerRoles.includes(roleName)) return;
   const allowed =
     caller === 'feeder'
       ? q.feederRoles
@@ -158,9 +158,13 @@ function decodeParams(rest: string): string[] | null {
   }
 }
 
-/** An operator read: an observer role may call it (every GET under /prerender_admin/, and explain). */
+/**
+ * An operator read: an observer role may call it (every GET under /prerender_admin/, explain, and a
+ * feeder's read marked observerRead such as the sitemap list).
+ */
 function readOnly(r: Route): boolean {
-  return r.path.startsWith('/prerender_admin/') && (r.method === 'GET' || r.observerRead);
+  if (r.path.startsWith('/prerender_admin/')) return r.method === 'GET' || r.observerRead;
+  return r.observerRead && r.method === 'GET';
 }
 
 function findRoute(
@@ -329,7 +333,7 @@ export class Router {
       method: r.method,
       path: r.prefix ? `${r.path}*` : r.path,
       caller: r.caller,
-      readOnly: r.caller === 'admin' && readOnly(r),
+      readOnly: (r.caller === 'admin' || r.caller === 'feeder') && readOnly(r),
     }));
   }
 

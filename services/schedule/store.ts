@@ -4,8 +4,10 @@
 // the writes and the group commit of results live on one ScheduleOwner built in resources.ts.
 import { HttpError } from '../runtime/httpError.js';
 import { sameSchedule, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
+import type { SitemapItem } from '../../util/schedule/sitemapRules.js';
 import {
   ScheduleWrites,
+  type SitemapFiled,
   type ResultApplied,
   type ResultWrite,
   type ScheduleStore,
@@ -158,6 +160,21 @@ export class ScheduleOwner {
   /** Files unverified rows only where no row exists; an existing row is never changed by this path. */
   discoverUrls(urls: readonly string[], now: number): Promise<number> {
     return this.writes.discoverUrls(urls, now);
+  }
+
+  /** Files the URLs a sitemap walk read (docs/sitemaps.md); answers what each did. */
+  fileFromSitemap(items: readonly SitemapItem[], sitemapId: string, now: number): Promise<SitemapFiled> {
+    return this.writes.fileFromSitemap(items, sitemapId, now);
+  }
+
+  /** Unlinks the rows of `sitemapId` among `urls` (they left it); counts them. */
+  unlinkFromSitemap(urls: readonly string[], sitemapId: string): Promise<number> {
+    return this.writes.unlinkFromSitemap(urls, sitemapId);
+  }
+
+  /** Deletes the rows of `sitemapId` among `urls`; answers the URLs deleted (their pages go next). */
+  deleteSitemapRows(urls: readonly string[], sitemapId: string): Promise<string[]> {
+    return this.writes.deleteSitemapRows(urls, sitemapId);
   }
 
   /** Due now and urgent; undefined when there is no row. */

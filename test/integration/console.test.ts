@@ -10,6 +10,7 @@ import { launchChromium } from '../browser.js';
 import { ADMIN_PASS, ADMIN_USER, repoRoot, startHarper, type HarperInstance } from '../harness.js';
 import { startTogether } from '../startTogether.js';
 import { until } from '../wait.js';
+import { SitemapSite, urlset } from '../sitemapSite.js';
 
 const CONSOLE = '/prerender_admin/console';
 const MIN = 60_000;
@@ -328,5 +329,40 @@ test('the console lists the failing rows, worst first, with their last error', a
     assert.deepEqual(problems, []);
   } finally {
     await page.close();
+  }
+});
+
+test('the console lists the sitemaps with their state, and a failed last walk with its reason', async () => {
+  const site = new SitemapSite();
+  await site.start();
+  try {
+    const cfg = await h.fetch('/prerender_admin/config', {
+      body: { sitemaps: { allowHttp: true, allowCidrs: ['127.0.0.1'] } },
+    });
+    assert.equal(cfg.status, 200, cfg.text);
+    site.set('/good.xml', urlset([{ loc: site.url('/page') }]));
+    site.set('/broken.xml', '<urlset><url><loc>oops<</urlset>');
+    for (const path of ['/good.xml', '/broken.xml']) {
+      const r = await h.fetch('/render_queue/sitemaps', { body: { url: site.url(path) } });
+      assert.equal(r.status, 202, r.text);
+    }
+    await until('both walks to end', async () => {
+      const l = (await h.fetch('/render_queue/sitemaps')).json as { sitemaps: Array<{ state: string }> };
+      return l.sitemaps.length === 2 && l.sitemaps.every((s) => s.state !== 'walking');
+    });
+    const { page, problems } = await openConsole();
+    try {
+      const broken = byTestId(page, 'sitemap-row', `:has-text("${site.url('/broken.xml')}")`);
+      await broken.waitFor({ timeout: 10_000 });
+      assert.match((await broken.textContent()) ?? '', /failed.*malformed/);
+      const good = byTestId(page, 'sitemap-row', `:has-text("${site.url('/good.xml')}")`);
+      assert.match((await good.textContent()) ?? '', /idle/);
+      assert.match((await byTestId(page, 'sitemaps-note').textContent()) ?? '', /1 of 2 failed/);
+      assert.deepEqual(problems, []);
+    } finally {
+      await page.close();
+    }
+  } finally {
+    await site.stop();
   }
 });

@@ -117,6 +117,7 @@ type BodyKind =
   | 'config'
   | 'fleet'
   | 'hook'
+  | 'sitemap'
   | 'empty';
 
 interface Endpoint {
@@ -220,6 +221,29 @@ const EP: Endpoint[] = [
     ok: [400, 404],
   },
   { method: 'DELETE', path: (r) => `/prerender_admin/hooks/${r}`, who: [], body: 'empty', ok: [400, 404] },
+  { method: 'POST', path: () => '/render_queue/sitemaps', who: ['feeder'], body: 'sitemap', ok: [400] },
+  {
+    method: 'GET',
+    path: (r) => `/render_queue/sitemaps?limit=${encodeURIComponent(r)}`,
+    who: ['feeder'],
+    body: 'none',
+    ok: [200, 400],
+  },
+  { method: 'GET', path: (r) => `/render_queue/sitemaps/${r}`, who: ['feeder'], body: 'none', ok: [404] },
+  {
+    method: 'POST',
+    path: (r) => `/render_queue/sitemaps/${r}/refresh`,
+    who: ['feeder'],
+    body: 'empty',
+    ok: [400, 404],
+  },
+  {
+    method: 'DELETE',
+    path: (r) => `/render_queue/sitemaps/${r}`,
+    who: ['feeder'],
+    body: 'empty',
+    ok: [400, 404],
+  },
 ];
 
 /** Method+path pairs that exist, for the 405 rule (prefix routes by their prefix). */
@@ -238,6 +262,11 @@ const KNOWN: Array<[string, RegExp]> = [
   ['GET', /^\/prerender_admin\/console\/.+/],
   ['GET', /^\/prerender_admin\/(live|ready)\/?$/],
   ['HEAD', /^\/prerender_admin\/(live|ready)\/?$/],
+  ['POST', /^\/render_queue\/sitemaps\/?(\?.*)?$/],
+  ['GET', /^\/render_queue\/sitemaps\/?(\?.*)?$/],
+  ['GET', /^\/render_queue\/sitemaps\/.+/],
+  ['POST', /^\/render_queue\/sitemaps\/.+/],
+  ['DELETE', /^\/render_queue\/sitemaps\/.+/],
 ];
 
 // ------------------------------------------------------------------ hostile values
@@ -462,6 +491,35 @@ function shapedBody(kind: BodyKind): fc.Arbitrary<{ value: unknown; ok?: number[
         v(fc.record({ fleetId: fc.constant('FLEET'), url: ssrf, queues: fc.constant('x') }), [400]),
       );
     }
+    case 'sitemap': {
+      // Every one is refused before anything is dialled or resolved: literal addresses the sitemap
+      // policy refuses (sitemaps.allowCidrs is empty here), plain http, or a URL that is not one.
+      const refusedHost = fc.constantFrom(
+        'https://127.0.0.1/sitemap.xml',
+        'https://[::1]/robots.txt',
+        'https://[::ffff:127.0.0.1]/s.xml',
+        'https://2130706433/s.xml',
+        'https://0x7f.0.0.1/s.xml',
+        'https://169.254.169.254/latest',
+        'https://10.0.0.1/s.xml.gz',
+        'https://192.168.1.1/robots.txt',
+        'http://127.0.0.1/s.xml',
+        'https://user:pw@127.0.0.1/s.xml',
+      );
+      return fc.oneof(
+        v(fc.record({ url: badUrl })),
+        v(fc.record({ url: refusedHost })),
+        v(
+          fc.record({
+            url: refusedHost,
+            cadenceMs: fc.oneof(fc.integer({ max: 59_999 }), fc.double(), hostileString),
+          }),
+        ),
+        v(fc.record({ url: refusedHost, deleteRemoved: fc.oneof(hostileString, fc.integer()) })),
+        v(fc.record({ url: refusedHost, extra: anyJson })),
+        v(anyJson.filter((x) => typeof x !== 'object' || x === null || Array.isArray(x))),
+      );
+    }
     case 'empty':
       return fc.oneof(v(fc.constant(undefined)), v(fc.record({ x: anyJson }), [400, 404]));
     case 'none':
@@ -628,10 +686,14 @@ const requestArb: fc.Arbitrary<Req> = fc
                 : [400];
         break;
       case 'huge':
-        // Over 1 MiB: the admin limit (413); under the feeding limit, where the huge string is a bad field (400).
+        // Over 1 MiB: the admin and sitemap limit (413); under the feeding limit, where the huge string is a
+        // bad field (400).
         raw = JSON.stringify({ pad: 'x'.repeat(1_100_000) });
         expect =
-          path.startsWith('/prerender_admin/') || /claim$/.test(path) || /job_result$/.test(path)
+          path.startsWith('/prerender_admin/') ||
+          path.startsWith('/render_queue/sitemaps') ||
+          /claim$/.test(path) ||
+          /job_result$/.test(path)
             ? [413]
             : [400];
         code = expect[0] === 413 ? 'payload_too_large' : undefined;

@@ -28,6 +28,7 @@ const LAYERS: readonly string[] = [
   'leases',
   'results',
   'keeper',
+  'sitemaps',
   'metrics',
   'http',
 ];
@@ -54,6 +55,7 @@ const UTIL_LAYERS: readonly string[] = [
   'prerender',
   'channel',
   'results',
+  'sitemaps',
 ];
 
 const SHARED_STRUCTURES = 'services/runtime/sharedStructures.ts';

@@ -26,6 +26,8 @@ const OWNERS: Record<string, readonly string[]> = {
   QueueDueSummary: ['services/stall/dueSummaries.ts'],
   QueueNode: ['services/cluster/membership.ts'],
   QueueRepair: ['services/cluster/repair.ts'],
+  RenderSitemap: ['services/sitemaps/store.ts'],
+  RenderSitemapFile: ['services/sitemaps/store.ts'],
 };
 
 const all = [

@@ -4,6 +4,7 @@ import { parseAllowList } from '../notify/addressPolicy.js';
 import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from '../notify/wakeBody.js';
 import { normaliseOrigin } from './origin.js';
 import { wellFormed } from '../text.js';
+import { cronProblem, timezoneProblem } from './cron.js';
 import { CONFIG_KEYS, DAY, MINUTE } from './keys.js';
 import type { ConfigKey, QueueKeeperConfig, RouteConfig } from './shape.js';
 
@@ -75,6 +76,7 @@ const ROUTE_FIELDS: ReadonlySet<string> = new Set(['name', 'match', 'path', 'ren
 /** Role names, CIDR entries and routes are lists an operator types; these bounds only stop abuse. */
 const MAX_LIST = 1000;
 const MAX_ROUTE_PATH_CHARS = 1900;
+/** A host as `URL.host` spells it: a name or an address, with an optional port. */
 
 /** Checks one value against its key; returns the normalised value or throws ConfigError naming the key. */
 function checkValue(k: ConfigKey, v: unknown): unknown {
@@ -155,6 +157,16 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       if (typeof v !== 'string' || !DEVICE_NAME.test(v))
         throw new ConfigError(k.path, `${k.path} must be 1-64 letters, digits, '_', '.' or '-'`);
       return v;
+    case 'cron': {
+      const p = typeof v === 'string' && v.length <= 200 ? cronProblem(v) : 'must be a string';
+      if (p !== null) throw new ConfigError(k.path, `${k.path} ${p}`);
+      return v;
+    }
+    case 'timezone': {
+      const p = typeof v === 'string' && v.length <= 100 ? timezoneProblem(v) : 'must be a string';
+      if (p !== null) throw new ConfigError(k.path, `${k.path} ${p}`);
+      return v;
+    }
     case 'routes': {
       if (!Array.isArray(v) || v.length > MAX_LIST)
         throw new ConfigError(k.path, `${k.path} must be an array of routes`);

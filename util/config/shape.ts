@@ -5,7 +5,18 @@
 export type ConfigEffect = 'live' | 'timers' | 'reclassify' | 'restart';
 
 export type Kind =
-  'int' | 'number' | 'boolean' | 'roles' | 'durations' | 'routes' | 'cidrs' | 'origin' | 'name' | 'hosts';
+  | 'int'
+  | 'number'
+  | 'boolean'
+  | 'roles'
+  | 'durations'
+  | 'routes'
+  | 'cidrs'
+  | 'origin'
+  | 'name'
+  | 'hosts'
+  | 'cron'
+  | 'timezone';
 
 export interface ConfigKey {
   path: string;
@@ -74,5 +85,22 @@ export interface QueueKeeperConfig {
     edgeCooldown: number;
   };
   stall: { after: number; backoff: number[]; maxNudges: number; sweepLimit: number };
+  sitemaps: {
+    allowHttp: boolean;
+    allowCidrs: string[];
+    allowHosts: string[];
+    maxPerUser: number;
+    maxFileBytes: number;
+    maxUrlsPerFile: number;
+    maxDepth: number;
+    maxFilesPerRoot: number;
+    maxUrlsPerRoot: number;
+    requestTimeout: number;
+    maxRedirects: number;
+    minCadence: number;
+    maxRemovalShare: number;
+    refresh: string;
+    timezone: string;
+  };
   maintenance: { tickInterval: number };
 }

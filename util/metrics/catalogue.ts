@@ -53,6 +53,39 @@ export const PRERENDER_RESULTS = [
  */
 export const RESULT_OUTCOMES = ['rendered', 'redirected', 'non-indexable', 'failed'] as const;
 export type ResultOutcome = (typeof RESULT_OUTCOMES)[number];
+/** Values of the sitemap URL counter's `result` label: what a walk did with each URL (docs/sitemaps.md). */
+export const SITEMAP_URL_RESULTS = [
+  'filed',
+  'linked',
+  'updated',
+  'changed',
+  'unchanged',
+  'other_sitemap',
+  'rejected',
+  'retired',
+  'removed',
+] as const;
+/** Values of the sitemap fetch counter's `result` label: a file read, reused (304), or why it was refused. */
+export const SITEMAP_FETCH_RESULTS = [
+  'fetched',
+  'not_modified',
+  'file_too_large',
+  'too_many_urls',
+  'root_url_limit',
+  'root_file_limit',
+  'depth',
+  'cycle',
+  'off_host',
+  'address_refused',
+  'http_refused',
+  'too_many_redirects',
+  'timeout',
+  'http_status',
+  'network',
+  'malformed',
+  'not_a_sitemap',
+  'removal_share',
+] as const;
 
 // Buckets from bench/README.md. Claim and result handlers take ~1–50 ms on an idle node and a few
 // hundred ms at the p99 of a 24-client drain; a job_results of 100 writes is the long tail, so the top
@@ -308,6 +341,30 @@ export const METRICS = {
     labels: ['queue'],
     buckets: RENDER_BUCKETS,
     live: true,
+  },
+  sitemap_urls: {
+    name: 'queue_keeper_sitemap_urls_total',
+    kind: 'counter',
+    unit: 'urls',
+    help: 'URLs sitemap walks read, by what the walk did with them.',
+    labels: ['result'],
+    labelValues: { result: SITEMAP_URL_RESULTS },
+  },
+  sitemap_fetches: {
+    name: 'queue_keeper_sitemap_fetches_total',
+    kind: 'counter',
+    unit: 'files',
+    help: 'Sitemap files, by whether they were read, reused unchanged (304), or refused and why.',
+    labels: ['result'],
+    labelValues: { result: SITEMAP_FETCH_RESULTS },
+  },
+  sitemap_walk_ms: {
+    name: 'queue_keeper_sitemap_walk_duration_seconds',
+    kind: 'histogram',
+    unit: 'seconds',
+    help: 'Duration of sitemap walks, from the first fetch to the last write.',
+    scale: 0.001,
+    buckets: WALK_BUCKETS,
   },
   stall_nudges_total: {
     name: 'queue_keeper_stall_nudges_total',

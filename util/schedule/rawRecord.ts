@@ -34,6 +34,8 @@ export const ROW_FIELDS = [
   'reason',
   'redirectStrikes',
   'suppressionStrikes',
+  'sitemapId',
+  'sitemapLastmod',
 ] as const;
 export const CLAIM_FIELDS = ['nextRenderTime', 'effectiveInterval', 'fromSitemap'] as const;
 
@@ -59,6 +61,8 @@ export const scheduleRowOf = (key: string, v: Values): ScheduleRow | undefined =
     reason: v[13],
     redirectStrikes: v[14],
     suppressionStrikes: v[15],
+    sitemapId: v[16],
+    sitemapLastmod: v[17],
   });
 export const claimRowOf = (key: string, v: Values): ClaimRow | undefined =>
   toScheduleRow(key, { nextRenderTime: v[0], effectiveInterval: v[1], fromSitemap: v[2] });

@@ -30,6 +30,10 @@ export interface ScheduleRow {
   redirectStrikes: number;
   /** Consecutive suppressed or gone verdicts. */
   suppressionStrikes: number;
+  /** The sitemap that owns the row (docs/sitemaps.md); absent or null when none does. */
+  sitemapId?: string | null;
+  /** The newest `<lastmod>` the owning sitemap gave for the row (epoch ms, as given). */
+  sitemapLastmod?: number | null;
 }
 
 /** The verdict fields of a row that has had none: active, no strikes. */
@@ -182,7 +186,14 @@ export function upsertTarget(
     reason: existing?.reason ?? null,
     redirectStrikes: existing?.redirectStrikes ?? 0,
     suppressionStrikes: existing?.suppressionStrikes ?? 0,
+    ...sitemapFields(existing),
   };
+}
+
+/** A feeder's write keeps the row's sitemap link (only a walk links or unlinks). */
+function sitemapFields(existing: ScheduleRow | undefined): Pick<ScheduleRow, 'sitemapId' | 'sitemapLastmod'> {
+  if (existing?.sitemapId == null) return {};
+  return { sitemapId: existing.sitemapId, sitemapLastmod: existing.sitemapLastmod ?? null };
 }
 
 /** A row never rendered: no marks, no history, active; the scheduling fields are the caller's. */
@@ -305,7 +316,7 @@ export function afterFailure(
 export function toScheduleRow(key: string, v: Record<string, unknown>): ScheduleRow | undefined {
   if (typeof v.nextRenderTime !== 'number') return undefined;
   const num = (x: unknown) => (typeof x === 'number' && Number.isFinite(x) ? x : null);
-  return {
+  const row: ScheduleRow = {
     cacheKey: key,
     nextRenderTime: v.nextRenderTime,
     fromSitemap: v.fromSitemap === true,
@@ -324,6 +335,12 @@ export function toScheduleRow(key: string, v: Record<string, unknown>): Schedule
     redirectStrikes: num(v.redirectStrikes) ?? 0,
     suppressionStrikes: num(v.suppressionStrikes) ?? 0,
   };
+  // Only a sitemap's row carries these, so every other row keeps its stored shape.
+  if (typeof v.sitemapId === 'string') {
+    row.sitemapId = v.sitemapId;
+    row.sitemapLastmod = num(v.sitemapLastmod);
+  }
+  return row;
 }
 
 function storedError(v: unknown): RenderError | null {
@@ -351,6 +368,8 @@ export function sameSchedule(a: ScheduleRow, b: ScheduleRow): boolean {
     a.state === b.state &&
     a.reason === b.reason &&
     a.redirectStrikes === b.redirectStrikes &&
-    a.suppressionStrikes === b.suppressionStrikes
+    a.suppressionStrikes === b.suppressionStrikes &&
+    (a.sitemapId ?? null) === (b.sitemapId ?? null) &&
+    (a.sitemapLastmod ?? null) === (b.sitemapLastmod ?? null)
   );
 }

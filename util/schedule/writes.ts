@@ -17,6 +17,7 @@ import {
 } from './rules.js';
 import type { Reason, RetireReason } from './rowState.js';
 import { redirectDestination, rowAfterVerdict, verdictOf } from './verdicts.js';
+import { listedRow, unlinkedRow, type SitemapItem, type SitemapOutcome } from './sitemapRules.js';
 
 /** A chunk's write: a row to put, or null to delete the key. */
 export interface ScheduleWrite {
@@ -86,6 +87,9 @@ export type ResultApplied =
 interface Retire {
   retire: RetiredEntry;
 }
+
+/** What one sitemap batch did, by outcome (util/schedule/sitemapRules.ts). */
+export type SitemapFiled = Record<SitemapOutcome, number>;
 
 /** A 10,000-target batch commits in chunks this large; each chunk holds its keys' locks until it commits. */
 const WRITE_CHUNK = 1000;
@@ -163,6 +167,57 @@ export class ScheduleWrites {
       return discoveredRow(url, now, cfg);
     });
     return filed;
+  }
+
+  /**
+   * Files the URLs a sitemap lists (util/schedule/sitemapRules.ts listedRow); a URL listed twice in one
+   * batch counts once, its first entry winning. Rows that would not change are not written.
+   */
+  async fileFromSitemap(
+    items: readonly SitemapItem[],
+    sitemapId: string,
+    now: number,
+  ): Promise<SitemapFiled> {
+    const cfg = this.config();
+    const counts: SitemapFiled = {
+      filed: 0,
+      linked: 0,
+      updated: 0,
+      changed: 0,
+      unchanged: 0,
+      otherSitemap: 0,
+    };
+    const byUrl = new Map<string, SitemapItem>();
+    for (const it of items) if (!byUrl.has(it.url)) byUrl.set(it.url, it);
+    await this.update([...byUrl.keys()], (url, current) => {
+      const r = listedRow(current, byUrl.get(url)!, sitemapId, now, cfg);
+      counts[r.outcome]++;
+      return r.row;
+    });
+    return counts;
+  }
+
+  /** Unlinks rows that left `sitemapId` (sitemapRules.ts unlinkedRow); counts only rows it owned. */
+  async unlinkFromSitemap(urls: readonly string[], sitemapId: string): Promise<number> {
+    let unlinked = 0;
+    await this.update([...new Set(urls)], (_url, current) => {
+      if (current === undefined) return undefined;
+      const next = unlinkedRow(current, sitemapId);
+      if (next !== undefined) unlinked++;
+      return next;
+    });
+    return unlinked;
+  }
+
+  /** Deletes the rows `sitemapId` owns among `urls` (a sitemap with deleteRemoved); counts them. */
+  async deleteSitemapRows(urls: readonly string[], sitemapId: string): Promise<string[]> {
+    const deleted: string[] = [];
+    await this.update([...new Set(urls)], (url, current) => {
+      if (current === undefined || (current.sitemapId ?? null) !== sitemapId) return undefined;
+      deleted.push(url);
+      return null;
+    });
+    return deleted;
   }
 
   /** Due now and urgent; undefined when there is no row. */

@@ -1,4 +1,5 @@
 // Fleet and operator endpoints of the queue: claim, results, pause/resume, overview, queue-state.
+import type { SitemapSummary } from '../../sitemaps/service.js';
 import type { KeeperSignal } from '../../../util/sharedMemory/keeperSignal.js';
 import type { ReadySet } from '../../../util/sharedMemory/readySet.js';
 import type { StateDoc } from '../../../util/sharedMemory/stateDoc.js';
@@ -66,6 +67,8 @@ function resultBodyLimit(render: QueueKeeperConfig['render']): number {
 }
 
 export interface QueueRouteDeps {
+  /** The sitemaps' states for queue-state (services/sitemaps/service.ts); a failed last walk is a warning. */
+  sitemaps?: () => SitemapSummary;
   /** The effective config's `render` section: the body limits of the result endpoints. */
   render: () => QueueKeeperConfig['render'];
   claims: ClaimService;
@@ -277,7 +280,11 @@ async function queueState(deps: QueueRouteDeps): Promise<ApiResponse> {
     );
   }
   const { doc, maxAgeMs } = state;
-  return reply({ ...doc, trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs } });
+  return reply({
+    ...doc,
+    trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs },
+    ...(deps.sitemaps ? { sitemaps: deps.sitemaps() } : {}),
+  });
 }
 
 /** `GET /prerender_admin/metrics`: the Prometheus text exposition. */
