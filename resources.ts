@@ -13,6 +13,7 @@ import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
 import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
+import { registerServing } from './services/http/routes/serving.js';
 import { componentDir, config, installProcessWideConfig, RuntimeConfig } from './services/runtime/config.js';
 import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { HealthFigures } from './services/metrics/healthFigures.js';
@@ -47,11 +48,12 @@ import {
 } from './services/notify/fleets.js';
 import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
-import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
+import { deletePages, pageSweepDuty, readPage, storePages, subscribePage } from './services/pages/store.js';
 import {
   failingEntries,
   GROUP_COMMIT_WAIT_MS,
   readRow,
+  readServingRow,
   ScheduleOwner,
   subscribeSchedule,
 } from './services/schedule/store.js';
@@ -80,6 +82,10 @@ import { DUE_SUMMARY_TABLE, DueSummaryBoard } from './services/stall/dueSummarie
 import { chargePair, drainLedger, ledgerId, readLedger } from './services/stall/ledger.js';
 import { StallSweep } from './services/stall/sweep.js';
 import { NodeControl } from './services/status/control.js';
+import { OriginFetch } from './services/serving/origin.js';
+import { RenderNowWaiters } from './services/serving/renderNow.js';
+import { PageServing } from './services/serving/service.js';
+import { MinuteBudget, NodeSlots } from './util/serving/nodeCounters.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
@@ -309,6 +315,32 @@ const stallSweep = new StallSweep({
   log,
 });
 
+// ------------------------------------------------------------------ serving stored pages (/p/<url>)
+// Four words of the node's shared memory: origin fetches running, render-now waiters, and the discover
+// budget's minute and count, so each bound holds per node whichever worker a crawler reaches.
+const servingCells = () => new Int32Array(sharedBuffer('serving-counters', 16).buffer, 0, 4);
+const pageServing = new PageServing({
+  config,
+  now,
+  readRow: readServingRow,
+  readPage,
+  markUrgent: (key, at) => schedule.revalidate(key, at),
+  discover: (urls, at) => schedule.discoverUrls(urls, at),
+  discoverBudget: new MinuteBudget(servingCells, 2),
+  origin: new OriginFetch({
+    config: () => config().serving,
+    slots: new NodeSlots(servingCells, 0),
+    timer: realTimer,
+  }),
+  renderNow: new RenderNowWaiters({
+    subscribe: subscribePage,
+    slots: new NodeSlots(servingCells, 1),
+    timer: realTimer,
+    log,
+  }),
+  log,
+});
+
 // ------------------------------------------------------------------ the HTTP front
 // This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
@@ -349,6 +381,11 @@ registerNotify(router, {
 });
 registerStall(router, { readLedger });
 registerConsole(router);
+registerServing(router, {
+  serving: pageServing,
+  count: (name, n, labels) => metrics.count(name, n, labels),
+  observe: (name, ms, labels) => metrics.observe(name, ms, labels),
+});
 router.install();
 
 async function start(): Promise<void> {

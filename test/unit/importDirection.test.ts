@@ -27,6 +27,7 @@ const LAYERS: readonly string[] = [
   'results',
   'keeper',
   'metrics',
+  'serving',
   'http',
 ];
 

@@ -72,6 +72,8 @@ const ROLES_OF_CALLER: Record<string, string[]> = {
   feeder: ['operator', 'feeder'],
   discover: ['operator', 'discoverer'],
   fleet: ['operator', 'fleet'],
+  // Crawlers: no credentials, no role (services/http/router.ts publicRoute).
+  public: [],
 };
 
 test('every route the router serves is an operation of docs/openapi.yaml, and nothing else is', async () => {

@@ -65,6 +65,23 @@ const ROUTE_FIELDS: ReadonlySet<string> = new Set(['name', 'match', 'path', 'ren
 const MAX_LIST = 1000;
 const MAX_ROUTE_PATH_CHARS = 1900;
 
+/** A secret is sent in a header: header-safe and bounded. */
+const MAX_SECRET_CHARS = 512;
+
+/**
+ * `host` when it is a bare host exactly as `URL.host` writes it (lower case, punycode, no default port),
+ * else null: a request's URL is matched against these by its `URL.host`, so any other spelling could
+ * never match.
+ */
+function hostAsUrlWritesIt(host: string): string | null {
+  if (host === '' || /[/?#@\\\s]/.test(host)) return null;
+  try {
+    return new URL(`https://${host}`).host === host ? host : null;
+  } catch {
+    return null;
+  }
+}
+
 /** Checks one value against its key; returns the normalised value or throws ConfigError naming the key. */
 function checkValue(k: ConfigKey, v: unknown): unknown {
   switch (k.kind) {
@@ -128,8 +145,33 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       }
     }
     case 'name':
+      // A name whose default is null (serving.defaultDevice) may be set back to null.
+      if (v === null && k.default === null) return null;
       if (typeof v !== 'string' || !DEVICE_NAME.test(v))
         throw new ConfigError(k.path, `${k.path} must be 1-64 letters, digits, '_', '.' or '-'`);
+      return v;
+    case 'hosts': {
+      if (!Array.isArray(v) || v.length > MAX_LIST)
+        throw new ConfigError(k.path, `${k.path} must be an array of hosts`);
+      return v.map((h: unknown, i) => {
+        if (typeof h !== 'string' || hostAsUrlWritesIt(h) !== h)
+          throw new ConfigError(
+            `${k.path}[${i}]`,
+            `${k.path}[${i}] must be a host as a URL writes it (lower case, punycode, a port only when not the default): example.com, 127.0.0.1:8080`,
+          );
+        return h;
+      });
+    }
+    case 'choice':
+      if (typeof v !== 'string' || !(k.choices ?? []).includes(v))
+        throw new ConfigError(k.path, `${k.path} must be one of ${(k.choices ?? []).join(', ')}`);
+      return v;
+    case 'secret':
+      if (typeof v !== 'string' || v.length > MAX_SECRET_CHARS || /[\s\x00-\x1f\x7f]/.test(v))
+        throw new ConfigError(
+          k.path,
+          `${k.path} must be a string of at most ${MAX_SECRET_CHARS} characters without spaces or control characters`,
+        );
       return v;
     case 'routes': {
       if (!Array.isArray(v) || v.length > MAX_LIST)
@@ -246,6 +288,21 @@ export function checkPartial(partial: unknown, opts: { lenient?: boolean } = {})
 export function applyValues(base: QueueKeeperConfig, values: Map<string, unknown>): QueueKeeperConfig {
   const out = clone(base) as unknown as Record<string, unknown>;
   for (const [path, v] of values) setPath(out, path, clone(v));
+  return out as unknown as QueueKeeperConfig;
+}
+
+/**
+ * What the config answer shows of a `secret` key that is set: never the value. It has spaces, which a
+ * secret may not, so posting an answer back unchanged is refused (400 naming the key) instead of
+ * setting the secret to this text.
+ */
+export const HIDDEN_SECRET = '(set; hidden)';
+
+/** The config as the config answer shows it: every `secret` key that is set reads HIDDEN_SECRET. */
+export function withSecretsHidden(cfg: QueueKeeperConfig): QueueKeeperConfig {
+  const out = clone(cfg) as unknown as Record<string, unknown>;
+  for (const k of CONFIG_KEYS)
+    if (k.kind === 'secret' && getPath(out, k.path) !== '') setPath(out, k.path, HIDDEN_SECRET);
   return out as unknown as QueueKeeperConfig;
 }
 

@@ -5,7 +5,19 @@
 export type ConfigEffect = 'live' | 'timers' | 'reclassify' | 'restart';
 
 export type Kind =
-  'int' | 'number' | 'boolean' | 'roles' | 'durations' | 'routes' | 'cidrs' | 'origin' | 'name';
+  | 'int'
+  | 'number'
+  | 'boolean'
+  | 'roles'
+  | 'durations'
+  | 'routes'
+  | 'cidrs'
+  | 'origin'
+  | 'name'
+  // serving (docs/serving.md): a list of URL hosts, one of `choices`, a string the config answer hides
+  | 'hosts'
+  | 'choice'
+  | 'secret';
 
 export interface ConfigKey {
   path: string;
@@ -15,6 +27,8 @@ export interface ConfigKey {
   max?: number;
   /** 0 is allowed besides the range (e.g. verifyInterval: 0 = off). */
   zeroAllowed?: boolean;
+  /** The values a `choice` key takes. */
+  choices?: readonly string[];
   effect: ConfigEffect;
   description: string;
 }
@@ -71,4 +85,22 @@ export interface QueueKeeperConfig {
   };
   stall: { after: number; backoff: number[]; maxNudges: number; sweepLimit: number };
   maintenance: { tickInterval: number };
+  serving: ServingConfig;
+}
+
+export type OnMiss = 'origin' | 'notFound' | 'stale';
+
+export interface ServingConfig {
+  hosts: string[];
+  /** null: the first configured device. */
+  defaultDevice: string | null;
+  staleWhileRevalidate: number;
+  onMiss: OnMiss;
+  allowHttp: boolean;
+  allowCidrs: string[];
+  originMaxConcurrent: number;
+  originTimeout: number;
+  discoverPerMinute: number;
+  inlineMaxBytes: number;
+  renderNow: { enabled: boolean; token: string; timeoutMs: number; maxWaiting: number };
 }
