@@ -38,12 +38,13 @@ const urlOf = (i: number) => `https://${HOST}/catalogue/product-${String(i).padS
 /** A ~50 KB HTML page per URL: varied text (compressible as real HTML is), unique per page. */
 function pageOf(i: number): string {
   const rows: string[] = [];
+  let length = 0;
   let x = i * 2654435761 + 7;
-  while (rows.join('').length < 50_000) {
+  while (length < 50_000) {
     x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-    rows.push(
-      `<li class="item-${x % 97}"><a href="/p/${x.toString(36)}">Product ${x % 10007} — ${(x % 9999) / 100} €</a></li>\n`,
-    );
+    const row = `<li class="item-${x % 97}"><a href="/p/${x.toString(36)}">Product ${x % 10007} — ${(x % 9999) / 100} €</a></li>\n`;
+    rows.push(row);
+    length += row.length;
   }
   return `<!doctype html><html><head><title>product ${i}</title></head><body><ul>\n${rows.join('')}</ul></body></html>`;
 }
