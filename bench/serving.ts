@@ -7,6 +7,7 @@
 //
 //   npm run build && node dist/bench/serving.js
 //   PAGES=10000 ROUNDS=3 SECONDS=10 CLIENTS=64 RENDER_MS=500 RENDER_NOW=20
+//   INLINE_MAX=0: serving.inlineMaxBytes for the run (0 streams every page from its blob file).
 //   PROFILE=1: a scratch copy of the component whose workers sample themselves during one more hit load
 //   (bench/scratch-component.ts); each worker's summary is printed.
 import { fork, type ChildProcess } from 'node:child_process';
@@ -32,6 +33,8 @@ const TOKEN = 'bench-render-now-token-0123456789';
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
 const MIN = 60_000;
 const PROFILE = process.env.PROFILE === '1';
+/** serving.inlineMaxBytes for the run (unset: the default); 0 streams every page from its blob. */
+const INLINE_MAX = process.env.INLINE_MAX === undefined ? undefined : Number(process.env.INLINE_MAX);
 
 const urlOf = (i: number) => `https://${HOST}/catalogue/product-${String(i).padStart(6, '0')}?ref=bench`;
 
@@ -267,7 +270,12 @@ async function main(): Promise<void> {
       body: {
         queue: { keeper: { publishInterval: 200 } },
         render: { maxBodyBytes: 1 << 20 },
-        serving: { hosts: [HOST], onMiss: 'notFound', renderNow: { enabled: true, token: TOKEN } },
+        serving: {
+          hosts: [HOST],
+          onMiss: 'notFound',
+          renderNow: { enabled: true, token: TOKEN },
+          ...(INLINE_MAX === undefined ? {} : { inlineMaxBytes: INLINE_MAX }),
+        },
       },
     });
     if (cfg.status !== 200) throw new Error(cfg.text);

@@ -114,6 +114,9 @@ export class PageServing {
   constructor(private readonly deps: PageServingDeps) {}
 
   async serve(req: ServeRequest): Promise<ServeAnswer> {
+    const cfg = this.deps.config();
+    // Off (no host served) is a 404 for every request, before anything else is looked at.
+    if (cfg.serving.hosts.length === 0) return notFound();
     if (req.header(ORIGIN_HEADER) !== null)
       return problem(
         508,
@@ -121,7 +124,6 @@ export class PageServing {
         'this request came from an origin fetch and is not served again',
         'error',
       );
-    const cfg = this.deps.config();
     const target = servedTarget(req.target, cfg.serving.hosts);
     if (!target.ok) {
       if (target.why === 'invalid') return problem(400, 'invalid_url', target.problem, 'error');

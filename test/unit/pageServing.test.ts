@@ -237,3 +237,24 @@ test('the origin header is refused with 508 before anything is read', async () =
   assert.equal(a.status, 508);
   assert.equal(w.marks.length, 0);
 });
+
+test('with no host served every request is the same 404, the loop header and bad URLs included', async () => {
+  const cfg = applyValues(defaultConfig(), checkPartial({ serving: { hosts: [] } }).values);
+  const s = new PageServing({
+    config: () => cfg,
+    now: () => NOW,
+    readRow: () => assert.fail('nothing is read'),
+    readPage: () => assert.fail('nothing is read'),
+    markUrgent: async () => {},
+    discover: async () => assert.fail('nothing is filed'),
+    discoverBudget: budget(),
+    origin: { fetch: async () => assert.fail('nothing is fetched') },
+    renderNow: { wait: async () => assert.fail('no wait') },
+    log: { error: () => {} },
+  });
+  for (const req of [get(URL_A), get(URL_A, { 'x-queue-keeper-origin': '1' }), get('not a url')]) {
+    const a = await s.serve(req);
+    assert.equal(a.status, 404);
+    assert.equal(a.result, 'not_found');
+  }
+});
