@@ -55,6 +55,7 @@ import {
   readRow,
   readServingRow,
   ScheduleOwner,
+  subscribeRow,
   subscribeSchedule,
 } from './services/schedule/store.js';
 import {
@@ -334,6 +335,8 @@ const pageServing = new PageServing({
   }),
   renderNow: new RenderNowWaiters({
     subscribe: subscribePage,
+    subscribeRow,
+    now,
     slots: new NodeSlots(servingCells, 1),
     timer: realTimer,
     log,

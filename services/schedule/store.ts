@@ -294,6 +294,13 @@ export async function subscribeSchedule(): Promise<
   return schedule().subscribe({ omitCurrent: true });
 }
 
+/** Live writes of one row (no replay): a render-now waiter learns that a render ended without a page. */
+export async function subscribeRow(
+  key: string,
+): Promise<AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }> {
+  return schedule().subscribe({ id: key, omitCurrent: true });
+}
+
 export interface WalkOptions {
   start?: string;
   end?: string;

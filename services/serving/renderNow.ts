@@ -1,17 +1,23 @@
 // Render-now waiters (docs/serving.md "Render now"): a request that may render now waits for its page by
-// subscription, never by polling. One subscription per key on this worker serves every waiter of that
-// key, so one render answers them all; at most `serving.renderNow.maxWaiting` wait at once per node.
+// subscription, never by polling. One pair of subscriptions per key on this worker (the page, and the
+// schedule row, whose rescheduling says a render ended without a page) serves every waiter of that key,
+// so one render answers them all; at most `serving.renderNow.maxWaiting` wait at once per node.
 import type { SchedulerTimer } from '../../util/duties/scheduler.js';
+import { renderEndedWithoutPage } from '../../util/serving/freshness.js';
 import type { NodeSlots } from '../../util/serving/nodeCounters.js';
 import type { SubscriptionEvent } from '../runtime/harper.js';
 
-export type WaitOutcome = 'landed' | 'timeout' | 'full';
+/** `ended`: the page was written, or a result rescheduled the row without one (a failed render). */
+export type WaitOutcome = 'ended' | 'timeout' | 'full';
 
 type PageEvents = AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void };
 
 export interface RenderNowDeps {
   /** Live writes of one stored page (services/pages/store.ts subscribePage). */
   subscribe: (key: string) => Promise<PageEvents>;
+  /** Live writes of one schedule row (services/schedule/store.ts subscribeRow). */
+  subscribeRow: (key: string) => Promise<PageEvents>;
+  now: () => number;
   /** The node's waiter slots (a word of shared memory, resources.ts). */
   slots: NodeSlots;
   /** Each waiter's deadline (a one-shot, cleared when the page lands). */
@@ -22,7 +28,8 @@ export interface RenderNowDeps {
 interface Watch {
   waiters: Set<(o: WaitOutcome) => void>;
   ready: Promise<void>;
-  events?: PageEvents;
+  events: PageEvents[];
+  closed: boolean;
 }
 
 export class RenderNowWaiters {
@@ -50,7 +57,7 @@ export class RenderNowWaiters {
       const deadline = this.deps.timer.set(() => settle('timeout'), timeoutMs);
       try {
         await watch.ready;
-        if (await start()) settle('landed');
+        if (await start()) settle('ended');
         return await outcome;
       } finally {
         this.deps.timer.clear(deadline);
@@ -72,37 +79,58 @@ export class RenderNowWaiters {
   private watch(key: string): Watch {
     const found = this.watches.get(key);
     if (found) return found;
-    const watch: Watch = { waiters: new Set(), ready: Promise.resolve() };
-    watch.ready = this.deps.subscribe(key).then(
-      (events) => {
-        watch.events = events;
-        if (this.watches.get(key) !== watch) {
-          if (events.end) events.end();
-          else events.return?.();
-        } else void this.follow(key, watch, events);
-      },
+    const watch: Watch = { waiters: new Set(), ready: Promise.resolve(), events: [], closed: false };
+    const follow = (make: Promise<PageEvents>, ends: (ev: SubscriptionEvent) => boolean) =>
+      make.then((events) => {
+        watch.events.push(events);
+        if (watch.closed) endEvents(events);
+        else void this.follow(key, watch, events, ends);
+      });
+    watch.ready = Promise.all([
+      follow(this.deps.subscribe(key), (ev) => ev.type === 'put'),
+      follow(
+        this.deps.subscribeRow(key),
+        (ev) =>
+          ev.type === 'put' &&
+          ev.value !== undefined &&
+          renderEndedWithoutPage(
+            { nextRenderTime: ev.value.nextRenderTime, lastOutcome: ev.value.lastOutcome },
+            this.deps.now(),
+          ),
+      ),
+    ]).then(
+      () => undefined,
       (e: unknown) => this.deps.log.error('serving: a render-now subscription failed', e),
     );
     this.watches.set(key, watch);
     return watch;
   }
 
-  private async follow(key: string, watch: Watch, events: PageEvents): Promise<void> {
+  private async follow(
+    key: string,
+    watch: Watch,
+    events: PageEvents,
+    ends: (ev: SubscriptionEvent) => boolean,
+  ): Promise<void> {
     try {
       for await (const ev of events) {
-        if (ev.type !== 'put') continue;
-        for (const settle of [...watch.waiters]) settle('landed');
+        if (!ends(ev)) continue;
+        for (const settle of [...watch.waiters]) settle('ended');
       }
     } catch (e) {
-      if (this.watches.get(key) === watch) this.deps.log.error('serving: a render-now subscription ended', e);
+      if (!watch.closed) this.deps.log.error('serving: a render-now subscription ended', e);
     }
   }
 
   private close(key: string, watch: Watch): void {
-    if (this.watches.get(key) !== watch) return;
-    this.watches.delete(key);
-    const events = watch.events;
-    if (events?.end) events.end();
-    else events?.return?.();
+    if (watch.closed) return;
+    watch.closed = true;
+    if (this.watches.get(key) === watch) this.watches.delete(key);
+    for (const events of watch.events) endEvents(events);
   }
+}
+
+function endEvents(events: PageEvents): void {
+  if (events.end) events.end();
+  else events.return?.();
 }

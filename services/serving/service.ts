@@ -205,7 +205,7 @@ export class PageServing {
       await this.deps.markUrgent(key, since);
       return landed() !== undefined;
     });
-    return outcome === 'landed' ? landed() : undefined;
+    return outcome === 'ended' ? landed() : undefined;
   }
 
   private fileDiscovered(url: string, now: number, cfg: QueueKeeperConfig): void {

@@ -378,6 +378,27 @@ test('render-now answers a miss with the fresh render made through the prerender
   assert.equal((await crawl(url)).headers['x-prerender'], 'hit', 'and the page is stored');
 });
 
+test('render-now answers the miss policy as soon as the render fails, not after its timeout', async (t) => {
+  await configForTest(t, h, {
+    render: { failureRetry: { fastRetries: 0 } },
+    serving: { renderNow: { enabled: true, token: 'sesame-0123456789', timeoutMs: 20_000 } },
+  });
+  const url = `https://${HOST}/render-now-fails`;
+  await fileDueLater(url);
+  const asked = Date.now();
+  const pending = crawl(url, { 'x-render-now': 'sesame-0123456789' });
+  const job = await claimOf(url);
+  const failed = await worker.report(job, { statusCode: 500, headers: {} });
+  assert.equal(failed.status, 204, failed.text);
+  const r = await pending;
+  assert.equal(r.status, 404, 'the miss policy (notFound) answered');
+  assert.ok(
+    Date.now() - asked < 15_000,
+    `answered ${Date.now() - asked} ms after asking, before the 20 s wait`,
+  );
+  assert.equal((await rowOf(url))?.lastOutcome, 'failed');
+});
+
 test('1,000 concurrent render-now misses hold at most maxWaiting waiters and every request is answered', async (t: TestContext) => {
   const maxWaiting = 20;
   await configForTest(t, h, {

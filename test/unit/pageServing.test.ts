@@ -69,7 +69,7 @@ function serving(world: World, cfg = cfgWith({})) {
     renderNow: {
       wait: async (_k, _t, _m, start) => {
         world.waits++;
-        return (await start()) ? 'landed' : 'timeout';
+        return (await start()) ? 'ended' : 'timeout';
       },
     },
     log: { error: () => {} },
@@ -203,7 +203,7 @@ test('render-now waits only with the token and a servable row, and answers the l
     renderNow: {
       wait: async (_k, _t, _m, start) => {
         w.waits++;
-        return (await start()) ? 'landed' : 'timeout';
+        return (await start()) ? 'ended' : 'timeout';
       },
     },
     log: { error: () => {} },

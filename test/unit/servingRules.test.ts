@@ -6,7 +6,13 @@ import assert from 'node:assert/strict';
 import { applyValues, checkPartial, defaultConfig } from '../../util/config/schema.js';
 import { entityTags, notModified } from '../../util/serving/conditional.js';
 import { chooseCoding } from '../../util/serving/encoding.js';
-import { ageSeconds, freshness, needsUrgentMark, servable } from '../../util/serving/freshness.js';
+import {
+  ageSeconds,
+  freshness,
+  needsUrgentMark,
+  renderEndedWithoutPage,
+  servable,
+} from '../../util/serving/freshness.js';
 import { chooseDevice, deviceTypes, servingKey } from '../../util/serving/keys.js';
 import { missAnswer, renderNowVerdict, tokenMatches } from '../../util/serving/miss.js';
 import { MinuteBudget, NodeSlots } from '../../util/serving/nodeCounters.js';
@@ -228,4 +234,21 @@ test('the serving keys: onMiss takes its choices, the token is header-safe, defa
     'null only where the default is',
   );
   assert.equal(defaultConfig().serving.hosts.length, 0, 'the route is off by default');
+});
+
+test('a render-now wait ends on a row rescheduled by a result without a page, not on its own mark', () => {
+  assert.equal(renderEndedWithoutPage({ nextRenderTime: NOW + HOUR, lastOutcome: 'failed' }, NOW), true);
+  assert.equal(renderEndedWithoutPage({ nextRenderTime: NOW + HOUR, lastOutcome: 'redirected' }, NOW), true);
+  assert.equal(
+    renderEndedWithoutPage({ nextRenderTime: NOW + HOUR, lastOutcome: 'rendered' }, NOW),
+    false,
+    'a rendered result ends the wait with its page write, which follows the row write',
+  );
+  assert.equal(
+    renderEndedWithoutPage({ nextRenderTime: NOW - MIN, lastOutcome: null }, NOW),
+    false,
+    'the mark',
+  );
+  assert.equal(renderEndedWithoutPage({ nextRenderTime: NOW, lastOutcome: 'failed' }, NOW), false);
+  assert.equal(renderEndedWithoutPage({ nextRenderTime: undefined, lastOutcome: 'failed' }, NOW), false);
 });

@@ -36,3 +36,15 @@ export function ageSeconds(renderedAt: number | null, now: number): number {
   if (renderedAt === null) return 0;
   return Math.max(0, Math.floor((now - renderedAt) / 1000));
 }
+
+/**
+ * Whether a write of a row that render-now waits on says its render ended without a page: a result
+ * reschedules the row past now (the render-now mark itself leaves it due, at or before now), and only a
+ * `rendered` outcome stores a page, which its own write announces (the row is written first).
+ */
+export function renderEndedWithoutPage(
+  row: { nextRenderTime: unknown; lastOutcome: unknown },
+  now: number,
+): boolean {
+  return typeof row.nextRenderTime === 'number' && row.nextRenderTime > now && row.lastOutcome !== 'rendered';
+}
