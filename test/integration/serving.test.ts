@@ -193,6 +193,19 @@ function rawCrawl(
   });
 }
 
+test('a page over serving.inlineMaxBytes streams from its blob, byte for byte, with its length', async (t) => {
+  const url = `https://${HOST}/streamed`;
+  const body = big('streamed');
+  await render(url, body);
+  await configForTest(t, h, { serving: { inlineMaxBytes: 0 } });
+  const r = await rawCrawl(url, {});
+  assert.equal(r.status, 200);
+  assert.equal(r.body.toString('utf8'), body);
+  assert.equal(r.headers['content-length'], String(Buffer.byteLength(body)));
+  const br = await rawCrawl(url, { 'accept-encoding': 'br' });
+  assert.equal(brotliDecompressSync(br.body).toString('utf8'), body, 'the brotli copy streams too');
+});
+
 test('matching validators answer 304 with only validators and caching headers; If-None-Match wins', async () => {
   const url = `https://${HOST}/conditional`;
   const lastModified = 'Wed, 02 Dec 2026 10:00:00 GMT';
