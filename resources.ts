@@ -17,6 +17,7 @@ import { registerQueue } from './services/http/routes/queue.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, RuntimeConfig } from './services/runtime/config.js';
 import { registerSitemaps } from './services/http/routes/sitemaps.js';
+import { registerServing } from './services/http/routes/serving.js';
 import { log, server, table, transaction, workerIndex } from './services/runtime/harper.js';
 import { HealthFigures } from './services/metrics/healthFigures.js';
 import { nodeMetrics } from './services/metrics/values.js';
@@ -57,7 +58,7 @@ import {
 } from './services/notify/fleets.js';
 import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
-import { deletePages, pageSweepDuty, storePages } from './services/pages/store.js';
+import { deletePages, pageSweepDuty, readPage, storePages, subscribePage } from './services/pages/store.js';
 import {
   dropExpiredRetired,
   failingEntries,
@@ -65,7 +66,9 @@ import {
   isRetired,
   readRow,
   retiredEntries,
+  readServingRow,
   ScheduleOwner,
+  subscribeRow,
   subscribeSchedule,
 } from './services/schedule/store.js';
 import {
@@ -90,6 +93,10 @@ import { fetchSitemapFile, sitemapAgent, sitemapPolicy } from './services/sitema
 import { SitemapService } from './services/sitemaps/service.js';
 import { validateHookHost } from './util/notify/addressPolicy.js';
 import { nodeName } from './services/cluster/nodeName.js';
+import { OriginFetch } from './services/serving/origin.js';
+import { RenderNowWaiters } from './services/serving/renderNow.js';
+import { PageServing } from './services/serving/service.js';
+import { MinuteBudget, NodeSlots } from './util/serving/nodeCounters.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
@@ -395,6 +402,34 @@ const sitemaps = new SitemapService({
   log,
 });
 
+// ------------------------------------------------------------------ serving stored pages (/p/<url>)
+// Four words of the node's shared memory: origin fetches running, render-now waiters, and the discover
+// budget's minute and count, so each bound holds per node whichever worker a crawler reaches.
+const servingCells = () => new Int32Array(sharedBuffer('serving-counters', 16).buffer, 0, 4);
+const pageServing = new PageServing({
+  config,
+  now,
+  readRow: readServingRow,
+  readPage,
+  markUrgent: (key, at) => schedule.revalidate(key, at),
+  discover: (urls, at) => schedule.discoverUrls(urls, at),
+  discoverBudget: new MinuteBudget(servingCells, 2),
+  origin: new OriginFetch({
+    config: () => config().serving,
+    slots: new NodeSlots(servingCells, 0),
+    timer: realTimer,
+  }),
+  renderNow: new RenderNowWaiters({
+    subscribe: subscribePage,
+    subscribeRow,
+    now,
+    slots: new NodeSlots(servingCells, 1),
+    timer: realTimer,
+    log,
+  }),
+  log,
+});
+
 // ------------------------------------------------------------------ the HTTP front
 // This worker's route table; each route module registers on it, then it goes on Harper's middleware chain.
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
@@ -459,6 +494,11 @@ registerProbes(router, {
       leasesAttached: leasesAttached(),
     });
   },
+});
+registerServing(router, {
+  serving: pageServing,
+  count: (name, n, labels) => metrics.count(name, n, labels),
+  observe: (name, ms, labels) => metrics.observe(name, ms, labels),
 });
 router.install();
 

@@ -15,6 +15,7 @@ const SECTIONS = {
   notify: 'Webhooks that wake fleets: where they may go, how hard they try, how often.',
   stall: 'The stall sweep, which wakes fleets when due work sits unclaimed.',
   maintenance: "Worker 0's periodic housekeeping.",
+  serving: 'Stored pages served to crawlers at `/p/<url>` ([serving](serving.md)).',
 };
 
 const KIND_RANGE = {
@@ -22,6 +23,8 @@ const KIND_RANGE = {
   roles: 'role names',
   routes: 'a list of routes (below)',
   cidrs: 'addresses or CIDRs',
+  hosts: 'hosts as `URL.host` writes them',
+  secret: 'a string without spaces (never shown)',
 };
 
 const UNITS = [
@@ -51,6 +54,7 @@ function defaultCell(k) {
 function rangeCell(k) {
   if (k.kind === 'int' || k.kind === 'number' || k.kind === 'durations')
     return `${k.zeroAllowed ? '0 or ' : ''}${k.min ?? ''}–${k.max ?? ''}`;
+  if (k.kind === 'choice') return k.choices.map((c) => `\`${c}\``).join(', ');
   return KIND_RANGE[k.kind] ?? k.kind;
 }
 

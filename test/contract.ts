@@ -39,6 +39,8 @@ interface Operation {
 interface PathEntry {
   template: string;
   pattern: RegExp;
+  /** `x-prefix`: an unauthenticated prefix route outside our two prefixes (`/p/`), checked too. */
+  prefix: boolean;
   methods: Map<string, Json>;
 }
 
@@ -61,7 +63,15 @@ function pointRefs(v: unknown): unknown {
   return out;
 }
 
-function templatePattern(template: string): RegExp {
+/**
+ * A path template as a pattern. An `x-prefix` path's last parameter takes the rest of the path, slashes
+ * and query included (`/p/{url}`: the URL of a page).
+ */
+function templatePattern(template: string, prefix = false): RegExp {
+  if (prefix) {
+    const head = template.slice(0, template.lastIndexOf('{'));
+    return new RegExp(`^${head.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}.+$`);
+  }
   const source = template
     .split(/(\{[^}]+\})/)
     .map((part) => (part.startsWith('{') ? '[^/]+' : part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')))
@@ -81,7 +91,8 @@ export class Contract {
     const paths = (doc.paths ?? {}) as Record<string, Json>;
     this.paths = Object.entries(paths).map(([template, item]) => ({
       template,
-      pattern: templatePattern(template),
+      pattern: templatePattern(template, item['x-prefix'] === true),
+      prefix: item['x-prefix'] === true,
       methods: new Map(
         METHODS.filter((m) => isObject(item[m])).map((m) => [m.toUpperCase(), item[m] as Json]),
       ),
@@ -177,12 +188,14 @@ export class Contract {
   /** What is wrong with an answer, by the document; empty when it conforms or is not ours. */
   problems(a: Answer): string[] {
     const target = originForm(a.path);
-    if (!hasOurPrefix(target)) return [];
+    const prefixed = this.paths.find((p) => p.prefix && p.pattern.test(target));
+    if (!hasOurPrefix(target) && prefixed === undefined) return [];
     const q = target.indexOf('?');
-    const pathname = q >= 0 ? target.slice(0, q) : target;
+    // A prefix route's last parameter is the rest of the target, its query included.
+    const pathname = prefixed !== undefined ? target : q >= 0 ? target.slice(0, q) : target;
     const method = a.method.toUpperCase();
     const { where, responses } = this.responsesFor(method, pathname);
-    const documented = responses[String(a.status)];
+    const documented = responses[String(a.status)] ?? responses.default;
     if (documented === undefined)
       return [
         `${where}: status ${a.status} is not documented (documented: ${Object.keys(responses).join(', ')})`,
@@ -213,7 +226,8 @@ export class Contract {
       ?.split(';')[0]
       ?.trim()
       .toLowerCase();
-    const media = mediaType === undefined ? undefined : (content[mediaType] as Json | undefined);
+    const media =
+      mediaType === undefined ? undefined : ((content[mediaType] ?? content['*/*']) as Json | undefined);
     if (media === undefined) {
       problems.push(
         `${where} ${a.status}: content type ${JSON.stringify(contentType)} is not one of ${Object.keys(content).join(', ')}`,

@@ -153,6 +153,7 @@ async function call(path, method = 'GET', payload) {
       status: res.status,
       ok: res.ok,
       body,
+      text,
       error: res.ok ? null : describeError(res.status, body, text),
     };
   } catch (e) {
@@ -687,17 +688,58 @@ function renderSitemaps(state) {
   );
 }
 
+// ---------- serving (/p/) ----------
+
+/** queue_keeper_served_total by result, from the Prometheus text of GET /prerender_admin/metrics. */
+function servedCounts(text) {
+  const counts = {};
+  const re = /^queue_keeper_served_total\{result="([a-z_]+)"\} ([0-9.e+]+)$/gm;
+  let m;
+  while ((m = re.exec(text)) !== null) counts[m[1]] = Number(m[2]);
+  return counts;
+}
+
+/**
+ * The hit ratio: answers made from stored pages (hit, stale, 304, rendered) over every answer that
+ * asked for a page (those, origin fetches and 404s); errors (400, 502, 503, 508) are left out.
+ */
+function hitRatio(c) {
+  const stored = (c.hit ?? 0) + (c.stale ?? 0) + (c.not_modified ?? 0) + (c.rendered ?? 0);
+  const all = stored + (c.origin ?? 0) + (c.not_found ?? 0);
+  return all > 0 ? stored / all : null;
+}
+
+function renderServing(r) {
+  const c = r.ok && typeof r.text === 'string' ? servedCounts(r.text) : null;
+  markUnavailable('metrics', !c);
+  const ratio = c ? hitRatio(c) : null;
+  setText('serve-hit-ratio', ratio === null ? null : `${(ratio * 100).toFixed(1)} %`);
+  setText(
+    'serve-counts',
+    c
+      ? `${fmtCount(c.hit ?? 0)} hit, ${fmtCount(c.stale ?? 0)} stale, ${fmtCount(c.not_modified ?? 0)} not modified, ${fmtCount(c.rendered ?? 0)} rendered`
+      : null,
+  );
+  setText(
+    'serve-misses',
+    c ? `${fmtCount(c.origin ?? 0)} from origin, ${fmtCount(c.not_found ?? 0)} not found` : null,
+  );
+  setText('serve-errors', c ? fmtCount(c.error ?? 0) : null);
+}
+
 // ---------- refresh loop ----------
 
 async function refresh() {
-  const [state, overview, fleets, hooks, stall, failing] = await Promise.all([
+  const [state, overview, fleets, hooks, stall, failing, metrics] = await Promise.all([
     call('/prerender_admin/queue-state'),
     call('/prerender_admin/overview'),
     call('/prerender_admin/fleets'),
     call('/prerender_admin/hooks'),
     call('/prerender_admin/stall-ledger'),
     call(`/prerender_admin/failing?limit=${FAILING_SHOWN}`),
+    call('/prerender_admin/metrics'),
   ]);
+  renderServing(metrics);
   renderStatus(overview, state);
   renderState(state);
   renderOverview(overview);

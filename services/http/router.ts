@@ -294,9 +294,23 @@ export interface RouterDeps {
   workerIndex: () => number | undefined;
 }
 
+/**
+ * A route anyone may call (crawlers carry no credentials, docs/serving.md): it answers Harper's request
+ * itself, body and all, and never sees a user.
+ */
+export type PublicHandler = (request: HarperHttpRequest, target: string) => Promise<HarperHttpResponse>;
+
+interface PublicRoute {
+  /** A path prefix ending in '/'. */
+  prefix: string;
+  methods: readonly string[];
+  handler: PublicHandler;
+}
+
 /** This worker's route table and the middleware that serves it. */
 export class Router {
   private readonly routes: Route[] = [];
+  private readonly publicRoutes: PublicRoute[] = [];
   private installed = false;
   /** Responses our dispatcher built (already in the API's shape), so the runFirst wrapper leaves them be. */
   private readonly ours = new WeakSet<object>();
@@ -325,23 +339,66 @@ export class Router {
   }
 
   /**
+   * Registers an unauthenticated prefix route (`/p/*`). It runs first on Harper's chain, before
+   * authentication, so credentials a crawler happens to send are never checked and a request is never
+   * refused for them; the handler alone decides what the request sees.
+   */
+  publicRoute(methods: readonly string[], path: string, handler: PublicHandler): void {
+    if (!path.endsWith('/*')) throw new Error(`a public route is a prefix ending in /*: ${path}`);
+    this.publicRoutes.push({ prefix: path.slice(0, -1), methods, handler });
+  }
+
+  /**
    * The route table as registered: method, path (a prefix route's path ends in `/*`), caller, and whether
    * an observer role may call it. The route test compares it with docs/openapi.yaml.
    */
   table(): Array<{ method: string; path: string; caller: Caller; readOnly: boolean }> {
-    return this.routes.map((r) => ({
+    const routes = this.routes.map((r) => ({
       method: r.method,
       path: r.prefix ? `${r.path}*` : r.path,
       caller: r.caller,
       readOnly: (r.caller === 'admin' || r.caller === 'feeder') && readOnly(r),
     }));
+    const open = this.publicRoutes.flatMap((r) =>
+      r.methods.map((method) => ({
+        method,
+        path: `${r.prefix}*`,
+        caller: 'public' as const,
+        readOnly: false,
+      })),
+    );
+    return [...routes, ...open];
   }
 
   /** Registers the middleware on this worker (once). */
   install(): void {
     if (this.installed) return;
     this.installed = true;
-    const { deps, routes, ours } = this;
+    const { deps, routes, ours, publicRoutes } = this;
+    if (publicRoutes.length > 0)
+      deps.http(
+        async (request, next) => {
+          const target = originForm(request.url ?? '');
+          const r = publicRoutes.find((p) => target.startsWith(p.prefix));
+          if (r === undefined) return next(request);
+          const method = String(request.method ?? 'GET').toUpperCase();
+          if (!r.methods.includes(method))
+            return json(
+              405,
+              { error: `${method.slice(0, 20)} is not allowed here`, code: 'method_not_allowed' },
+              {
+                allow: r.methods.join(', '),
+              },
+            );
+          try {
+            return await r.handler(request, target);
+          } catch (e) {
+            deps.log.error(`${method} ${r.prefix}… failed`, e);
+            return json(500, { error: 'internal error; see the Harper log', code: 'internal' });
+          }
+        },
+        { runFirst: true },
+      );
     deps.http(async (request, next) => {
       const url: string = originForm(request.url ?? '');
       if (!hasOurPrefix(url)) return next(request);

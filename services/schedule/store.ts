@@ -79,6 +79,22 @@ export function readRow(key: string): ScheduleRow | undefined {
 }
 
 /**
+ * What serving (services/serving/service.ts) reads of a row: its next render time, urgent mark and
+ * `state` when the row carries one. One local point read; undefined when there is no row.
+ */
+export function readServingRow(
+  key: string,
+): { nextRenderTime: number; urgentAt: number | null; state: string | null } | undefined {
+  const v = schedule().primaryStore.get(key) as Record<string, unknown> | null | undefined;
+  if (!v || typeof v !== 'object' || typeof v.nextRenderTime !== 'number') return undefined;
+  return {
+    nextRenderTime: v.nextRenderTime,
+    urgentAt: typeof v.urgentAt === 'number' ? v.urgentAt : null,
+    state: typeof v.state === 'string' ? v.state : null,
+  };
+}
+
+/**
  * How long a chunk keeps writing until every write reads back. The crash soak (bench/crash-soak.ts)
  * found rows whose delete was committed and answered and yet never took. The suspected cause (read in
  * Harper's source, not proven): a transaction is stamped with its thread's clock (performance.now() plus
@@ -297,6 +313,13 @@ export async function subscribeSchedule(): Promise<
   AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }
 > {
   return schedule().subscribe({ omitCurrent: true });
+}
+
+/** Live writes of one row (no replay): a render-now waiter learns that a render ended without a page. */
+export async function subscribeRow(
+  key: string,
+): Promise<AsyncIterable<SubscriptionEvent> & { end?: () => void; return?: () => void }> {
+  return schedule().subscribe({ id: key, omitCurrent: true });
 }
 
 export interface WalkOptions {

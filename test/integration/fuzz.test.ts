@@ -1182,3 +1182,144 @@ test('generated prerender-protocol results: malformed framing or metadata is a 4
     `seed ${SEED}: the schedule, config, fleets, hooks or pauses changed`,
   );
 });
+
+// ------------------------------------------------------------------ serving: /p/<url> (docs/serving.md)
+
+const SERVING_RUNS = Number(process.env.QK_FUZZ_SERVING_RUNS ?? 400);
+
+interface ServeCase {
+  label: string;
+  method: string;
+  path: string;
+  who: Who;
+  headers: Record<string, string>;
+  expect: number[];
+  code?: string;
+}
+
+/** A /p/ target: served and unserved hosts, filed and unfiled URLs, and URLs no target could have. */
+const serveTarget = fc.oneof(
+  fc.nat({ max: 40 }).map((i) => ({ url: `https://fuzz.example.com/p/${i}`, valid: true })),
+  rand.map((s) => ({ url: `https://fuzz.example.com/${s}?q=${s}`, valid: true })),
+  rand.map((s) => ({ url: `https://other.example.org/${s}`, valid: true })),
+  rand.map((s) => ({ url: `http://127.0.0.1:1/${s}`, valid: true })),
+  fc.constantFrom(
+    { url: '', valid: false },
+    { url: 'ftp://fuzz.example.com/x', valid: false },
+    { url: 'fuzz.example.com/x', valid: false },
+    { url: 'https://fuzz.example.com/%22', valid: true },
+    { url: 'https://fuzz.example.com/%ff%fe', valid: true },
+    { url: 'javascript:alert(1)', valid: false },
+    { url: 'https:', valid: false },
+    { url: 'https://fuzz.example.com/' + 'x'.repeat(2000), valid: false },
+  ),
+);
+
+const headerJunk = fc.string({
+  unit: fc.constantFrom(...' abcxyz,;=*"/W0123456789-_.'.split('')),
+  maxLength: 60,
+});
+
+const serveArb: fc.Arbitrary<ServeCase> = fc
+  .record({
+    target: serveTarget,
+    method: fc.oneof(
+      { arbitrary: fc.constantFrom('GET', 'HEAD'), weight: 8 },
+      { arbitrary: fc.constantFrom('POST', 'PUT', 'DELETE', 'OPTIONS', 'PATCH'), weight: 2 },
+    ),
+    who: fc.constantFrom<Who>('none', 'none', 'none', 'wrongPassword', 'fleet'),
+    ifNoneMatch: rarely(headerJunk, 30),
+    ifModifiedSince: rarely(fc.oneof(headerJunk, fc.constant('Wed, 02 Dec 2026 10:00:00 GMT')), 20),
+    acceptEncoding: rarely(headerJunk, 30),
+    device: rarely(
+      hostileString.filter((s) => /^[\x21-\x7e]*$/.test(s)),
+      20,
+    ),
+    renderNow: rarely(headerJunk, 20),
+    loop: rarely(fc.constantFrom('1', '0', 'yes', ''), 10),
+  })
+  .map((g): ServeCase => {
+    const headers: Record<string, string> = {};
+    if (g.ifNoneMatch !== null) headers['if-none-match'] = g.ifNoneMatch;
+    if (g.ifModifiedSince !== null) headers['if-modified-since'] = g.ifModifiedSince;
+    if (g.acceptEncoding !== null) headers['accept-encoding'] = g.acceptEncoding;
+    if (g.device !== null) headers['x-device-type'] = g.device;
+    if (g.renderNow !== null) headers['x-render-now'] = g.renderNow;
+    if (g.loop !== null) headers['x-queue-keeper-origin'] = g.loop;
+    // A path the client's URL parser would rewrite is sent as generated (raw target).
+    const path = `/p/${g.target.url}`;
+    const label = `${g.method} ${path.slice(0, 80)} as ${g.who} ${JSON.stringify(headers).slice(0, 120)}`;
+    const base = { label, method: g.method, path, who: g.who, headers };
+    if (g.method !== 'GET' && g.method !== 'HEAD')
+      return { ...base, expect: [405], code: 'method_not_allowed' };
+    if (g.loop !== null) return { ...base, expect: [508], code: 'loop_detected' };
+    if (!g.target.valid) return { ...base, expect: [400], code: 'invalid_url' };
+    // Nothing is stored here: every valid URL is a miss, and the miss policy is notFound.
+    return { ...base, expect: [404], code: 'not_found' };
+  });
+
+test('generated /p/ requests: hostile URLs and headers, any credentials, never a 500, nothing changed', async (t) => {
+  // Only loopback is ever dialed: the miss policy answers 404 (never an origin fetch), nothing is filed.
+  const cfg = (await h.fetch('/prerender_admin/config')).json as { serving: Record<string, unknown> };
+  t.after(() =>
+    h.fetch('/prerender_admin/config', {
+      body: {
+        serving: {
+          hosts: cfg.serving.hosts,
+          onMiss: cfg.serving.onMiss,
+          discoverPerMinute: cfg.serving.discoverPerMinute,
+        },
+      },
+    }),
+  );
+  const set = await h.fetch('/prerender_admin/config', {
+    body: {
+      serving: { hosts: ['fuzz.example.com', '127.0.0.1:1'], onMiss: 'notFound', discoverPerMinute: 0 },
+    },
+  });
+  assert.equal(set.status, 200, set.text);
+  const beforeState = await snapshot();
+  const cases = fc.sample(serveArb, { seed: SEED, numRuns: SERVING_RUNS });
+  const failures: string[] = [];
+  const statuses: Record<number, number> = {};
+  let next = 0;
+  const worker = async () => {
+    while (next < cases.length) {
+      const c = cases[next++]!;
+      let res;
+      try {
+        res = await send({ ...c, raw: undefined });
+      } catch (e) {
+        failures.push(`${c.label}: transport error ${(e as Error).message}`);
+        continue;
+      }
+      statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+      const problems: string[] = [];
+      // 508 is the loop guard's refusal (docs/serving.md), asked for by the request: the only 5xx allowed.
+      if (res.status >= 500 && !(res.status === 508 && c.expect.includes(508))) problems.push('a 5xx');
+      if (!c.expect.includes(res.status))
+        problems.push(`status ${res.status}, expected ${c.expect.join('|')}`);
+      if (res.status >= 400 && c.method !== 'HEAD') {
+        if (typeof res.json?.error !== 'string' || typeof res.json?.code !== 'string')
+          problems.push('not {error, code}');
+        else if (c.code && res.json.code !== c.code)
+          problems.push(`code ${res.json.code}, expected ${c.code}`);
+      }
+      problems.push(
+        ...contract().problems({
+          method: c.method,
+          path: c.path,
+          status: res.status,
+          headers: res.headers,
+          text: res.text,
+        }),
+      );
+      if (problems.length) failures.push(`${c.label}: ${problems.join('; ')}: ${res.text.slice(0, 200)}`);
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  console.log(`fuzz (serving): ${cases.length} requests, seed ${SEED}, statuses ${JSON.stringify(statuses)}`);
+  assert.deepEqual(failures.slice(0, 20), [], `seed ${SEED}: ${failures.length} failing /p/ requests`);
+  assert.ok((statuses[404] ?? 0) > 0 && (statuses[400] ?? 0) > 0 && (statuses[508] ?? 0) > 0);
+  assert.deepEqual(await snapshot(), beforeState, `seed ${SEED}: a /p/ request changed something`);
+});

@@ -30,6 +30,7 @@ const LAYERS: readonly string[] = [
   'keeper',
   'sitemaps',
   'metrics',
+  'serving',
   'http',
 ];
 
@@ -56,6 +57,7 @@ const UTIL_LAYERS: readonly string[] = [
   'channel',
   'results',
   'sitemaps',
+  'serving',
 ];
 
 const SHARED_STRUCTURES = 'services/runtime/sharedStructures.ts';

@@ -72,7 +72,7 @@ const ROLES_OF_CALLER: Record<string, string[]> = {
   feeder: ['operator', 'feeder'],
   discover: ['operator', 'discoverer'],
   fleet: ['operator', 'fleet'],
-  // The probes: no credentials at all (`security: []` in the document).
+  // No credentials at all (`security: []` in the document): the probes, and crawlers at /p/.
   public: ['anyone'],
 };
 

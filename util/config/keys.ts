@@ -409,6 +409,129 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     effect: 'live',
     description: 'Pairs nudged per tick at most, least-nudged first.',
   },
+  // ---------------------------------------------------------------- serving (GET /p/<url>; docs/serving.md)
+  {
+    path: 'serving.hosts',
+    kind: 'hosts',
+    default: [],
+    effect: 'live',
+    description:
+      'Hosts whose pages /p/ serves, each as URL.host writes it (`example.com`, `127.0.0.1:8080`); a URL of any ' +
+      'other host is a 404 at once. Empty turns the route off: every request is a 404.',
+  },
+  {
+    path: 'serving.defaultDevice',
+    kind: 'name',
+    default: null,
+    effect: 'live',
+    description:
+      'The device served when a request names none (`x-device-type`) or one not rendered; null is the first configured device.',
+  },
+  {
+    path: 'serving.staleWhileRevalidate',
+    kind: 'int',
+    default: 3 * 3_600_000,
+    min: 0,
+    max: 30 * DAY,
+    effect: 'live',
+    description:
+      'How long after its next render time a page is still served, marked stale, while its render is made urgent (ms).',
+  },
+  {
+    path: 'serving.onMiss',
+    kind: 'choice',
+    choices: ['origin', 'notFound', 'stale'],
+    default: 'origin',
+    effect: 'live',
+    description:
+      'A miss: `origin` streams the page from its origin (never cached), `notFound` answers 404, `stale` serves an expired page when there is one, else 404.',
+  },
+  {
+    path: 'serving.allowHttp',
+    kind: 'boolean',
+    default: false,
+    effect: 'live',
+    description: 'Allow plain-http origin fetches on a miss.',
+  },
+  {
+    path: 'serving.allowCidrs',
+    kind: 'cidrs',
+    default: [],
+    effect: 'live',
+    description:
+      'Addresses or CIDRs an origin fetch may reach; only exact entries open loopback, link-local or this server.',
+  },
+  {
+    path: 'serving.originMaxConcurrent',
+    kind: 'int',
+    default: 32,
+    min: 1,
+    max: 4096,
+    effect: 'live',
+    description: 'Origin fetches running at once per node; a miss beyond them answers 503 with Retry-After.',
+  },
+  {
+    path: 'serving.originTimeout',
+    kind: 'int',
+    default: 10000,
+    min: 100,
+    max: 120000,
+    effect: 'live',
+    description: 'Time limit of one origin fetch up to its response head (ms).',
+  },
+  {
+    path: 'serving.discoverPerMinute',
+    kind: 'int',
+    default: 60,
+    min: 0,
+    max: 100000,
+    effect: 'live',
+    description:
+      'URLs of served hosts without a row that a miss files as discovered (unverified), per node per minute; 0 files none.',
+  },
+  {
+    path: 'serving.inlineMaxBytes',
+    kind: 'int',
+    default: 262144,
+    min: 0,
+    max: 64 * 1048576,
+    effect: 'live',
+    description:
+      'Pages up to this size are read whole and answered from memory; larger ones stream from their blob file (bytes).',
+  },
+  {
+    path: 'serving.renderNow.enabled',
+    kind: 'boolean',
+    default: false,
+    effect: 'live',
+    description: 'Whether a miss carrying `x-render-now: <token>` renders the page now and waits for it.',
+  },
+  {
+    path: 'serving.renderNow.token',
+    kind: 'secret',
+    default: '',
+    effect: 'live',
+    description:
+      'The render-now token (compared in constant time; the config answer never shows it). Empty disables render-now.',
+  },
+  {
+    path: 'serving.renderNow.timeoutMs',
+    kind: 'int',
+    default: 30000,
+    min: 100,
+    max: 300000,
+    effect: 'live',
+    description: 'How long a render-now request waits for the page before the miss policy answers (ms).',
+  },
+  {
+    path: 'serving.renderNow.maxWaiting',
+    kind: 'int',
+    default: 200,
+    min: 0,
+    max: 100000,
+    effect: 'live',
+    description: 'Render-now requests waiting at once per node; beyond them the miss policy answers at once.',
+  },
   {
     path: 'maintenance.tickInterval',
     kind: 'int',

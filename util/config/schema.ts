@@ -78,6 +78,9 @@ const MAX_LIST = 1000;
 const MAX_ROUTE_PATH_CHARS = 1900;
 /** A host as `URL.host` spells it: a name or an address, with an optional port. */
 
+/** A secret is sent in a header: header-safe and bounded. */
+const MAX_SECRET_CHARS = 512;
+
 /** Checks one value against its key; returns the normalised value or throws ConfigError naming the key. */
 function checkValue(k: ConfigKey, v: unknown): unknown {
   switch (k.kind) {
@@ -154,6 +157,8 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       });
     }
     case 'name':
+      // A name whose default is null (serving.defaultDevice) may be set back to null.
+      if (v === null && k.default === null) return null;
       if (typeof v !== 'string' || !DEVICE_NAME.test(v))
         throw new ConfigError(k.path, `${k.path} must be 1-64 letters, digits, '_', '.' or '-'`);
       return v;
@@ -167,6 +172,17 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       if (p !== null) throw new ConfigError(k.path, `${k.path} ${p}`);
       return v;
     }
+    case 'choice':
+      if (typeof v !== 'string' || !(k.choices ?? []).includes(v))
+        throw new ConfigError(k.path, `${k.path} must be one of ${(k.choices ?? []).join(', ')}`);
+      return v;
+    case 'secret':
+      if (typeof v !== 'string' || v.length > MAX_SECRET_CHARS || /[\s\x00-\x1f\x7f]/.test(v))
+        throw new ConfigError(
+          k.path,
+          `${k.path} must be a string of at most ${MAX_SECRET_CHARS} characters without spaces or control characters`,
+        );
+      return v;
     case 'routes': {
       if (!Array.isArray(v) || v.length > MAX_LIST)
         throw new ConfigError(k.path, `${k.path} must be an array of routes`);
@@ -282,6 +298,21 @@ export function checkPartial(partial: unknown, opts: { lenient?: boolean } = {})
 export function applyValues(base: QueueKeeperConfig, values: Map<string, unknown>): QueueKeeperConfig {
   const out = clone(base) as unknown as Record<string, unknown>;
   for (const [path, v] of values) setPath(out, path, clone(v));
+  return out as unknown as QueueKeeperConfig;
+}
+
+/**
+ * What the config answer shows of a `secret` key that is set: never the value. It has spaces, which a
+ * secret may not, so posting an answer back unchanged is refused (400 naming the key) instead of
+ * setting the secret to this text.
+ */
+export const HIDDEN_SECRET = '(set; hidden)';
+
+/** The config as the config answer shows it: every `secret` key that is set reads HIDDEN_SECRET. */
+export function withSecretsHidden(cfg: QueueKeeperConfig): QueueKeeperConfig {
+  const out = clone(cfg) as unknown as Record<string, unknown>;
+  for (const k of CONFIG_KEYS)
+    if (k.kind === 'secret' && getPath(out, k.path) !== '') setPath(out, k.path, HIDDEN_SECRET);
   return out as unknown as QueueKeeperConfig;
 }
 

@@ -16,7 +16,10 @@ export type Kind =
   | 'name'
   | 'hosts'
   | 'cron'
-  | 'timezone';
+  | 'timezone'
+  // serving (docs/serving.md): one of `choices`, a string the config answer hides
+  | 'choice'
+  | 'secret';
 
 export interface ConfigKey {
   path: string;
@@ -26,6 +29,8 @@ export interface ConfigKey {
   max?: number;
   /** 0 is allowed besides the range (e.g. verifyInterval: 0 = off). */
   zeroAllowed?: boolean;
+  /** The values a `choice` key takes. */
+  choices?: readonly string[];
   effect: ConfigEffect;
   description: string;
 }
@@ -103,4 +108,22 @@ export interface QueueKeeperConfig {
     timezone: string;
   };
   maintenance: { tickInterval: number };
+  serving: ServingConfig;
+}
+
+export type OnMiss = 'origin' | 'notFound' | 'stale';
+
+export interface ServingConfig {
+  hosts: string[];
+  /** null: the first configured device. */
+  defaultDevice: string | null;
+  staleWhileRevalidate: number;
+  onMiss: OnMiss;
+  allowHttp: boolean;
+  allowCidrs: string[];
+  originMaxConcurrent: number;
+  originTimeout: number;
+  discoverPerMinute: number;
+  inlineMaxBytes: number;
+  renderNow: { enabled: boolean; token: string; timeoutMs: number; maxWaiting: number };
 }

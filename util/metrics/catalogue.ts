@@ -86,6 +86,16 @@ export const SITEMAP_FETCH_RESULTS = [
   'not_a_sitemap',
   'removal_share',
 ] as const;
+/** Values of the `result` label of the served pages (docs/serving.md): what a /p/ request was answered. */
+export const SERVED_RESULTS = [
+  'hit',
+  'stale',
+  'not_modified',
+  'origin',
+  'rendered',
+  'not_found',
+  'error',
+] as const;
 
 // Buckets from bench/README.md. Claim and result handlers take ~1–50 ms on an idle node and a few
 // hundred ms at the p99 of a 24-client drain; a job_results of 100 writes is the long tail, so the top
@@ -104,6 +114,12 @@ const WALK_BUCKETS: readonly number[] = [0.01, 0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 
 // settle, takes up to a minute, and a render is cut off by its lease (queue.jobLeaseTime, 5 min at most
 // by default).
 export const RENDER_BUCKETS: readonly number[] = [0.25, 0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300];
+
+// A hit is a point read or two and a write of tens of KB: well under a millisecond idle, a few ms under
+// load; an origin fetch or a render-now wait takes seconds (the wait is capped at 30 s by default).
+const SERVE_BUCKETS: readonly number[] = [
+  0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30,
+];
 
 export const METRICS = {
   keeper_live: {
@@ -372,6 +388,25 @@ export const METRICS = {
     unit: 'nudges',
     help: 'Stalled-queue wakes fired, per queue.',
     labels: ['queue'],
+  },
+  // ---------------------------------------------------------------- serving (GET /p/<url>)
+  served: {
+    name: 'queue_keeper_served_total',
+    kind: 'counter',
+    unit: 'requests',
+    help: '/p/ requests answered, by result (hit, stale, not_modified, origin, rendered, not_found, error).',
+    labels: ['result'],
+    labelValues: { result: SERVED_RESULTS },
+  },
+  served_ms: {
+    name: 'queue_keeper_serve_duration_seconds',
+    kind: 'histogram',
+    unit: 'seconds',
+    help: 'Time to answer a /p/ request up to its response head, by result.',
+    labels: ['result'],
+    labelValues: { result: SERVED_RESULTS },
+    scale: 0.001,
+    buckets: SERVE_BUCKETS,
   },
 } as const satisfies Record<string, MetricDef>;
 

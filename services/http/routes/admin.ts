@@ -1,6 +1,11 @@
 // Operator endpoints of the foundation: config, revalidate, explain, the failing and retired lists, health,
 // pause and resume.
-import { ConfigError, configWarnings, type QueueKeeperConfig } from '../../../util/config/schema.js';
+import {
+  ConfigError,
+  configWarnings,
+  withSecretsHidden,
+  type QueueKeeperConfig,
+} from '../../../util/config/schema.js';
 import { HttpError, badRequest } from '../../runtime/httpError.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
@@ -82,7 +87,8 @@ export interface AdminDeps {
 /** The effective config, with `warnings` naming settings that are valid but likely to surprise. */
 function configAnswer(cfg: QueueKeeperConfig): QueueKeeperConfig & { warnings?: string[] } {
   const warnings = configWarnings(cfg);
-  return warnings.length > 0 ? { ...cfg, warnings } : cfg;
+  const shown = withSecretsHidden(cfg);
+  return warnings.length > 0 ? { ...shown, warnings } : shown;
 }
 
 /** `GET /prerender_admin/health`: this worker serves; how many of the node's workers have loaded. */
