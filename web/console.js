@@ -428,6 +428,9 @@ function renderState(r) {
   ]) {
     setCount(id, now ? now[key] : null);
   }
+  const byState = now && now.rowsByState ? now.rowsByState : null;
+  setCount('rows-suppressed', byState ? byState.suppressed : null);
+  setCount('rows-gone', byState ? byState.gone : null);
   byId('unclaimed').classList.toggle('warn', Boolean(now && now.unclaimed > 0));
   const inFlightPart = now ? Math.min(now.inFlight, now.due) : 0;
   const split = byId('due-split');

@@ -647,7 +647,7 @@ describe('KeeperCore.apply', () => {
 });
 
 describe('KeeperCore.apply with only the held fields', () => {
-  it('takes the six held fields without a cacheKey, from one object reused for every row', () => {
+  it('takes the held fields without a cacheKey, from one object reused for every row', () => {
     const fresh = keeper();
     const reused = keeper();
     const fields = {

@@ -35,6 +35,29 @@ function row(cacheKey: string, nextRenderTime: number, extra: Partial<ScheduleRo
 }
 
 describe('queue state counts', () => {
+  it('counts held rows by verdict state, due or not, and a state change moves the row between the counts', () => {
+    const core = keeper();
+    core.apply('https://x.example/p/1', row('https://x.example/p/1', NOW - HOUR), NOW);
+    core.apply(
+      'https://x.example/p/2',
+      row('https://x.example/p/2', NOW + DAY, { state: 'suppressed' }),
+      NOW,
+    );
+    core.apply('https://x.example/p/3', row('https://x.example/p/3', NOW + DAY, { state: 'gone' }), NOW);
+    core.apply('https://x.example/p/4', row('https://x.example/p/4', NOW - HOUR, { state: 'gone' }), NOW);
+    assert.deepEqual(core.state(NOW).now.rowsByState, { active: 1, suppressed: 1, gone: 2 });
+    // A verdict that only changes the state (same minute) is no match for the held row: it moves.
+    const back = row('https://x.example/p/3', NOW + DAY, { state: 'active' });
+    assert.equal(core.matches('https://x.example/p/3', back), false);
+    assert.equal(core.apply('https://x.example/p/3', back, NOW), true);
+    assert.deepEqual(core.state(NOW).now.rowsByState, { active: 2, suppressed: 1, gone: 1 });
+    assert.equal(
+      core.state(NOW).now.due,
+      2,
+      'a due gone row is still due: its recheck is claimed like any row',
+    );
+  });
+
   it('counts every figure of a hand-built table', () => {
     const core = keeper();
     const rows: ScheduleRow[] = [
@@ -57,7 +80,13 @@ describe('queue state counts', () => {
     const now = NOW + 30_000;
     const state = core.state(now);
 
-    assert.deepEqual(state.now, { due: 7, dueSitemap: 3, dueDiscovered: 4, dueUrgent: 2 });
+    assert.deepEqual(state.now, {
+      due: 7,
+      dueSitemap: 3,
+      dueDiscovered: 4,
+      dueUrgent: 2,
+      rowsByState: { active: 14, suppressed: 0, gone: 0 },
+    });
     const byHour = new Array<number>(24).fill(0);
     byHour[0] = 4;
     byHour[1] = 1;
@@ -180,7 +209,13 @@ describe('queue state counts', () => {
           }
           const now = NOW + shift;
           const state = core.state(now);
-          const expectNow = { due: 0, dueSitemap: 0, dueDiscovered: 0, dueUrgent: 0 };
+          const expectNow = {
+            due: 0,
+            dueSitemap: 0,
+            dueDiscovered: 0,
+            dueUrgent: 0,
+            rowsByState: { active: model.size, suppressed: 0, gone: 0 },
+          };
           const coming = { next15m: 0, next60m: 0, byHour: new Array<number>(24).fill(0), next24h: 0 };
           const sitemap = [0, 0, 0, 0, 0];
           const discovered = [0, 0, 0, 0, 0];

@@ -256,7 +256,7 @@ test('property: raw read of a random record is NOT_DECODED or exactly the full d
   assert.ok(read > 1000, `only ${read} of 3000 random records were read raw`);
 });
 
-test('property: the keeper load reader (six held fields into one reused object) equals the full decode', () => {
+test('property: the keeper load reader (seven held fields into one reused object) equals the full decode', () => {
   const packr = recordPackr();
   const sink = new HeldFieldsSink();
   const held = new RawRecordReader(HELD_FIELDS, (_key, v) => sink.fill(v));
@@ -268,6 +268,7 @@ test('property: the keeper load reader (six held fields into one reused object) 
       verified: row.verified,
       urgentAt: row.urgentAt,
       changedAt: row.changedAt,
+      state: row.state,
     };
   let read = 0;
   fc.assert(

@@ -4,17 +4,19 @@ import { type Bucket, KeeperClass } from './keeperClass.js';
 import type { FlowLedger } from './flow.js';
 import type { Mark } from './score.js';
 import { minuteOf } from '../time.js';
+import type { RowState } from '../schedule/rowState.js';
 
-const FLAVOURS = 12; // fromSitemap × verified × mark
+const FLAVOURS = 36; // state × fromSitemap × verified × mark
 export const MARK_INDEX: Record<Mark, number> = { none: 0, changed: 1, urgent: 2 };
+const STATE_INDEX: Record<RowState, number> = { active: 0, suppressed: 1, gone: 2 };
 
-const flavourOf = (fromSitemap: boolean, verified: boolean, mark: Mark): number =>
-  (fromSitemap ? 6 : 0) + (verified ? 3 : 0) + MARK_INDEX[mark];
+const flavourOf = (fromSitemap: boolean, verified: boolean, mark: Mark, state: RowState): number =>
+  STATE_INDEX[state] * 12 + (fromSitemap ? 6 : 0) + (verified ? 3 : 0) + MARK_INDEX[mark];
 
 export class KeeperClasses {
   /** Every class holding rows, in no order. */
   list: KeeperClass[] = [];
-  // route → own interval (NaN for none) → cadence → 12 flavours
+  // route → own interval (NaN for none) → cadence → 36 flavours
   private registry = new Map<string, Map<number, Map<number, (KeeperClass | undefined)[]>>>();
   /** Minute through which every class's `dueRows` is counted; null until a clock is first seen. */
   dueCursor: number | null = null;
@@ -28,6 +30,7 @@ export class KeeperClasses {
     fromSitemap: boolean,
     verified: boolean,
     mark: Mark,
+    state: RowState = 'active',
   ): KeeperClass {
     let byOwn = this.registry.get(route);
     if (byOwn === undefined) this.registry.set(route, (byOwn = new Map()));
@@ -36,10 +39,10 @@ export class KeeperClasses {
     if (byCadence === undefined) byOwn.set(ownKey, (byCadence = new Map()));
     let flavours = byCadence.get(cadenceMs);
     if (flavours === undefined) byCadence.set(cadenceMs, (flavours = new Array(FLAVOURS).fill(undefined)));
-    const index = flavourOf(fromSitemap, verified, mark);
+    const index = flavourOf(fromSitemap, verified, mark, state);
     let cls = flavours[index];
     if (cls === undefined) {
-      cls = new KeeperClass(route, own, cadenceMs, fromSitemap, verified, mark);
+      cls = new KeeperClass(route, own, cadenceMs, fromSitemap, verified, mark, state);
       cls.slot = this.list.length;
       this.list.push(cls);
       flavours[index] = cls;
@@ -114,7 +117,8 @@ export class KeeperClasses {
       .get(cls.route)
       ?.get(cls.effectiveInterval ?? NaN)
       ?.get(cls.cadenceMs);
-    if (flavours !== undefined) flavours[flavourOf(cls.fromSitemap, cls.verified, cls.mark)] = undefined;
+    if (flavours !== undefined)
+      flavours[flavourOf(cls.fromSitemap, cls.verified, cls.mark, cls.state)] = undefined;
   }
 }
 

@@ -153,6 +153,7 @@ export class KeeperCore {
       row.fromSitemap === true,
       row.verified === true,
       mark,
+      row.state ?? 'active',
     );
     if (index >= 0) {
       const from = this.rows.bucketOf(this.rows.slotAt(index));
@@ -277,7 +278,8 @@ export class KeeperCore {
       Object.is(cls.effectiveInterval, own) &&
       cls.fromSitemap === (row.fromSitemap === true) &&
       cls.verified === (row.verified === true) &&
-      cls.mark === markOf(row.urgentAt, row.changedAt)
+      cls.mark === markOf(row.urgentAt, row.changedAt) &&
+      cls.state === (row.state ?? 'active')
     );
   }
 
@@ -302,6 +304,7 @@ export class KeeperCore {
             cls.fromSitemap,
             cls.verified,
             cls.mark,
+            cls.state,
           );
           const to = target.bucketFor(bucket.minute);
           this.rows.moveSlot(slot, to);

@@ -1,7 +1,8 @@
 // The keeper's load reads only the fields it holds, so a load decodes no more than it keeps: a raw record
-// reader (util/schedule/rawRecord.ts) decodes these six and `HeldFieldsSink` normalises them into one reused
+// reader (util/schedule/rawRecord.ts) decodes these seven and `HeldFieldsSink` normalises them into one reused
 // object, as `toScheduleRow` normalises a full record, so a load builds no row per record.
 import type { HeldFields } from './types.js';
+import { storedState } from '../schedule/rowState.js';
 
 /** The stored fields `KeeperCore.apply` reads, in the order a reader hands their values. */
 export const HELD_FIELDS = [
@@ -11,6 +12,7 @@ export const HELD_FIELDS = [
   'verified',
   'urgentAt',
   'changedAt',
+  'state',
 ] as const;
 
 const finiteOrNull = (x: unknown): number | null => (typeof x === 'number' && Number.isFinite(x) ? x : null);
@@ -28,6 +30,7 @@ export class HeldFieldsSink {
     verified: true,
     urgentAt: null,
     changedAt: null,
+    state: 'active',
   };
 
   fill(v: readonly unknown[]): HeldFields | undefined {
@@ -40,6 +43,7 @@ export class HeldFieldsSink {
     f.verified = v[3] !== false;
     f.urgentAt = finiteOrNull(v[4]);
     f.changedAt = finiteOrNull(v[5]);
+    f.state = storedState(v[6]);
     return f;
   }
 }

@@ -3,6 +3,7 @@
 // classes by their heads instead of scoring rows. The rows themselves live in `HeldRows`.
 import type { ChunkList } from './heldRows.js';
 import type { Mark } from './score.js';
+import type { RowState } from '../schedule/rowState.js';
 
 // Drained buckets stay listed (as shells) until they are half the list: a minute often refills soon,
 // and dropping each one eagerly would splice the ordered list on every drain.
@@ -43,6 +44,8 @@ export class KeeperClass {
     readonly fromSitemap: boolean,
     readonly verified: boolean,
     readonly mark: Mark,
+    /** The rows' verdict state: queue-state counts rows by it (docs/feeding.md). */
+    readonly state: RowState = 'active',
   ) {}
 
   /** The bucket for `minute`, listed (as an empty shell) if it was not. Follow with `added`. */

@@ -4,6 +4,7 @@
 import type { KeeperClass } from './keeperClass.js';
 import type { FlowLedger, FlowMinute } from './flow.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
+import type { RowState } from '../schedule/rowState.js';
 
 /** Lateness bin edges, in cadences: [0,.25) [.25,1) [1,2) [2,4) [4,∞). */
 const LATENESS_EDGES: readonly number[] = [0.25, 1, 2, 4];
@@ -20,6 +21,8 @@ export interface DueNow {
   dueDiscovered: number;
   /** Due rows carrying either mark, urgent or changed: both jumped the queue by a head start. */
   dueUrgent: number;
+  /** Every held row by its verdict state, due or not (docs/feeding.md). */
+  rowsByState: Record<RowState, number>;
 }
 
 export interface Coming {
@@ -85,7 +88,13 @@ const bins = (): number[] => [0, 0, 0, 0, 0];
  * mark and the row's own interval split classes inside the keeper but not on the operator's page.
  */
 export function queueState(classes: readonly KeeperClass[], now: number, flow: FlowLedger): QueueStateCounts {
-  const dueNow: DueNow = { due: 0, dueSitemap: 0, dueDiscovered: 0, dueUrgent: 0 };
+  const dueNow: DueNow = {
+    due: 0,
+    dueSitemap: 0,
+    dueDiscovered: 0,
+    dueUrgent: 0,
+    rowsByState: { active: 0, suppressed: 0, gone: 0 },
+  };
   const coming: Coming = { next15m: 0, next60m: 0, byHour: new Array<number>(24).fill(0), next24h: 0 };
   const sitemap = bins();
   const discovered = bins();
@@ -93,6 +102,7 @@ export function queueState(classes: readonly KeeperClass[], now: number, flow: F
   const groups = new Map<string, ClassLateness>();
 
   for (const cls of classes) {
+    dueNow.rowsByState[cls.state] += cls.rows;
     let route = routes.get(cls.route);
     if (route === undefined) {
       route = { route: cls.route, due: 0, sitemap: bins(), discovered: bins() };

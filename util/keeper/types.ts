@@ -2,6 +2,7 @@
 // all of them, so callers import from one place.
 import type { ScheduleRow as FullScheduleRow } from '../schedule/rules.js';
 import type { Mark, ScoreOptions } from './score.js';
+import type { RowState } from '../schedule/rowState.js';
 
 /**
  * The fields of a `RenderSchedule` row the keeper places it by, normalised as `toScheduleRow` does.
@@ -10,7 +11,10 @@ import type { Mark, ScoreOptions } from './score.js';
 export type HeldFields = Pick<
   FullScheduleRow,
   'nextRenderTime' | 'fromSitemap' | 'effectiveInterval' | 'verified' | 'urgentAt' | 'changedAt'
->;
+> & {
+  /** The row's verdict state (docs/feeding.md); absent reads as active. */
+  state?: RowState;
+};
 
 /** The scheduling fields of a `RenderSchedule` row: all the keeper needs to place it. */
 export type ScheduleRow = HeldFields & Pick<FullScheduleRow, 'cacheKey'>;
