@@ -260,6 +260,7 @@ const KNOWN: Array<[string, RegExp]> = [
   ['POST', /^\/prerender_admin\/hooks\/.+/],
   ['DELETE', /^\/prerender_admin\/hooks\/.+/],
   ['GET', /^\/prerender_admin\/console\/.+/],
+  ['GET', /^\/prerender_admin\/(failing|retired)\/?(\?.*)?$/],
   ['GET', /^\/prerender_admin\/(live|ready)\/?$/],
   ['HEAD', /^\/prerender_admin\/(live|ready)\/?$/],
   ['POST', /^\/render_queue\/sitemaps\/?(\?.*)?$/],
