@@ -3,7 +3,7 @@
 // (services/schedule/store.ts) reads each row under its lock, calls these, and writes what they answer.
 import type { QueueKeeperConfig } from '../config/schema.js';
 import { startOfMinute } from '../time.js';
-import { ACTIVE, classifyUrl, spreadDue, type ScheduleRow } from './rules.js';
+import { classifyUrl, newRow, spreadDue, type ScheduleRow } from './rules.js';
 
 /** One URL as a sitemap lists it. */
 export interface SitemapItem {
@@ -41,23 +41,12 @@ export function listedRow(
 ): { row: ScheduleRow | undefined; outcome: SitemapOutcome } {
   if (existing === undefined) {
     const effectiveInterval = item.cadenceMs ?? null;
+    const cadenceMs = classifyUrl(item.url, effectiveInterval, config).cadenceMs;
+    const fields = { fromSitemap: true, effectiveInterval, verified: true };
     return {
       outcome: 'filed',
       row: {
-        cacheKey: item.url,
-        nextRenderTime: spreadDue(item.url, now, classifyUrl(item.url, effectiveInterval, config).cadenceMs),
-        fromSitemap: true,
-        effectiveInterval,
-        verified: true,
-        urgentAt: null,
-        changedAt: null,
-        strikes: 0,
-        lastOutcome: null,
-        lastRenderedAt: null,
-        lastStatusCode: null,
-        lastError: null,
-        failingSince: null,
-        ...ACTIVE,
+        ...newRow(item.url, spreadDue(item.url, now, cadenceMs), fields),
         sitemapId,
         sitemapLastmod: item.lastmod ?? null,
       },
