@@ -89,6 +89,18 @@ test('the same result twice gets the first answer again and releases once', () =
   assert.equal(t.occupancy(), 0, 'a duplicate releases nothing');
 });
 
+test('a result that retired its row answers a duplicate with no next render time, not epoch 0', () => {
+  const t = table();
+  const key = 'https://example.com/moved';
+  const g = grant(t, key, T0);
+  assert.deepEqual(t.beginReport(key, g.token, asFleet), { kind: 'first' });
+  t.finishReport(key, g.token, { accepted: true, nextRenderTime: null }, false, T0 + 1000);
+  assert.deepEqual(t.beginReport(key, g.token, asFleet), {
+    kind: 'duplicate',
+    answer: { accepted: true, nextRenderTime: null },
+  });
+});
+
 test('a failure kept on its lease (fast retry) is a duplicate when sent again, not a second strike', () => {
   const t = table();
   const key = 'https://example.com/a';

@@ -14,7 +14,21 @@ export interface SitemapItem {
   lastmod?: number;
 }
 
-export type SitemapOutcome = 'filed' | 'linked' | 'updated' | 'changed' | 'unchanged' | 'otherSitemap';
+/** What filing one listed URL did (the walk's figures and the URL counter count each). */
+export const SITEMAP_OUTCOMES = [
+  'filed',
+  'linked',
+  'updated',
+  'changed',
+  'unchanged',
+  'otherSitemap',
+] as const;
+export type SitemapOutcome = (typeof SITEMAP_OUTCOMES)[number];
+
+/** Every outcome at zero: the counts a batch or a walk starts from. */
+export function noOutcomes(): Record<SitemapOutcome, number> {
+  return Object.fromEntries(SITEMAP_OUTCOMES.map((o) => [o, 0])) as Record<SitemapOutcome, number>;
+}
 
 /**
  * Whether a `lastmod` marks the row changed: it is newer than the last one this row saw (once per new

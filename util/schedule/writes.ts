@@ -17,7 +17,7 @@ import {
 } from './rules.js';
 import type { Reason, RetireReason } from './rowState.js';
 import { redirectDestination, rowAfterVerdict, verdictOf } from './verdicts.js';
-import { listedRow, unlinkedRow, type SitemapItem, type SitemapOutcome } from './sitemapRules.js';
+import { listedRow, noOutcomes, unlinkedRow, type SitemapItem, type SitemapOutcome } from './sitemapRules.js';
 
 /** A chunk's write: a row to put, or null to delete the key. */
 export interface ScheduleWrite {
@@ -179,14 +179,7 @@ export class ScheduleWrites {
     now: number,
   ): Promise<SitemapFiled> {
     const cfg = this.config();
-    const counts: SitemapFiled = {
-      filed: 0,
-      linked: 0,
-      updated: 0,
-      changed: 0,
-      unchanged: 0,
-      otherSitemap: 0,
-    };
+    const counts: SitemapFiled = noOutcomes();
     const byUrl = new Map<string, SitemapItem>();
     for (const it of items) if (!byUrl.has(it.url)) byUrl.set(it.url, it);
     await this.update([...byUrl.keys()], (url, current) => {

@@ -1,6 +1,7 @@
 // The walk's plan (docs/sitemaps.md): which file comes next (breadth first, each file once), which are
 // refused (depth, files per root, a file seen before), the figures a walk reports, and whether a walk
 // may remove what left the sitemap. Pure: the walk (services/sitemaps/walk.ts) fetches and files.
+import { noOutcomes } from '../schedule/sitemapRules.js';
 
 /** A refusal or failure, as counted in a walk's figures and in the fetch metric. */
 export type WalkProblem =
@@ -79,12 +80,7 @@ export function emptyFigures(walkId: string, startedAt: number): WalkFigures {
     errors: [],
     refusals: {},
     urlsSeen: 0,
-    filed: 0,
-    linked: 0,
-    updated: 0,
-    changed: 0,
-    unchanged: 0,
-    otherSitemap: 0,
+    ...noOutcomes(),
     duplicates: 0,
     retired: 0,
     rejected: 0,
