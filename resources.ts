@@ -58,12 +58,20 @@ import {
 } from './services/notify/fleets.js';
 import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
-import { deletePages, pageSweepDuty, readPage, storePages, subscribePage } from './services/pages/store.js';
+import {
+  deletePages,
+  pageKeysOfUrl,
+  pageSweepDuty,
+  readPage,
+  storePages,
+  subscribePage,
+} from './services/pages/store.js';
 import {
   dropExpiredRetired,
   failingEntries,
   GROUP_COMMIT_WAIT_MS,
   isRetired,
+  keysOfUrl,
   readRow,
   retiredEntries,
   readServingRow,
@@ -97,6 +105,7 @@ import { OriginFetch } from './services/serving/origin.js';
 import { RenderNowWaiters } from './services/serving/renderNow.js';
 import { PageServing } from './services/serving/service.js';
 import { MinuteBudget, NodeSlots } from './util/serving/nodeCounters.js';
+import { rowKeys } from './util/schedule/rowKey.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
@@ -314,7 +323,7 @@ const claims = new ClaimService({
   nodeStatus: (at) => serving.status(at),
   pokeKeeper,
   config,
-  jobTarget: () => ({ callbackOrigin: nodeOrigin(), deviceType: config().render.deviceType }),
+  jobTarget: () => ({ callbackOrigin: nodeOrigin() }),
   count,
   log,
 });
@@ -352,6 +361,13 @@ const stallSweep = new StallSweep({
   log,
 });
 
+// ------------------------------------------------------------------ retired rows (docs/feeding.md)
+/** Whether a verdict retired the row `key` within render.retiredRetention: discovery files no row for it. */
+const retiredRow = (key: string, at: number): boolean => isRetired(key, at, config().render.retiredRetention);
+/** Whether a verdict retired every configured device's row of `url`: discovery refuses the URL. */
+const retiredUrl = (url: string, at: number): boolean =>
+  rowKeys(url, config().render.deviceTypes).every((key) => retiredRow(key, at));
+
 // ------------------------------------------------------------------ filing, over HTTP and in process
 // The feeding routes and the in-process API (api.ts, docs/in-process.md) answer through one Filing.
 const filing = new Filing({
@@ -359,6 +375,7 @@ const filing = new Filing({
   deleteTargets: (urls) => schedule.deleteTargets(urls),
   revalidate: (url, at) => schedule.revalidate(url, at),
   deletePages,
+  pageKeysOfUrl,
 });
 /**
  * The in-process API this worker serves to the host app's own resources, reached through api.ts (a
@@ -387,11 +404,12 @@ const sitemaps = new SitemapService({
     config,
     now,
     fetch: (url, rootHost, validators) => fetchSitemapFile(url, rootHost, validators, sitemapFetcher),
-    fileFromSitemap: (items, id, at) => schedule.fileFromSitemap(items, id, at),
+    fileFromSitemap: (items, id, at) =>
+      schedule.fileFromSitemap(items, id, at, (key) => !retiredRow(key, at)),
     unlinkFromSitemap: (urls, id) => schedule.unlinkFromSitemap(urls, id),
     deleteSitemapRows: (urls, id) => schedule.deleteSitemapRows(urls, id),
     deletePages,
-    isRetired: (url) => isRetired(url, now(), config().render.retiredRetention),
+    isRetired: (url) => retiredUrl(url, now()),
     yieldLoop: nextTurn,
     count: (metric, result, n) => count(metric, n, { result }),
   },
@@ -411,8 +429,8 @@ const pageServing = new PageServing({
   now,
   readRow: readServingRow,
   readPage,
-  markUrgent: (key, at) => schedule.revalidate(key, at),
-  discover: (urls, at) => schedule.discoverUrls(urls, at),
+  markUrgent: (key, at) => schedule.revalidateKey(key, at),
+  discover: (urls, at) => schedule.discoverUrls(urls, at, (key) => !retiredRow(key, at)),
   discoverBudget: new MinuteBudget(servingCells, 2),
   origin: new OriginFetch({
     config: () => config().serving,
@@ -435,14 +453,15 @@ const pageServing = new PageServing({
 const router = new Router({ http: (fn, opts) => server.http(fn, opts), config, log, workerIndex });
 registerFeeding(router, {
   filing,
-  discoverUrls: (urls, at) => schedule.discoverUrls(urls, at),
-  isRetired: (url, at) => isRetired(url, at, config().render.retiredRetention),
+  discoverUrls: (urls, at) => schedule.discoverUrls(urls, at, (key) => !retiredRow(key, at)),
+  isRetired: (url, at) => retiredUrl(url, at),
 });
 registerAdmin(router, {
   keeper: leadership,
   control,
   settings,
   readRow,
+  rowKeysOf: (url) => [...new Set([...rowKeys(url, config().render.deviceTypes), ...keysOfUrl(url)])],
   filing,
   failingEntries,
   retiredEntries,

@@ -157,6 +157,11 @@ export interface KeeperStats {
   } | null;
   repairedTotal: number;
   /**
+   * Rows of a device no longer in render.deviceTypes, of URLs this node owns, as the last load or walk
+   * counted them (docs/feeding.md "Devices"): never claimed, until DELETE /prerender_admin/devices/{name}.
+   */
+  orphaned: { rows: number; countedAt: number } | null;
+  /**
    * The last walk once a membership change settled (docs/clusters.md): rows it saw, and rows this node
    * owned that no keeper held, which it took up (expected 0).
    */
@@ -181,6 +186,8 @@ export interface RowCheckDeps {
   repair: (key: string, row: ScheduleRow | null, now: number) => void;
   source: ScheduleSource;
   owns: (key: string) => boolean;
+  /** A row of a URL this node owns whose device is not configured (render.deviceTypes): orphaned. */
+  orphan?: (key: string) => boolean;
   stats: KeeperStats;
   log: KeeperLog;
   yieldLoop: () => Promise<void>;

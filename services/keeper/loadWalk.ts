@@ -23,8 +23,10 @@ export interface LoadHost {
   source: ScheduleSource;
   /** Keys events touched since the load began (null: none are tracked). */
   touched: Set<string> | null;
-  /** Whether this node holds `key`; null when it holds every row. */
-  owns: ((key: string) => boolean) | null;
+  /** Whether this node holds `key` (a configured device's row of a URL it owns). */
+  owns: (key: string) => boolean;
+  /** A row of a URL this node owns whose device is not configured: counted, not held. */
+  orphan: (key: string) => boolean;
   yieldLoop: () => Promise<void>;
   /** A chunk was read at `t`: serve, and publish when the walk publishes and the interval has passed. */
   chunkRead: (t: number, publish: boolean) => void;
@@ -40,16 +42,17 @@ export async function loadWalk(
   host: LoadHost,
   walk: LoadWalk,
   cursor: WalkCursor,
-  tally: { rows: number },
+  tally: { rows: number; orphaned: number },
   now: () => number,
 ): Promise<void> {
-  const { core, source, touched, owns } = host;
+  const { core, source, touched, owns, orphan } = host;
   let read = 0;
   // One call per key, before the walk reads the next. `fields` may be one object the walk reuses:
   // KeeperCore.apply reads it during the call only.
   const visit = (key: string, fields: HeldFields | undefined): void => {
     if (fields !== undefined && !(touched !== null && touched.size > 0 && touched.has(key))) {
-      if (owns === null || owns(key)) core.apply(key, fields, now());
+      if (owns(key)) core.apply(key, fields, now());
+      else if (orphan(key)) tally.orphaned++;
     }
     tally.rows++;
     read++;

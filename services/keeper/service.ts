@@ -9,6 +9,7 @@ import { KeeperCore } from '../../util/keeper/core.js';
 import type { PublishPlan } from '../../util/keeper/publishPlan.js';
 import type { KeeperPhase } from '../../util/sharedMemory/keeperSignal.js';
 import { classifyUrl, toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
+import { deviceSuffixes, keyOfDevices, urlOfKey } from '../../util/schedule/rowKey.js';
 import { KeeperDuties } from './duties.js';
 import type { EventStream, KeeperDeps, KeeperStats, RowCheckDeps, ScheduleEvent } from './deps.js';
 import { RESERVE_SLACK } from './deps.js';
@@ -45,6 +46,7 @@ export class KeeperService {
     headCheck: null,
     lastVerify: null,
     repairedTotal: 0,
+    orphaned: null,
     lastSettledWalk: null,
     recoveredTotal: 0,
     lastError: null,
@@ -56,6 +58,8 @@ export class KeeperService {
   private readonly publisher: KeeperPublisher;
   private readonly verifier: KeeperVerifier;
   private readonly headChecker: HeadCheck;
+  /** `|<device>` of each configured device: the keeper holds only those devices' rows. */
+  private deviceSuffixes: string[];
   private readonly duties: KeeperDuties;
   private unsubscribeConfig: (() => void) | null = null;
   private stopped = false;
@@ -66,6 +70,7 @@ export class KeeperService {
 
   constructor(private readonly deps: KeeperDeps) {
     const cfg = deps.config();
+    this.deviceSuffixes = deviceSuffixes(cfg.render.deviceTypes);
     this.core = new KeeperCore({ classify: this.classifier(cfg), score: this.scoreOptions(cfg) });
     this.yieldLoop = deps.yieldLoop ?? (() => new Promise((r) => setImmediate(r)));
     this.clock = deps.clock ?? (() => Date.now());
@@ -76,6 +81,7 @@ export class KeeperService {
       },
       source: deps.source,
       owns: (key) => this.owns(key),
+      orphan: (key) => this.orphan(key),
       stats: this.stats,
       log: deps.log,
       yieldLoop: this.yieldLoop,
@@ -90,8 +96,9 @@ export class KeeperService {
     this.duties = new KeeperDuties(this, deps);
   }
 
+  /** A held row's queue and cadence come from its URL (routes match the path, whatever the device). */
   private classifier(cfg: QueueKeeperConfig) {
-    return (url: string, own: number | null) => classifyUrl(url, own, cfg);
+    return (key: string, own: number | null) => classifyUrl(urlOfKey(key), own, cfg);
   }
 
   private scoreOptions(cfg: QueueKeeperConfig) {
@@ -103,8 +110,14 @@ export class KeeperService {
     };
   }
 
+  /** Whether the keeper holds `key`: a configured device's row of a URL this node owns. */
   private owns(key: string): boolean {
-    return this.deps.owns ? this.deps.owns(key) : true;
+    return keyOfDevices(key, this.deviceSuffixes) && (this.deps.owns ? this.deps.owns(key) : true);
+  }
+
+  /** A row of a URL this node owns whose device is not configured (docs/feeding.md "Devices"). */
+  private orphan(key: string): boolean {
+    return !keyOfDevices(key, this.deviceSuffixes) && (this.deps.owns ? this.deps.owns(key) : true);
   }
 
   /**
@@ -163,6 +176,32 @@ export class KeeperService {
   /** The config changed: a key whose schema effect is `reclassify` re-sorts the held rows. */
   configChanged(changed: readonly string[]): void {
     if (pathsWithEffect(changed, 'reclassify').length > 0) this.reclassify();
+    if (changed.includes('render.deviceTypes')) void this.devicesChanged(() => this.clock());
+  }
+
+  /**
+   * render.deviceTypes changed: the rows of a device no longer listed are dropped in slices (claims refuse
+   * them meanwhile) and a walk takes up the rows of a device listed again. A device new to the table gets
+   * its rows from the device duty (services/schedule/deviceDuties.ts), through the subscription.
+   */
+  async devicesChanged(now: () => number): Promise<void> {
+    this.deviceSuffixes = deviceSuffixes(this.deps.config().render.deviceTypes);
+    if (this.phase !== 'live') return; // a load in progress reads owns() row by row; a later walk settles the rest
+    try {
+      this.dropStage();
+      await this.verifier.membershipChanged(
+        now,
+        (dropped) => {
+          if (dropped > 0 && this.serving) this.publishOnce(now(), true);
+        },
+        { sliced: true },
+      );
+    } catch (e) {
+      this.deps.log.error(
+        'keeper: taking up the new device list failed; the next verification walk retries',
+        e,
+      );
+    }
   }
 
   /** A route, default-cadence or score change: re-sort held rows in memory, never reload. */
@@ -274,7 +313,7 @@ export class KeeperService {
     this.loadComplete = false;
     this.partial = false;
     this.touched = new Set();
-    const tally = { rows: 0 };
+    const tally = { rows: 0, orphaned: 0 };
     // Sized once for the rows this node will hold: a regrowth mid-load rehashes them all at once.
     const share = this.deps.ownedShare?.() ?? (this.deps.owns === undefined ? 1 : 0);
     if (share > 0) this.core.reserve(Math.ceil(rowEstimate(this.deps) * Math.min(1, share * RESERVE_SLACK)));
@@ -304,6 +343,7 @@ export class KeeperService {
     this.touched = null;
     this.stats.loadMs = now() - started;
     this.stats.loadRows = tally.rows;
+    this.stats.orphaned = { rows: tally.orphaned, countedAt: started };
     this.deps.metric?.('keeper_load_ms', this.stats.loadMs);
     this.loadComplete = true;
     this.serving = true;
@@ -318,7 +358,8 @@ export class KeeperService {
       core: this.core,
       source: this.deps.source,
       touched: this.touched,
-      owns: this.deps.owns === undefined ? null : (key) => this.owns(key),
+      owns: (key) => this.owns(key),
+      orphan: (key) => this.orphan(key),
       yieldLoop: this.yieldLoop,
       chunkRead: (t, publish) => {
         this.serving = true;

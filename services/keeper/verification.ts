@@ -71,6 +71,7 @@ export class KeeperVerifier {
     let mismatched = 0;
     let phantom = 0;
     let unowned = 0;
+    let orphaned = 0;
     let gained = 0;
     let recovered = 0;
     const recoveredKeys: string[] = [];
@@ -94,6 +95,7 @@ export class KeeperVerifier {
         if (row) rows++;
         if (!touched.has(key) && row) {
           if (!this.deps.owns(key)) {
+            if (this.deps.orphan?.(key)) orphaned++;
             if (this.deps.core.has(key)) {
               this.deps.repair(key, null, now());
               unowned++;
@@ -166,6 +168,7 @@ export class KeeperVerifier {
       longestSliceMs: Math.round(longestSliceMs * 10) / 10,
     };
     this.deps.stats.lastVerify = result;
+    this.deps.stats.orphaned = { rows: orphaned, countedAt: started };
     this.deps.stats.repairedTotal += repaired;
     this.deps.metric?.('keeper_verify_ms', result.ms);
     if (purpose === 'membership')
@@ -199,16 +202,30 @@ export class KeeperVerifier {
   async membershipChanged(
     now: () => number,
     afterDrop?: (dropped: number) => void,
+    opts: { sliced?: boolean } = {},
   ): Promise<{ dropped: number; gained: number }> {
     let dropped = 0;
-    // At once, before any claim is served with the new membership: slices without a yield between.
+    // A membership change drops at once, before any claim is served with the new membership: slices
+    // without a yield between. A device removed from render.deviceTypes drops in slices that yield (claims
+    // refuse its rows meanwhile, services/leases/claims.ts), so a million rows never hold the loop.
     const held = this.deps.core.keyWalk();
-    for (let keys = held.next(WALK_CHUNK); keys !== null; keys = held.next(WALK_CHUNK))
-      for (const key of keys) {
-        if (this.deps.owns(key) || !this.deps.core.has(key)) continue;
-        this.deps.repair(key, null, now());
-        dropped++;
+    const clock = this.deps.sliceClock;
+    try {
+      let sliceStart = clock();
+      for (let keys = held.next(BUDGET_STEP); keys !== null; keys = held.next(BUDGET_STEP)) {
+        for (const key of keys) {
+          if (this.deps.owns(key) || !this.deps.core.has(key)) continue;
+          this.deps.repair(key, null, now());
+          dropped++;
+        }
+        if (opts.sliced && clock() - sliceStart >= SLICE_BUDGET_MS) {
+          await this.deps.yieldLoop();
+          sliceStart = clock();
+        }
       }
+    } finally {
+      held.close();
+    }
     afterDrop?.(dropped);
     // The caller logs the new membership; a walk that drops nothing (the re-walk a tick later) says nothing here.
     if (dropped > 0)

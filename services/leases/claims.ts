@@ -8,6 +8,7 @@ import type { LeaseTable } from '../../util/leases/table.js';
 import type { ReadyEntry, ReadySet } from '../../util/sharedMemory/readySet.js';
 import type { MetricName } from '../../util/metrics/catalogue.js';
 import { classifyUrl } from '../../util/schedule/rules.js';
+import { splitRowKey } from '../../util/schedule/rowKey.js';
 import type { ClaimRow } from '../../util/schedule/rawRecord.js';
 import type { QueueScope } from './fleetScope.js';
 import type { NodeStatus } from '../status/control.js';
@@ -47,10 +48,9 @@ export const REFILL_WAIT_MS = 100;
 /** How often the wait reads the set's generation (one shared-memory load). */
 const REFILL_POLL_MS = 2;
 
-/** What every job carries for a prerender fleet: where to post its result, and how to render it. */
+/** What every job carries for a prerender fleet: where to post its result (its device is its row's). */
 export interface JobTarget {
   callbackOrigin: string;
-  deviceType: string;
 }
 
 /** What a claim needs to know of the keeper: the serving view every worker derives from its signal. */
@@ -277,7 +277,15 @@ export class ClaimService {
       t.stale++;
       return false;
     }
-    const { route, cadenceMs } = classifyUrl(entry.key, row.effectiveInterval, cfg);
+    const parts = splitRowKey(entry.key);
+    // A device taken out of render.deviceTypes: its rows stay (orphaned) and are never handed out, even
+    // from a set published before the keeper dropped them.
+    if (parts === null || !cfg.render.deviceTypes.includes(parts.device)) {
+      t.stale++;
+      return false;
+    }
+    const url = parts.url;
+    const { route, cadenceMs } = classifyUrl(url, row.effectiveInterval, cfg);
     // Sections are found by queue hash: a row routed elsewhere since the publish (or a name whose hash
     // collides) is not this scope's to take.
     if (scope !== null && !scope.has(route)) {
@@ -309,13 +317,13 @@ export class ClaimService {
     t.queues.add(route);
     t.jobs.push({
       id: entry.key,
-      url: entry.key,
+      url,
       queue: route,
       isFromSitemap: row.fromSitemap,
       expiresAt: g.expiresAt,
       leaseToken: g.token,
       callbackOrigin: target.callbackOrigin,
-      deviceType: target.deviceType,
+      deviceType: parts.device,
     });
     return true;
   }

@@ -1,5 +1,6 @@
 // The page store: the only module that reads or writes RenderedPage (test/unit/tableOwners). A
-// `rendered` result's body is stored here, keyed by the target URL, as a Harper Blob.
+// `rendered` result's body is stored here, keyed like its schedule row (`<url>|<device>`,
+// util/schedule/rowKey.ts), as a Harper Blob.
 //
 // Why a Blob (README "Page storage", verified on 4.7.29): RenderedPage is replicated, so every write is
 // recorded in the database's transaction log and kept for `logging.auditRetention`. A String body put the
@@ -21,9 +22,11 @@ import { orphanedPages, PageWalk } from '../../util/pages/sweep.js';
 import { COMPRESS_MIN_BYTES, computedEtag, worthKeeping } from '../../util/pages/validators.js';
 import { table, transaction, type SubscriptionEvent } from '../runtime/harper.js';
 import type { Duty } from '../../util/duties/scheduler.js';
+import { splitRowKey } from '../../util/schedule/rowKey.js';
 
 export interface PageWrite {
-  url: string;
+  /** The row's key, `<url>|<device>`: the page carries its URL and device besides. */
+  key: string;
   statusCode: number | null;
   contentType: string | null;
   /** Response headers to keep with the page (util/prerender/result.ts STORED_HEADERS), or null. */
@@ -60,7 +63,7 @@ function createBlob(): CreateBlob {
 export async function storePages(list: PageWrite[]): Promise<void> {
   if (list.length === 0) return;
   const make = createBlob();
-  const latest = new Map(list.map((p) => [p.url, p]));
+  const latest = new Map(list.map((p) => [p.key, p]));
   // Validators and compressed copies are made here, once per stored page, outside the transaction
   // (compression runs on libuv's pool): serving answers from them without hashing or compressing.
   const prepared = await Promise.all([...latest.values()].map(prepare));
@@ -68,11 +71,13 @@ export async function storePages(list: PageWrite[]): Promise<void> {
     const t = pages();
     for (const p of prepared) {
       const type = p.page.contentType ?? 'text/html';
+      const parts = splitRowKey(p.page.key);
       await t.put(
-        p.page.url,
+        p.page.key,
         {
-          id: p.page.url,
-          url: p.page.url,
+          id: p.page.key,
+          url: parts?.url ?? p.page.key,
+          deviceType: parts?.device ?? null,
           statusCode: p.page.statusCode,
           contentType: p.page.contentType,
           headers: p.page.headers,
@@ -174,22 +179,33 @@ export async function subscribePage(
   return pages().subscribe({ id: key, omitCurrent: true });
 }
 
-function stored(url: string): boolean {
-  const v = pages().primaryStore.get(url);
+function stored(key: string): boolean {
+  const v = pages().primaryStore.get(key);
   return v !== null && typeof v === 'object';
 }
 
-/** Removes the pages of these URLs; answers how many existed. A missing page writes nothing. */
-export async function deletePages(urls: string[]): Promise<number> {
-  const present = [...new Set(urls)].filter(stored);
+/** Removes the pages of these keys; answers how many existed. A missing page writes nothing. */
+export async function deletePages(keys: string[]): Promise<number> {
+  const present = [...new Set(keys)].filter(stored);
   for (let i = 0; i < present.length; i += DELETE_CHUNK) {
     const chunk = present.slice(i, i + DELETE_CHUNK);
     await transaction(async (txn) => {
       const t = pages();
-      for (const url of chunk) await t.delete(url, txn);
+      for (const key of chunk) await t.delete(key, txn);
     });
   }
   return present.length;
+}
+
+/**
+ * The keys of every stored page of `url`, any device: one short range read over `<url>|` (as the
+ * schedule's keysOfUrl), so a deleted URL loses the pages of devices no longer configured too.
+ */
+export function pageKeysOfUrl(url: string): string[] {
+  const out: string[] = [];
+  for (const key of pages().primaryStore.getKeys({ start: `${url}|`, end: `${url}}` }))
+    if (typeof key === 'string' && splitRowKey(key)?.url === url) out.push(key);
+  return out;
 }
 
 export interface PageSweepDeps {

@@ -8,6 +8,7 @@ import { isProblem, type Checked } from '../../util/problem.js';
 import { urlProblem } from '../../util/schedule/targetChecks.js';
 import type { LeaseTable, ReportAnswer, ReportStart } from '../../util/leases/table.js';
 import { queueOf, type Outcome, type RenderError } from '../../util/schedule/rules.js';
+import { urlOfKey } from '../../util/schedule/rowKey.js';
 import type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 import type { MetricName } from '../../util/metrics/catalogue.js';
 import { decodePage } from '../../util/prerender/page.js';
@@ -60,8 +61,8 @@ export interface ResultDeps {
   /** The schedule owner's result write: reschedules rows, leaves a deleted row deleted. */
   applyResults: (results: readonly ResultWrite[]) => Promise<ResultApplied[]>;
   storePages: (pages: PageWrite[]) => Promise<void>;
-  /** Deletes the stored pages of rows a verdict parked or retired. */
-  deletePages: (urls: string[]) => Promise<number>;
+  /** Deletes the stored pages of rows (by key) a verdict parked or retired. */
+  deletePages: (keys: string[]) => Promise<number>;
   /** Counts a retirement by its reason (queue_keeper_retired_total). */
   countRetired?: (reason: string) => void;
   config: () => QueueKeeperConfig;
@@ -268,13 +269,13 @@ export class ResultService {
       const allowHosts = this.deps.config().render.redirects.allowHosts;
       const applied = await this.deps.applyResults(
         list.map((r) => ({
-          url: r.id,
+          key: r.id,
           outcome: r.outcome,
           statusCode: r.statusCode,
           completedAt: now,
           error: r.outcome === 'failed' ? (r.error ?? null) : null,
           redirectedTo: r.redirectedTo ?? null,
-          fileDestination: fileableDestination(r.id, r.redirectedTo ?? null, allowHosts),
+          fileDestination: fileableDestination(urlOfKey(r.id), r.redirectedTo ?? null, allowHosts),
           reason: r.reason ?? null,
           isIndexable: r.isIndexable ?? null,
         })),
@@ -298,7 +299,7 @@ export class ResultService {
             return a.found && a.page === 'store' && r.body !== null;
           })
           .map((p) => ({
-            url: p.id,
+            key: p.id,
             statusCode: p.statusCode,
             contentType: p.contentType,
             headers: p.headers ?? null,
@@ -309,7 +310,8 @@ export class ResultService {
       const routes = this.deps.config().render.routes;
       list.forEach((r, k) => {
         const done = applied[k]!;
-        if (done.found) this.deps.countResult(queueOf(r.id, routes), r.outcome, r.renderTimeMs ?? null);
+        if (done.found)
+          this.deps.countResult(queueOf(urlOfKey(r.id), routes), r.outcome, r.renderTimeMs ?? null);
         const answer: ReportAnswer = done.found
           ? { accepted: true, nextRenderTime: done.row?.nextRenderTime ?? null }
           : { accepted: false, code: 'unknown_job' };

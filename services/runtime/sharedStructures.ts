@@ -13,7 +13,7 @@ import { StateDoc } from '../../util/sharedMemory/stateDoc.js';
 import { log } from './harper.js';
 import type { SharedBuffers } from './sharedBuffers.js';
 
-// Room for ~100-byte URLs at full capacity, with headroom; a generation ends where keys stop fitting.
+// Room for ~100-byte URLs (keys add their device, `|desktop`) at full capacity, with headroom; a generation ends where keys stop fitting.
 const KEY_BYTES_PER_ENTRY = 192;
 // The state document is bounded by its 200-entry lists; 1 MiB leaves ample room.
 export const STATE_DOC_BYTES = 1 << 20;

@@ -13,6 +13,7 @@ import {
   type ScheduleStore,
   type RetiredEntry,
   type ScheduleWrite,
+  type UrlsChanged,
 } from '../../util/schedule/writes.js';
 import { GroupCommit } from '../../util/schedule/groupCommit.js';
 import type { FailingEntry } from '../../util/schedule/failing.js';
@@ -27,6 +28,7 @@ import {
   type SubscriptionEvent,
 } from '../runtime/harper.js';
 import { withKeyLocks } from '../runtime/storeLock.js';
+import { splitRowKey } from '../../util/schedule/rowKey.js';
 
 export type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 
@@ -61,6 +63,19 @@ async function followFailing(
     await failing().put(key, { id: key, strikes: row.strikes, failingSince: row.failingSince ?? 0 }, txn);
   else if (hadEntry) await failing().delete(key, txn);
 }
+/**
+ * The keys of every stored row of `url`, any device: one short range read over `<url>|`, where a URL's
+ * devices sit side by side (a longer URL that only starts with `<url>|` is passed over).
+ */
+export function keysOfUrl(url: string): string[] {
+  const out: string[] = [];
+  // '}' follows '|' in byte order: the range holds every key that starts with `<url>|`.
+  for (const key of schedule().primaryStore.getKeys({ start: `${url}|`, end: `${url}}` })) {
+    if (typeof key === 'string' && splitRowKey(key)?.url === url) out.push(key);
+  }
+  return out;
+}
+
 /** The primary store for rawRecords.ts's raw reads (this file stays the table's one owner). */
 export const schedulePrimaryStore = () => schedule().primaryStore;
 
@@ -141,6 +156,7 @@ export class ScheduleOwner {
     this.read = deps.read ?? readRow;
     const store: ScheduleStore = {
       read: (key) => this.read(key),
+      keysOfUrl,
       locked: async (keys, fn) => {
         const r = await withKeyLocks(schedule().primaryStore, 'schedule', keys, LOCK_WAIT_MS, fn);
         if (!r.locked)
@@ -168,19 +184,27 @@ export class ScheduleOwner {
     return this.writes.fileTargets(targets, now);
   }
 
-  /** Deletes rows; counts only rows that existed. */
-  deleteTargets(urls: readonly string[]): Promise<number> {
+  /** Deletes every row of each URL, whatever its device; counts the URLs that had one. */
+  deleteTargets(urls: readonly string[]): Promise<UrlsChanged> {
     return this.writes.deleteTargets(urls);
   }
 
-  /** Files unverified rows only where no row exists; an existing row is never changed by this path. */
-  discoverUrls(urls: readonly string[], now: number): Promise<number> {
-    return this.writes.discoverUrls(urls, now);
+  /**
+   * Files unverified rows, a row per configured device, only where none exists and `mayFile` allows;
+   * an existing row is never changed by this path. Counts the URLs that got a row.
+   */
+  discoverUrls(urls: readonly string[], now: number, mayFile?: (key: string) => boolean): Promise<number> {
+    return this.writes.discoverUrls(urls, now, mayFile);
   }
 
   /** Files the URLs a sitemap walk read (docs/sitemaps.md); answers what each did. */
-  fileFromSitemap(items: readonly SitemapItem[], sitemapId: string, now: number): Promise<SitemapFiled> {
-    return this.writes.fileFromSitemap(items, sitemapId, now);
+  fileFromSitemap(
+    items: readonly SitemapItem[],
+    sitemapId: string,
+    now: number,
+    mayFile?: (key: string) => boolean,
+  ): Promise<SitemapFiled> {
+    return this.writes.fileFromSitemap(items, sitemapId, now, mayFile);
   }
 
   /** Unlinks the rows of `sitemapId` among `urls` (they left it); counts them. */
@@ -193,9 +217,14 @@ export class ScheduleOwner {
     return this.writes.deleteSitemapRows(urls, sitemapId);
   }
 
-  /** Due now and urgent; undefined when there is no row. */
-  revalidate(url: string, now: number): Promise<ScheduleRow | undefined> {
+  /** Every row of `url` due now and urgent, whatever its device; none when it has no row. */
+  revalidate(url: string, now: number): Promise<ScheduleRow[]> {
     return this.writes.revalidate(url, now);
+  }
+
+  /** One row by key due now and urgent (serving's render-now); undefined when there is none. */
+  async revalidateKey(key: string, now: number): Promise<ScheduleRow | undefined> {
+    return (await this.writes.revalidateKeys([key], now))[0];
   }
 
   /**
@@ -359,8 +388,10 @@ export function* retiredEntries(): Generator<RetiredEntry> {
     if (typeof key !== 'string' || typeof value !== 'object' || value === null) continue;
     const v = value as Record<string, unknown>;
     if (typeof v.retiredAt !== 'number' || typeof v.reason !== 'string') continue;
+    const parts = splitRowKey(key);
     yield {
-      url: typeof v.url === 'string' ? v.url : key,
+      url: typeof v.url === 'string' ? v.url : (parts?.url ?? key),
+      deviceType: typeof v.deviceType === 'string' ? v.deviceType : (parts?.device ?? ''),
       reason: v.reason as RetiredEntry['reason'],
       queue: typeof v.queue === 'string' ? v.queue : 'unrouted',
       lastStatusCode: typeof v.lastStatusCode === 'number' ? v.lastStatusCode : null,
@@ -369,17 +400,18 @@ export function* retiredEntries(): Generator<RetiredEntry> {
   }
 }
 
-/** Whether the retired list has a live entry for `url` (discover refuses such a URL). */
-export function isRetired(url: string, now: number, retentionMs: number): boolean {
-  const v = retiredList().primaryStore.get(url) as { retiredAt?: unknown } | undefined;
+/** Whether the retired list has a live entry for the row `key` (discover files no row for it). */
+export function isRetired(key: string, now: number, retentionMs: number): boolean {
+  const v = retiredList().primaryStore.get(key) as { retiredAt?: unknown } | undefined;
   return typeof v?.retiredAt === 'number' && now - v.retiredAt < retentionMs;
 }
 
 /** Deletes retired entries older than the retention, at most `limit` a call; answers how many. */
 export async function dropExpiredRetired(now: number, retentionMs: number, limit: number): Promise<number> {
   const old: string[] = [];
-  for (const e of retiredEntries()) {
-    if (now - e.retiredAt >= retentionMs) old.push(e.url);
+  for (const { key, value } of retiredList().primaryStore.getRange({})) {
+    const at = (value as { retiredAt?: unknown } | null)?.retiredAt;
+    if (typeof key === 'string' && typeof at === 'number' && now - at >= retentionMs) old.push(key);
     if (old.length >= limit) break;
   }
   if (old.length === 0) return 0;
@@ -394,8 +426,11 @@ export function* failingEntries(): Generator<FailingEntry> {
     if (typeof key !== 'string' || typeof value !== 'object' || value === null) continue;
     const v = value as { strikes?: unknown; failingSince?: unknown };
     if (typeof v.strikes !== 'number' || v.strikes <= 0) continue;
+    const parts = splitRowKey(key);
     yield {
-      url: key,
+      key,
+      url: parts?.url ?? key,
+      deviceType: parts?.device ?? null,
       strikes: v.strikes,
       failingSince: typeof v.failingSince === 'number' ? v.failingSince : 0,
     };

@@ -242,10 +242,46 @@ test('render.callbackOrigin is an origin: a trailing / is dropped, a path, query
     );
 });
 
-test('render.deviceType defaults to desktop and takes a profile name only', () => {
-  assert.equal(defaultConfig().render.deviceType, 'desktop');
-  assert.equal(checkPartial({ render: { deviceType: 'mobile' } }).values.get('render.deviceType'), 'mobile');
-  for (const bad of ['', 'a b', 'x'.repeat(65), 3])
+test('render.deviceTypes defaults to desktop and takes 1-8 distinct device names', () => {
+  assert.deepEqual(defaultConfig().render.deviceTypes, ['desktop']);
+  assert.equal(defaultConfig().render.deviceType, null);
+  assert.deepEqual(
+    checkPartial({ render: { deviceTypes: ['desktop', 'mobile', 'tv-4k'] } }).values.get(
+      'render.deviceTypes',
+    ),
+    ['desktop', 'mobile', 'tv-4k'],
+  );
+  for (const bad of [
+    [],
+    ['Desktop'],
+    ['a b'],
+    ['desktop', 'desktop'],
+    ['1st'],
+    ['x'.repeat(33)],
+    'desktop',
+    [3],
+    Array.from({ length: 9 }, (_, i) => `d${i}`),
+  ])
+    assert.throws(
+      () => checkPartial({ render: { deviceTypes: bad } }),
+      (e: unknown) => e instanceof ConfigError && e.key === 'render.deviceTypes',
+      JSON.stringify(bad),
+    );
+});
+
+test('the deprecated render.deviceType reads as a one-device list, lower-cased, and is warned about', () => {
+  const of = (partial: unknown) => applyValues(defaultConfig(), checkPartial(partial).values);
+  const legacy = of({ render: { deviceType: 'Mobile' } });
+  assert.deepEqual(legacy.render.deviceTypes, ['mobile']);
+  assert.match(configWarnings(legacy)[0]!, /render\.deviceType is deprecated/);
+  // Set beside the list, the list wins.
+  assert.deepEqual(
+    of({ render: { deviceType: 'mobile', deviceTypes: ['desktop', 'tablet'] } }).render.deviceTypes,
+    ['desktop', 'tablet'],
+  );
+  assert.deepEqual(configWarnings(of({ render: { deviceTypes: ['desktop', 'mobile'] } })), []);
+  // A name the key took that is no device name even lower-cased is refused, naming the key.
+  for (const bad of ['', 'a b', 'x'.repeat(65), 3, 'desktop_hd'])
     assert.throws(
       () => checkPartial({ render: { deviceType: bad } }),
       (e: unknown) => e instanceof ConfigError && e.key === 'render.deviceType',

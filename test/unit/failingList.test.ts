@@ -16,20 +16,24 @@ const parseFailingQuery = (q: URLSearchParams) => orRefuse(parseFailingQueryOrPr
 const queueOf = (url: string) => new URL(url).pathname.split('/')[1] ?? 'unrouted';
 
 test('pages walked cursor to cursor list every failing row once, worst first, and only of the queue asked for', () => {
-  const entry = fc.record({
-    url: fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.nat(50)).map(([q, n]) => `https://x.test/${q}/${n}`),
-    strikes: fc.integer({ min: 1, max: 6 }),
-    failingSince: fc.integer({ min: 0, max: 5 }),
-  });
+  // Two devices of one URL are two entries that differ only by key: the order still sets them apart.
+  const entry = fc
+    .record({
+      url: fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.nat(50)).map(([q, n]) => `https://x.test/${q}/${n}`),
+      deviceType: fc.constantFrom('desktop', 'mobile'),
+      strikes: fc.integer({ min: 1, max: 6 }),
+      failingSince: fc.integer({ min: 0, max: 5 }),
+    })
+    .map((e): FailingEntry => ({ ...e, key: `${e.url}|${e.deviceType}` }));
   fc.assert(
     fc.property(
-      fc.uniqueArray(entry, { selector: (e) => e.url, maxLength: 60 }),
+      fc.uniqueArray(entry, { selector: (e) => e.key, maxLength: 60 }),
       fc.integer({ min: 1, max: 9 }),
       fc.constantFrom(null, 'a', 'b'),
       fc.array(fc.nat(60)),
       (entries, limit, queue, staleAt) => {
         // Entries whose row no longer fails are passed over, and pages still fill up.
-        const stale = new Set(staleAt.map((i) => entries[i]?.url).filter((u) => u !== undefined));
+        const stale = new Set(staleAt.map((i) => entries[i]?.key).filter((u) => u !== undefined));
         const seen: FailingEntry[] = [];
         let cursor: string | null = null;
         for (let pages = 0; pages < 100; pages++) {
@@ -42,7 +46,7 @@ test('pages walked cursor to cursor list every failing row once, worst first, an
             () => entries,
             parseFailingQuery(q),
             queueOf,
-            (e) => (stale.has(e.url) ? undefined : e),
+            (e) => (stale.has(e.key) ? undefined : e),
           );
           assert.ok(page.length <= limit);
           if (next !== null) assert.equal(page.length, limit, 'only the last page is short');
@@ -51,7 +55,7 @@ test('pages walked cursor to cursor list every failing row once, worst first, an
           if (next === null) break;
         }
         const want = entries
-          .filter((e) => (queue === null || queueOf(e.url) === queue) && !stale.has(e.url))
+          .filter((e) => (queue === null || queueOf(e.url) === queue) && !stale.has(e.key))
           .sort(compareFailing);
         assert.deepEqual(seen, want);
       },
@@ -59,8 +63,13 @@ test('pages walked cursor to cursor list every failing row once, worst first, an
   );
 });
 
-test('the order is most strikes first, then the oldest run, then the URL', () => {
-  const e = (url: string, strikes: number, failingSince: number) => ({ url, strikes, failingSince });
+test('the order is most strikes first, then the oldest run, then the key', () => {
+  const e = (url: string, strikes: number, failingSince: number) => ({
+    key: `${url}|desktop`,
+    url,
+    strikes,
+    failingSince,
+  });
   const list = [
     e('https://x.test/c', 2, 5),
     e('https://x.test/b', 3, 9),

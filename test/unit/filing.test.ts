@@ -20,19 +20,21 @@ function world() {
     },
     deleteTargets: async (urls) => {
       deletedRows.push([...urls]);
-      return urls.filter((u) => rows.delete(u)).length;
+      const gone = urls.filter((u) => rows.delete(u));
+      return { urls: gone.length, keys: gone.map((u) => `${u}|desktop`) };
     },
     revalidate: async (url, now) => {
       const row = rows.get(url);
-      if (!row) return undefined;
-      const next = { nextRenderTime: now, urgentAt: now };
+      if (!row) return [];
+      const next = { cacheKey: `${url}|desktop`, nextRenderTime: now, urgentAt: now };
       rows.set(url, next);
-      return next as ScheduleRow;
+      return [next as ScheduleRow];
     },
-    deletePages: async (urls) => {
-      deletedPages.push(urls);
+    deletePages: async (keys) => {
+      deletedPages.push(keys);
       return 0;
     },
+    pageKeysOfUrl: (url) => [`${url}|tv`],
   });
   return { filing, filed, deletedRows, deletedPages, rows };
 }
@@ -69,7 +71,8 @@ test('deleting takes the rows and their pages, and says `rejected` only when som
   const w = world();
   w.rows.set('https://a.example/1', { nextRenderTime: NOW, urgentAt: null });
   assert.deepEqual(await w.filing.deleteTargets({ urls: ['https://a.example/1'] }), { deleted: 1 });
-  assert.deepEqual(w.deletedPages, [['https://a.example/1']]);
+  // The deleted rows' pages, and the pages of the URL's other devices (here a device no longer configured).
+  assert.deepEqual(w.deletedPages, [['https://a.example/1|desktop', 'https://a.example/1|tv']]);
   const mixed = await w.filing.deleteTargets({ urls: ['https://a.example/2', 7] });
   assert.equal(mixed.deleted, 0);
   assert.equal(mixed.rejected?.length, 1);
@@ -82,6 +85,7 @@ test('revalidating answers the row due now and urgent, and 404 not_found without
     url: 'https://a.example/1',
     nextRenderTime: NOW,
     urgentAt: NOW,
+    devices: [{ deviceType: 'desktop', nextRenderTime: NOW, urgentAt: NOW }],
   });
   await assert.rejects(w.filing.revalidate({ url: 'https://a.example/none' }, NOW), (e: unknown) => {
     assert.ok(e instanceof HttpError);

@@ -228,6 +228,7 @@ test('merged batches with crossing keys lock in one sorted order, so two running
   const rows = new Map<string, ScheduleRow>();
   const store: ScheduleStore = {
     read: (key) => rows.get(key),
+    keysOfUrl: () => [],
     locked: async (keys, fn) => {
       const r = await withKeyLocks(raw, 'schedule', keys, 300, fn);
       if (!r.locked) throw new Error(`gave up waiting for a lock of ${keys.join(', ')}`);
@@ -245,21 +246,24 @@ test('merged batches with crossing keys lock in one sorted order, so two running
     NOW - 60_000,
   );
   const batcher = new GroupCommit({
-    run: (list: readonly { url: string; outcome: 'rendered'; statusCode: number; completedAt: number }[]) =>
+    run: (list: readonly { key: string; outcome: 'rendered'; statusCode: number; completedAt: number }[]) =>
       writes.applyResults(list),
     maxItems: 2,
     maxWaitMs: 1000,
     setTimer: (fn, ms) => setTimeout(fn, ms),
     clearTimer: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
   });
-  const result = (url: string) => [{ url, outcome: 'rendered' as const, statusCode: 200, completedAt: NOW }];
-  raw.lock(b);
+  const K = (url: string) => `${url}|desktop`;
+  const result = (url: string) => [
+    { key: K(url), outcome: 'rendered' as const, statusCode: 200, completedAt: NOW },
+  ];
+  raw.lock(K(b));
   const first = Promise.all([batcher.submit(result(b)), batcher.submit(result(a))]);
   const second = Promise.all([batcher.submit(result(a)), batcher.submit(result(b))]);
   await new Promise((r) => setImmediate(r));
-  raw.release(b);
+  raw.release(K(b));
   const answers = (await Promise.all([first, second])).flat(2);
   assert.equal(answers.length, 4);
   assert.ok(answers.every((x) => x.found));
-  assert.ok(rows.get(a)!.nextRenderTime > NOW && rows.get(b)!.nextRenderTime > NOW);
+  assert.ok(rows.get(K(a))!.nextRenderTime > NOW && rows.get(K(b))!.nextRenderTime > NOW);
 });

@@ -12,7 +12,7 @@ import {
   type QueueKeeperConfig,
 } from '../../util/config/schema.js';
 import { DutyScheduler } from '../../util/duties/scheduler.js';
-import { keyHash } from '../../util/keyHash.js';
+import { rowHash } from '../../util/schedule/rowKey.js';
 import { KeeperSignal } from '../../util/sharedMemory/keeperSignal.js';
 import { ReadySet } from '../../util/sharedMemory/readySet.js';
 import { toScheduleRow, type ScheduleRow } from '../../util/schedule/rules.js';
@@ -33,7 +33,7 @@ const NOW = Date.UTC(2025, 5, 1, 12, 0, 0); // minute-aligned, so NOW + 9_999 st
 
 type Stored = Record<string, unknown>;
 
-const keyOf = (i: number): string => `https://example.com/p/${String(i).padStart(6, '0')}`;
+const keyOf = (i: number): string => `https://example.com/p/${String(i).padStart(6, '0')}|desktop`;
 
 function stored(dueMs: number, extra: Stored = {}): Stored {
   return {
@@ -208,10 +208,10 @@ function harness(
   const clock = Object.assign(new FakeClock(NOW), { inFlight: 0 });
   const now = clock.now;
   const leased = new Set<string>();
-  /** With opts.leasedUntil: each blocked key's end (a lease, a hold, a release grace), by its keyHash. */
+  /** With opts.leasedUntil: each blocked key's end (a lease, a hold, a release grace), by its rowHash. */
   const leasedUntil = new Map<string, number>();
   const hashed = (key: string) => {
-    const h = keyHash(key);
+    const h = rowHash(key);
     return `${h.hi}:${h.lo}`;
   };
   /** Lease lookups the keeper made: one per row a publish walk (or a staged selection) passes. */
@@ -682,11 +682,11 @@ test('a walk requested during a verification is queued and run, not lost', async
 test('a route change reclassifies held rows in memory without a reload', async () => {
   const h = harness();
   for (let i = 0; i < 50; i++) {
-    h.table.put(`https://example.com/blog/${i}`, stored(NOW - MINUTE));
+    h.table.put(`https://example.com/blog/${i}|desktop`, stored(NOW - MINUTE));
     h.table.put(keyOf(i), stored(NOW - MINUTE));
   }
   await h.start();
-  const blog = 'https://example.com/blog/7';
+  const blog = 'https://example.com/blog/7|desktop';
   assert.equal(h.svc.core.describe(blog, NOW)?.route, 'unrouted');
   const walks = h.table.walkCalls;
   const version = h.svc.core.version;
@@ -1206,7 +1206,7 @@ test('a staged walk that reads the due counts for its sections counts the minute
     render: { routes: [{ name: 'blog', match: 'prefix', path: '/blog/', renderInterval: HOUR }] },
   });
   h.fill(30, () => NOW + MINUTE);
-  for (let i = 0; i < 30; i++) h.table.put(`https://example.com/blog/${i}`, stored(NOW + MINUTE));
+  for (let i = 0; i < 30; i++) h.table.put(`https://example.com/blog/${i}|desktop`, stored(NOW + MINUTE));
   await h.run();
   await h.clock.advance(MINUTE - STAGE_LEAD_MS);
   h.table.put(keyOf(99), stored(NOW + MINUTE));

@@ -15,6 +15,7 @@ import { PageServing, type ServeRequest } from '../../services/serving/service.j
 const NOW = Date.UTC(2026, 11, 7, 12, 0, 0);
 const HOUR = 3_600_000;
 const URL_A = 'https://example.com/a';
+const KEY_A = `${URL_A}|desktop`;
 
 /** A fresh budget over words of its own (the node's shared words in the product). */
 function budget(): MinuteBudget {
@@ -78,8 +79,8 @@ function serving(world: World, cfg = cfgWith({})) {
 
 function world(over: Partial<World> = {}): World {
   return {
-    rows: new Map([[URL_A, { nextRenderTime: NOW + HOUR, urgentAt: null }]]),
-    pages: new Map([[URL_A, page()]]),
+    rows: new Map([[KEY_A, { nextRenderTime: NOW + HOUR, urgentAt: null }]]),
+    pages: new Map([[KEY_A, page()]]),
     marks: [],
     discovered: [],
     origin: { kind: 'failed' },
@@ -127,19 +128,19 @@ test('HEAD answers the headers and the length without a body', async () => {
 });
 
 test('a stale hit marks its row urgent once while the mark is in flight, and not when already urgent', async () => {
-  const w = world({ rows: new Map([[URL_A, { nextRenderTime: NOW - HOUR, urgentAt: null }]]) });
+  const w = world({ rows: new Map([[KEY_A, { nextRenderTime: NOW - HOUR, urgentAt: null }]]) });
   const s = serving(w);
   const answers = await Promise.all([1, 2, 3].map(() => s.serve(get(URL_A))));
   assert.deepEqual(
     answers.map((a) => a.headers['x-prerender']),
     ['stale', 'stale', 'stale'],
   );
-  assert.deepEqual(w.marks, [URL_A], 'one write for three requests');
+  assert.deepEqual(w.marks, [KEY_A], 'one write for three requests');
   w.settleMark!();
   await new Promise((r) => setImmediate(r));
-  w.rows.set(URL_A, { nextRenderTime: NOW - HOUR, urgentAt: NOW - 1000 });
+  w.rows.set(KEY_A, { nextRenderTime: NOW - HOUR, urgentAt: NOW - 1000 });
   await s.serve(get(URL_A));
-  assert.deepEqual(w.marks, [URL_A], 'an urgent row is not marked again');
+  assert.deepEqual(w.marks, [KEY_A], 'an urgent row is not marked again');
 });
 
 test('a 304 only for a 2xx page, with only the validators and caching headers', async () => {
@@ -148,7 +149,7 @@ test('a 304 only for a 2xx page, with only the validators and caching headers', 
   assert.equal(a.status, 304);
   assert.equal(a.body, null);
   assert.deepEqual(Object.keys(a.headers).sort(), ['age', 'cache-control', 'etag', 'vary', 'x-prerender']);
-  w.pages.set(URL_A, page({ statusCode: 404 }));
+  w.pages.set(KEY_A, page({ statusCode: 404 }));
   const b = await serving(w).serve(get(URL_A, { 'if-none-match': '"t1"' }));
   assert.equal(b.status, 404, 'a stored 404 page is served as itself, never a 304');
   assert.equal(b.result, 'hit');
@@ -177,7 +178,7 @@ test('a miss of a URL without a row is filed as discovered within the budget; a 
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(w.discovered, ['https://example.com/x', 'https://example.com/y']);
   const suppressed = world({
-    rows: new Map([[URL_A, { nextRenderTime: NOW + HOUR, urgentAt: null, state: 'suppressed' }]]),
+    rows: new Map([[KEY_A, { nextRenderTime: NOW + HOUR, urgentAt: null, state: 'suppressed' }]]),
   });
   const r = await serving(suppressed, cfgWith({ onMiss: 'notFound' })).serve(get(URL_A));
   assert.equal(r.status, 404, 'a suppressed row is a miss');
@@ -213,7 +214,7 @@ test('render-now waits only with the token and a servable row, and answers the l
   const a = await s.serve(get(URL_A, { 'x-render-now': 'tok-123' }));
   assert.equal(a.status, 200);
   assert.equal(a.result, 'rendered');
-  assert.deepEqual(w.marks, [URL_A]);
+  assert.deepEqual(w.marks, [KEY_A]);
   const none = await s.serve(get('https://example.com/no-row', { 'x-render-now': 'tok-123' }));
   assert.equal(none.status, 404);
   assert.equal(w.waits, 1, 'no wait for a URL without a row');

@@ -79,10 +79,10 @@ function world() {
         throw new Error('commit failed');
       }
       return list.map((w) =>
-        rows.has(w.url)
+        rows.has(w.key)
           ? {
               found: true,
-              row: row(w.url),
+              row: row(w.key),
               keepLease: fake.keepLease,
               page: w.outcome === 'rendered' ? 'store' : 'keep',
               retired: null,
@@ -128,7 +128,7 @@ test('a result under its current token is applied once: row, page, release', asy
   assert.deepEqual(a, { id: KEY, accepted: true, nextRenderTime: NEXT });
   assert.equal(w.writes.length, 1);
   assert.deepEqual(
-    w.pages.map((p) => [p.url, p.body, p.renderedAt]),
+    w.pages.map((p) => [p.key, p.body, p.renderedAt]),
     [[KEY, '<html>ok</html>', NOW + 1000]],
   );
   assert.equal(w.leases.lookup(KEY, NOW + 2000).state, 'grace', 'the report released the lease');

@@ -7,9 +7,12 @@ import assert from 'node:assert/strict';
 import { defaultConfig } from '../../util/config/schema.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
 import { ScheduleWrites, type ScheduleStore, type ScheduleWrite } from '../../util/schedule/writes.js';
+import { rowKey, splitRowKey } from '../../util/schedule/rowKey.js';
 
 const NOW = Date.UTC(2026, 0, 1, 12, 0, 0);
 const cfg = () => defaultConfig();
+/** The key of a URL's row for the default device. */
+const K = (url: string) => rowKey(url, 'desktop');
 
 /** An in-memory RenderSchedule with lmdb-like per-key locks (or none, for the guard-removed runs). */
 class FakeSchedule implements ScheduleStore {
@@ -21,6 +24,10 @@ class FakeSchedule implements ScheduleStore {
 
   read(key: string): ScheduleRow | undefined {
     return this.rows.get(key);
+  }
+
+  keysOfUrl(url: string): string[] {
+    return [...this.rows.keys()].filter((k) => splitRowKey(k)?.url === url);
   }
 
   async locked<T>(keys: readonly string[], fn: () => Promise<T>): Promise<T> {
@@ -91,10 +98,10 @@ async function seeded(locking: boolean, urls: string[]): Promise<{ store: FakeSc
 async function resultDuringDelete(locking: boolean): Promise<boolean> {
   const url = 'https://example.com/a';
   const { store, w } = await seeded(locking, [url]);
-  const other = interleaveOnce(store, url, () => w.deleteTargets([url]));
-  await w.applyResults([{ url, outcome: 'rendered', statusCode: 200, completedAt: NOW }]);
+  const other = interleaveOnce(store, K(url), () => w.deleteTargets([url]));
+  await w.applyResults([{ key: K(url), outcome: 'rendered', statusCode: 200, completedAt: NOW }]);
   await other.done;
-  return store.rows.has(url);
+  return store.rows.has(K(url));
 }
 
 test('a result applied while the target is deleted never brings the row back', async () => {
@@ -106,12 +113,12 @@ test('a delete that read the row before a result landed still deletes it, and th
   const url = 'https://example.com/a';
   const { store, w } = await seeded(true, [url]);
   let applied: unknown;
-  const other = interleaveOnce(store, url, async () => {
-    applied = await w.applyResults([{ url, outcome: 'failed', statusCode: 500, completedAt: NOW }]);
+  const other = interleaveOnce(store, K(url), async () => {
+    applied = await w.applyResults([{ key: K(url), outcome: 'failed', statusCode: 500, completedAt: NOW }]);
   });
-  assert.equal(await w.deleteTargets([url]), 1);
+  assert.equal((await w.deleteTargets([url])).urls, 1);
   await other.done;
-  assert.equal(store.rows.has(url), false);
+  assert.equal(store.rows.has(K(url)), false);
   assert.deepEqual(applied, [{ found: false }]);
 });
 
@@ -119,10 +126,10 @@ async function discoverDuringFiling(locking: boolean): Promise<boolean | undefin
   const url = 'https://example.com/new';
   const store = new FakeSchedule(locking);
   const w = new ScheduleWrites(store, cfg);
-  const other = interleaveOnce(store, url, () => w.fileTargets([{ url, fromSitemap: true }], NOW));
+  const other = interleaveOnce(store, K(url), () => w.fileTargets([{ url, fromSitemap: true }], NOW));
   await w.discoverUrls([url], NOW);
   await other.done;
-  return store.rows.get(url)?.verified;
+  return store.rows.get(K(url))?.verified;
 }
 
 test('discover racing a feeder never overwrites a verified row with an unverified one', async () => {
@@ -141,15 +148,15 @@ async function resultDuringBigBatch(locking: boolean, during: number): Promise<n
   // The feeder re-files all six (chunks of 2) while a result for the last one lands during the chunk
   // that holds urls[during]. The old writer read every row up front and so wrote the pre-result row
   // back (due again, rendered twice) whichever chunk the result landed in.
-  const other = interleaveOnce(store, urls[during]!, () =>
-    w.applyResults([{ url: last, outcome: 'rendered', statusCode: 200, completedAt: NOW }]),
+  const other = interleaveOnce(store, K(urls[during]!), () =>
+    w.applyResults([{ key: K(last), outcome: 'rendered', statusCode: 200, completedAt: NOW }]),
   );
   await w.fileTargets(
     urls.map((url) => ({ url })),
     NOW,
   );
   await other.done;
-  return store.rows.get(last)!.nextRenderTime;
+  return store.rows.get(K(last))!.nextRenderTime;
 }
 
 test('a result that lands between the chunks of a large batch is not rolled back to due-now', async () => {
@@ -169,17 +176,17 @@ test('entries for one URL within a batch apply in order, last wins', async () =>
     [{ url, cadenceMs: 3_600_000 }, { url: 'https://example.com/b' }, { url, cadenceMs: 7_200_000 }],
     NOW,
   );
-  assert.equal(store.rows.get(url)!.effectiveInterval, 7_200_000);
+  assert.equal(store.rows.get(K(url))!.effectiveInterval, 7_200_000);
   assert.equal(store.rows.size, 2);
 });
 
 test('delete counts only rows that existed and revalidate of a missing row writes nothing', async () => {
   const { store, w } = await seeded(true, ['https://example.com/a']);
   assert.equal(
-    await w.deleteTargets(['https://example.com/a', 'https://example.com/a', 'https://example.com/x']),
+    (await w.deleteTargets(['https://example.com/a', 'https://example.com/a', 'https://example.com/x'])).urls,
     1,
   );
-  assert.equal(await w.revalidate('https://example.com/x', NOW), undefined);
+  assert.deepEqual(await w.revalidate('https://example.com/x', NOW), []);
   assert.equal(store.rows.size, 0);
 });
 
@@ -191,7 +198,7 @@ test('a permanent redirect retires the row with its entry in the same commit and
   await w.fileTargets([{ url: src, cadenceMs: 3_600_000, fromSitemap: true }], NOW);
   const [applied] = await w.applyResults([
     {
-      url: src,
+      key: K(src),
       outcome: 'redirected',
       statusCode: 301,
       completedAt: NOW,
@@ -206,25 +213,26 @@ test('a permanent redirect retires the row with its entry in the same commit and
     page: 'delete',
     retired: 'redirect',
   });
-  assert.equal(store.rows.has(src), false);
+  assert.equal(store.rows.has(K(src)), false);
   assert.equal(store.retired.length, 1);
   assert.deepEqual(store.retired[0]!.retired, {
     url: src,
+    deviceType: 'desktop',
     reason: 'redirect',
     queue: 'unrouted',
     lastStatusCode: 301,
     retiredAt: NOW,
   });
-  const filed = store.rows.get(dest)!;
+  const filed = store.rows.get(K(dest))!;
   assert.equal(filed.effectiveInterval, 3_600_000, "the source's cadence");
   assert.equal(filed.fromSitemap, true);
   assert.ok(filed.nextRenderTime <= NOW, 'due now');
   // A destination that already has a row is left as it is.
   await w.fileTargets([{ url: src }], NOW);
-  store.rows.set(dest, { ...filed, nextRenderTime: NOW + 86_400_000 });
+  store.rows.set(K(dest), { ...filed, nextRenderTime: NOW + 86_400_000 });
   await w.applyResults([
     {
-      url: src,
+      key: K(src),
       outcome: 'redirected',
       statusCode: 308,
       completedAt: NOW,
@@ -232,5 +240,5 @@ test('a permanent redirect retires the row with its entry in the same commit and
       fileDestination: dest,
     },
   ]);
-  assert.equal(store.rows.get(dest)!.nextRenderTime, NOW + 86_400_000);
+  assert.equal(store.rows.get(K(dest))!.nextRenderTime, NOW + 86_400_000);
 });

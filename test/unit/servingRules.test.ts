@@ -69,7 +69,7 @@ test('the device is the header when rendered, else the configured default, else 
   );
   const cfg = defaultConfig();
   assert.deepEqual(deviceTypes(cfg), ['desktop']);
-  assert.equal(servingKey('https://example.com/a', 'desktop'), 'https://example.com/a');
+  assert.equal(servingKey('https://example.com/a', 'desktop'), 'https://example.com/a|desktop');
 });
 
 test('fresh before the next render time, stale within the window after it, expired past it', () => {
@@ -224,8 +224,8 @@ test('the serving keys: onMiss takes its choices, the token is header-safe, defa
     /serving\.renderNow\.token/,
   );
   assert.throws(
-    () => checkPartial({ render: { deviceType: null } }),
-    /render\.deviceType/,
+    () => checkPartial({ render: { deviceTypes: null } }),
+    /render\.deviceTypes/,
     'null only where the default is',
   );
   assert.equal(defaultConfig().serving.hosts.length, 0, 'the route is off by default');

@@ -1,7 +1,8 @@
-// Which node owns a row (docs/clusters.md): rendezvous (highest-random-weight) hashing of the URL over the
-// node names. Every node computes the same answer from the same membership with no coordination, and a
+// Which node owns a row (docs/clusters.md): rendezvous (highest-random-weight) hashing of the row's URL over
+// the node names, so every device's row of a URL has the same owner (util/schedule/rowKey.ts rowHash). Every node computes the same answer from the same membership with no coordination, and a
 // membership change moves only the rows of the node that left (or the share the newcomer takes).
 import { keyHash, mix32 } from '../keyHash.js';
+import { rowHash } from '../schedule/rowKey.js';
 
 /**
  * Who holds which row, as the keeper, the lease table and the stall sweep ask it. Ownership is plain
@@ -35,18 +36,22 @@ export class Ownership implements OwnershipView {
   /** The owner of `key` among the nodes. */
   ownerOf(key: string): string {
     if (this.nodes.length === 1) return this.nodes[0]!;
-    const h = keyHash(key);
+    const h = rowHash(key);
     return this.ownerOfHash(h.hi, h.lo);
   }
 
-  /** The owner of the key whose keyHash is (hi, lo): what the lease table stores of a key. */
+  /**
+   * The owner of the key whose rowHash is (hi, lo): what the lease table stores of a key. Only the high
+   * half decides, the URL's own, so a URL's devices never split across nodes.
+   */
   ownerOfHash(hi: number, lo: number): string {
+    void lo;
     if (this.nodes.length === 1) return this.nodes[0]!;
     let best = -1;
     let bestIndex = 0;
     for (let i = 0; i < this.nodes.length; i++) {
       const n = this.nodeHashes[i]!;
-      const weight = mix32((lo ^ n.lo) + Math.imul(hi ^ n.hi, 0x9e3779b1));
+      const weight = mix32(mix32(hi ^ n.hi) + n.lo);
       // Ties (1 in 2^32) go to the earlier name, so every node still agrees.
       if (weight > best) {
         best = weight;
@@ -60,7 +65,7 @@ export class Ownership implements OwnershipView {
     return this.nodes.length === 1 || this.ownerOf(key) === this.self;
   }
 
-  /** owns() for the key whose keyHash is (hi, lo). */
+  /** owns() for the key whose rowHash is (hi, lo). */
   ownsHash(hi: number, lo: number): boolean {
     return this.nodes.length === 1 || this.ownerOfHash(hi, lo) === this.self;
   }

@@ -162,11 +162,24 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
       "https://<node name>:<HTTP port> (http for localhost and 127.0.0.1). Per node: set it in each node's config.yaml.",
   },
   {
+    path: 'render.deviceTypes',
+    kind: 'devices',
+    default: ['desktop'],
+    effect: 'live',
+    description:
+      'The devices every URL is rendered for: one row and one stored page per URL and device, and each job carries ' +
+      'its device as deviceType (the profile a fleet renders with). 1-8 names of a lower-case letter, then up to 31 ' +
+      "lower-case letters, digits or '-'. Adding a device files its rows for every URL; removing one deletes nothing " +
+      '(DELETE /prerender_admin/devices/{name} does). The first is what serving falls back to.',
+  },
+  {
     path: 'render.deviceType',
     kind: 'name',
-    default: 'desktop',
+    default: null,
     effect: 'live',
-    description: 'The deviceType every job carries: the device profile a prerender fleet renders with.',
+    description:
+      'Deprecated: one device, read as render.deviceTypes [this name, lower-cased] when render.deviceTypes is not ' +
+      'set beside it. The config answer lists it under warnings.',
   },
   {
     path: 'render.defaultInterval',

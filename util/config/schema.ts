@@ -5,6 +5,7 @@ import { MAX_QUEUE_NAME_CHARS, QUEUE_NAME } from '../notify/wakeBody.js';
 import { normaliseOrigin } from './origin.js';
 import { wellFormed } from '../text.js';
 import { cronProblem, timezoneProblem } from './cron.js';
+import { deviceListOf, deviceListProblem } from './devices.js';
 import { CONFIG_KEYS, DAY, MINUTE } from './keys.js';
 import type { ConfigKey, QueueKeeperConfig, RouteConfig } from './shape.js';
 
@@ -123,6 +124,11 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       });
       return [...(v as string[])];
     }
+    case 'devices': {
+      const p = deviceListProblem(v);
+      if (p !== null) throw new ConfigError(k.path, `${k.path}${p.startsWith('[') ? '' : ' '}${p}`);
+      return [...(v as string[])];
+    }
     case 'durations': {
       if (!Array.isArray(v) || v.length === 0 || v.length > 32)
         throw new ConfigError(k.path, `${k.path} must be a non-empty array of durations in ms`);
@@ -161,6 +167,12 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
       if (v === null && k.default === null) return null;
       if (typeof v !== 'string' || !DEVICE_NAME.test(v))
         throw new ConfigError(k.path, `${k.path} must be 1-64 letters, digits, '_', '.' or '-'`);
+      // The deprecated one-device key becomes a device list, so it must name a device once lower-cased.
+      if (k.path === 'render.deviceType' && deviceListOf(v) === null)
+        throw new ConfigError(
+          k.path,
+          `${k.path} must be a device name once lower-cased (a letter, then letters, digits or '-'); set render.deviceTypes instead`,
+        );
       return v;
     case 'cron': {
       const p = typeof v === 'string' && v.length <= 200 ? cronProblem(v) : 'must be a string';
@@ -294,10 +306,18 @@ export function checkPartial(partial: unknown, opts: { lenient?: boolean } = {})
   return { values, unknown, errors };
 }
 
-/** Applies checked values on top of a config, returning a new object. */
+/**
+ * Applies checked values on top of a config, returning a new object. A source that sets the deprecated
+ * render.deviceType and not render.deviceTypes sets the list to that one device.
+ */
 export function applyValues(base: QueueKeeperConfig, values: Map<string, unknown>): QueueKeeperConfig {
   const out = clone(base) as unknown as Record<string, unknown>;
   for (const [path, v] of values) setPath(out, path, clone(v));
+  const legacy = values.get('render.deviceType');
+  if (typeof legacy === 'string' && !values.has('render.deviceTypes')) {
+    const list = deviceListOf(legacy);
+    if (list !== null) setPath(out, 'render.deviceTypes', list);
+  }
   return out as unknown as QueueKeeperConfig;
 }
 
@@ -358,6 +378,11 @@ export const FLEET_LEASE_WARNING_MS = 60_000;
  */
 export function configWarnings(cfg: QueueKeeperConfig): string[] {
   const out: string[] = [];
+  if (cfg.render.deviceType !== null)
+    out.push(
+      `render.deviceType is deprecated: it reads as render.deviceTypes ${JSON.stringify(cfg.render.deviceTypes)} ` +
+        'unless render.deviceTypes is set beside it; set render.deviceTypes instead',
+    );
   if (cfg.queue.jobLeaseTime < FLEET_LEASE_WARNING_MS)
     out.push(
       `queue.jobLeaseTime ${cfg.queue.jobLeaseTime} ms is under ${FLEET_LEASE_WARNING_MS} ms: a prerender fleet ` +

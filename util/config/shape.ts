@@ -10,6 +10,8 @@ export type Kind =
   | 'boolean'
   | 'roles'
   | 'durations'
+  // render.deviceTypes: a list of device names (util/config/devices.ts)
+  | 'devices'
   | 'routes'
   | 'cidrs'
   | 'origin'
@@ -63,7 +65,10 @@ export interface QueueKeeperConfig {
   render: {
     /** The origin fleets post results to; null derives it (docs/prerender-fleet.md). */
     callbackOrigin: string | null;
-    deviceType: string;
+    /** The devices each URL is rendered for, one row and page each (util/config/devices.ts). */
+    deviceTypes: string[];
+    /** Deprecated: a one-device render.deviceTypes; null when not set. */
+    deviceType: string | null;
     defaultInterval: number;
     routes: RouteConfig[];
     failureRetry: {

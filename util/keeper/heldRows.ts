@@ -1,4 +1,4 @@
-import { keyHash } from '../keyHash.js';
+import { rowHash } from '../schedule/rowKey.js';
 import { KeyWalks, type KeyWalk } from './keyWalks.js';
 import { hashUrl } from './urlHash.js';
 
@@ -8,7 +8,7 @@ import { hashUrl } from './urlHash.js';
 // ~1.6 µs per fresh insert at 1M entries, and per-bucket arrays cost ~200 B each with thousands of
 // sparse minute buckets — together well over a budget of 170 B per held row. Here a row costs a
 // 4-byte table entry (the table is kept 38–75% full, so 5–11 B), an 8-byte key slot and a 4-byte
-// stored hash, plus the URL (and per slot the lease table's 8-byte keyHash and a 4-byte park, both
+// stored hash, plus the URL (and per slot the lease table's 8-byte rowHash and a 4-byte park, both
 // read by the publish's lease skip, and the verification walk's 1-byte sighting). Neither the table nor the slot pages shrink after mass deletions;
 // freed chunks are reused by later rows.
 //
@@ -49,9 +49,9 @@ export class HeldRows<B extends ChunkList> {
   private keyPages: string[][] = [];
   private hashPages: Int32Array[] = [];
   /**
-   * Each row's keyHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here.
+   * Each row's rowHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here.
    * Computed on the first read, not on insert (a load holds 1M rows, a publish reads a few thousand):
-   * 0/0 is never a keyHash, so it stands for "not computed yet".
+   * 0/0 is never a rowHash, so it stands for "not computed yet".
    */
   private leasePages: Int32Array[] = [];
   /**
@@ -113,7 +113,7 @@ export class HeldRows<B extends ChunkList> {
     return this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
   }
 
-  /** The high half of the row's keyHash (computed and kept on the first read of either half). */
+  /** The high half of the row's rowHash (computed and kept on the first read of either half). */
   leaseHi(slot: number): number {
     const page = this.leasePages[slot >>> PAGE_SHIFT]!;
     const at = (slot & PAGE_MASK) << 1;
@@ -121,7 +121,7 @@ export class HeldRows<B extends ChunkList> {
     return page[at]!;
   }
 
-  /** The low half of the row's keyHash (computed and kept on the first read of either half). */
+  /** The low half of the row's rowHash (computed and kept on the first read of either half). */
   leaseLo(slot: number): number {
     const page = this.leasePages[slot >>> PAGE_SHIFT]!;
     const at = (slot & PAGE_MASK) << 1;
@@ -130,7 +130,7 @@ export class HeldRows<B extends ChunkList> {
   }
 
   private fillLease(slot: number, page: Int32Array, at: number): void {
-    const lease = keyHash(this.keyAt(slot));
+    const lease = rowHash(this.keyAt(slot));
     page[at] = lease.hi;
     page[at + 1] = lease.lo;
   }

@@ -122,7 +122,7 @@ export interface HeldValue {
 }
 
 /**
- * The publish's skip test (leased rows cost no place). It gets the row's keyHash halves as the lease
+ * The publish's skip test (leased rows cost no place). It gets the row's rowHash halves as the lease
  * table computes them, stored with the row, so a skip need not hash the URL again. It answers whether
  * to skip the row: `true`, or the instant (ms, after `now`) until which the row is known leased — the
  * walk then parks the row and passes it without asking again until then (util/keeper/heldRows.ts) —

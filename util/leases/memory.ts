@@ -3,7 +3,7 @@
 // whole slot's fields, a one-step rewrite through BUSY, the expiry notes). The layout is in
 // util/leases/slots.ts; the rules that use this memory are util/leases/grant.ts, util/leases/reports.ts,
 // util/leases/lookups.ts and util/leases/upkeep.ts.
-import { keyHash } from '../keyHash.js';
+import { rowHash } from '../schedule/rowKey.js';
 import { sharedSecondsAtOrAfter } from '../time.js';
 import {
   H,
@@ -40,7 +40,7 @@ const napCell = new Int32Array(new SharedArrayBuffer(4));
 const nap = (ms: number): void => void Atomics.wait(napCell, 0, 0, ms);
 
 /**
- * A key as the table addresses it: its 64-bit hash (util/keyHash.ts) and its window's first slot. Every
+ * A key as the table addresses it: its 64-bit rowHash (util/schedule/rowKey.ts) and its window's first slot. Every
  * public call works out its key's KeyRef once and hands it to each step.
  */
 export interface KeyRef {
@@ -160,13 +160,13 @@ export class SlotMemory {
     this.sizeMismatch = this.maxLeases !== maxLeases;
   }
 
-  /** The KeyRef of a key. */
+  /** The KeyRef of a key: its rowHash (util/schedule/rowKey.ts). */
   refOf(key: string): KeyRef {
-    const { hi, lo } = keyHash(key);
+    const { hi, lo } = rowHash(key);
     return { hi, lo, home: windowHome(hi, lo, this.mask) };
   }
 
-  /** The KeyRef of a key whose keyHash the caller already holds. */
+  /** The KeyRef of a key whose rowHash the caller already holds. */
   refOfHash(hi: number, lo: number): KeyRef {
     return { hi, lo, home: windowHome(hi, lo, this.mask) };
   }

@@ -161,7 +161,7 @@ export class LeaseTable {
     return blockedUntil(this.mem, this.refOf(key), now, this.view) > 0;
   }
 
-  /** isLeased for a key whose keyHash the caller already holds (the keeper stores one per row). */
+  /** isLeased for a key whose rowHash the caller already holds (the keeper stores one per row). */
   isLeasedHash(hi: number, lo: number, now: number): boolean {
     return blockedUntil(this.mem, this.mem.refOfHash(hi, lo), now, this.view) > 0;
   }

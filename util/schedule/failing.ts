@@ -5,34 +5,41 @@
 import { Problem, type Checked } from '../problem.js';
 
 export interface FailingEntry {
+  /** The row's key (`<url>|<device>`): the list's order ends on it. */
+  key: string;
   url: string;
+  /** The row's device; null for a key without one. */
+  deviceType: string | null;
   strikes: number;
   failingSince: number;
 }
 
+/** An entry's place in the failing list's order: what a cursor holds. */
+export type FailingPlace = Pick<FailingEntry, 'strikes' | 'failingSince' | 'key'>;
+
 export interface FailingQuery {
   limit: number;
   queue: string | null;
-  /** The last entry of the previous page, or null for the first page. */
-  after: FailingEntry | null;
+  /** Where the previous page ended (its last entry's place in the order), or null for the first page. */
+  after: FailingPlace | null;
 }
 
 export const DEFAULT_FAILING_LIMIT = 50;
 export const MAX_FAILING_LIMIT = 500;
 const MAX_QUEUE_CHARS = 200;
 
-/** Worst first: more strikes, then an older run, then the URL (a total order, so pages never overlap). */
-export function compareFailing(a: FailingEntry, b: FailingEntry): number {
+/** Worst first: more strikes, then an older run, then the key (a total order, so pages never overlap). */
+export function compareFailing(a: FailingPlace, b: FailingPlace): number {
   if (a.strikes !== b.strikes) return b.strikes - a.strikes;
   if (a.failingSince !== b.failingSince) return a.failingSince - b.failingSince;
-  return a.url < b.url ? -1 : a.url > b.url ? 1 : 0;
+  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 }
 
-export function encodeCursor(e: FailingEntry): string {
-  return Buffer.from(JSON.stringify([e.strikes, e.failingSince, e.url])).toString('base64url');
+export function encodeCursor(e: FailingPlace): string {
+  return Buffer.from(JSON.stringify([e.strikes, e.failingSince, e.key])).toString('base64url');
 }
 
-function decodeCursor(cursor: string): Checked<FailingEntry> {
+function decodeCursor(cursor: string): Checked<FailingPlace> {
   let v: unknown;
   try {
     v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
@@ -47,7 +54,7 @@ function decodeCursor(cursor: string): Checked<FailingEntry> {
     typeof v[2] !== 'string'
   )
     return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
-  return { strikes: v[0], failingSince: v[1], url: v[2] };
+  return { strikes: v[0], failingSince: v[1], key: v[2] };
 }
 
 /** The query string's `limit`, `queue` and `cursor`; a Problem naming the parameter when one is malformed. */
@@ -109,15 +116,19 @@ export function failingPage<T>(
   return orderedPage(
     entries,
     query,
-    { compare: compareFailing, encode: encodeCursor },
+    { compare: compareFailing, after: (e, from) => compareFailing(e, from) > 0, encode: encodeCursor },
     (e) => queueOf(e.url),
     accept,
   );
 }
 
-/** How a listed entry is ordered and how a page's last one becomes the next page's cursor. */
-export interface ListOrder<E> {
+/**
+ * How a listed entry is ordered, whether it comes after a cursor's place `P`, and how a page's last entry
+ * becomes the next page's cursor.
+ */
+export interface ListOrder<E, P> {
   compare: (a: E, b: E) => number;
+  after: (e: E, from: P) => boolean;
   encode: (e: E) => string;
 }
 
@@ -126,28 +137,33 @@ export interface ListOrder<E> {
  * after the cursor, in `order`, that `accept` turns into a shown row, at most `limit`, and the cursor of
  * the next page (null on the last).
  */
-export function orderedPage<E extends { url: string }, T>(
+export function orderedPage<E, P, T>(
   entries: () => Iterable<E>,
-  query: { limit: number; queue: string | null; after: E | null },
-  order: ListOrder<E>,
+  query: { limit: number; queue: string | null; after: P | null },
+  order: ListOrder<E, P>,
   queueOf: (e: E) => string,
   accept: (e: E) => T | undefined,
 ): { page: T[]; next: string | null } {
   const { queue, limit } = query;
   const page: T[] = [];
-  let after = query.after;
+  let from: P | null = query.after;
+  let last: E | null = null;
   for (;;) {
     const want = limit - page.length + 1;
-    const from = after;
-    const batch = smallest(
+    const since = from;
+    const lastSeen: E | null = last;
+    const batch: E[] = smallest(
       entries(),
       want,
       order.compare,
-      (e) => (from === null || order.compare(e, from) > 0) && (queue === null || queueOf(e) === queue),
+      (e: E): boolean =>
+        (lastSeen !== null ? order.compare(e, lastSeen) > 0 : since === null || order.after(e, since)) &&
+        (queue === null || queueOf(e) === queue),
     );
     for (const e of batch) {
-      if (page.length === limit) return { page, next: order.encode(after!) };
-      after = e;
+      if (page.length === limit) return { page, next: order.encode(last!) };
+      last = e;
+      from = null;
       const row = accept(e);
       if (row !== undefined) page.push(row);
     }

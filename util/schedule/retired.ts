@@ -5,26 +5,36 @@ import { Problem, type Checked } from '../problem.js';
 import { orderedPage, parseFailingQuery } from './failing.js';
 import type { RetiredEntry } from './writes.js';
 
-/** Newest first, then the URL (a total order, so pages never overlap). */
-export function compareRetired(a: RetiredEntry, b: RetiredEntry): number {
+/** An entry's place in the retired list's order: what a cursor holds. */
+type RetiredPlace = Pick<RetiredEntry, 'retiredAt' | 'url' | 'deviceType'>;
+
+/** Newest first, then the URL, then the device (a total order, so pages never overlap). */
+export function compareRetired(a: RetiredPlace, b: RetiredPlace): number {
   if (a.retiredAt !== b.retiredAt) return b.retiredAt - a.retiredAt;
-  return a.url < b.url ? -1 : a.url > b.url ? 1 : 0;
+  if (a.url !== b.url) return a.url < b.url ? -1 : 1;
+  return a.deviceType < b.deviceType ? -1 : a.deviceType > b.deviceType ? 1 : 0;
 }
 
-function encodeCursor(e: RetiredEntry): string {
-  return Buffer.from(JSON.stringify([e.retiredAt, e.url])).toString('base64url');
+function encodeCursor(e: RetiredPlace): string {
+  return Buffer.from(JSON.stringify([e.retiredAt, e.url, e.deviceType])).toString('base64url');
 }
 
-function decodeCursor(cursor: string): Checked<Pick<RetiredEntry, 'retiredAt' | 'url'>> {
+function decodeCursor(cursor: string): Checked<RetiredPlace> {
   let v: unknown;
   try {
     v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
   } catch {
     v = null;
   }
-  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
+  if (
+    !Array.isArray(v) ||
+    v.length !== 3 ||
+    typeof v[0] !== 'number' ||
+    typeof v[1] !== 'string' ||
+    typeof v[2] !== 'string'
+  )
     return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
-  return { retiredAt: v[0], url: v[1] };
+  return { retiredAt: v[0], url: v[1], deviceType: v[2] };
 }
 
 /** One page of the retired list: entries still within the retention, newest first; a Problem naming a bad parameter. */
@@ -40,16 +50,16 @@ export function retiredPage(
   const query = parseFailingQuery(rest);
   if (query instanceof Problem) return query;
   const { limit, queue } = query;
-  let after: RetiredEntry | null = null;
+  let after: RetiredPlace | null = null;
   if (cursor !== null && cursor !== '') {
     const at = decodeCursor(cursor);
     if (at instanceof Problem) return at;
-    after = { ...at, reason: 'redirect', queue: '', lastStatusCode: null };
+    after = at;
   }
   const { page, next } = orderedPage(
     entries,
     { limit, queue, after },
-    { compare: compareRetired, encode: encodeCursor },
+    { compare: compareRetired, after: (e, from) => compareRetired(e, from) > 0, encode: encodeCursor },
     (e) => e.queue,
     (e) => (live(e) ? e : undefined),
   );

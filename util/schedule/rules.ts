@@ -4,9 +4,11 @@
 import type { QueueKeeperConfig, RouteConfig } from '../config/schema.js';
 import { startOfMinute } from '../time.js';
 import { simplePathname } from './urlPath.js';
+import { urlOfKey } from './rowKey.js';
 import { knownReason, storedState, type Reason, type RowState } from './rowState.js';
 
 export interface ScheduleRow {
+  /** The row's key, `<url>|<device>` (./rowKey.ts). */
   cacheKey: string;
   nextRenderTime: number;
   fromSitemap: boolean;
@@ -244,7 +246,7 @@ export function afterSuccess(
   statusCode: number | null,
   config: QueueKeeperConfig,
 ): ScheduleRow {
-  const cadence = classifyUrl(existing.cacheKey, existing.effectiveInterval, config).cadenceMs;
+  const cadence = classifyUrl(urlOfKey(existing.cacheKey), existing.effectiveInterval, config).cadenceMs;
   return {
     ...existing,
     nextRenderTime: startOfMinute(completedAt) + cadence,
@@ -294,7 +296,7 @@ export function afterFailure(
   error: RenderError | null = null,
 ): FailureResult {
   const strikes = existing.strikes + 1;
-  const cadence = classifyUrl(existing.cacheKey, existing.effectiveInterval, config).cadenceMs;
+  const cadence = classifyUrl(urlOfKey(existing.cacheKey), existing.effectiveInterval, config).cadenceMs;
   const delay = failureDelay(strikes, cadence, existing.fromSitemap, config.render.failureRetry);
   const base = {
     ...existing,

@@ -5,6 +5,7 @@
 // row to write, services/results/service.ts stores or deletes the page.
 import type { QueueKeeperConfig } from '../config/schema.js';
 import { startOfMinute } from '../time.js';
+import { urlOfKey } from './rowKey.js';
 import {
   afterFailure,
   afterSuccess,
@@ -145,7 +146,7 @@ export function rowAfterVerdict(
       const redirectStrikes = existing.redirectStrikes + 1;
       if (redirectStrikes >= cfg.redirects.maxStrikes)
         return { row: null, keepLease: false, page: 'delete', retired: 'redirect-strikes' };
-      const cadence = classifyUrl(existing.cacheKey, existing.effectiveInterval, config).cadenceMs;
+      const cadence = classifyUrl(urlOfKey(existing.cacheKey), existing.effectiveInterval, config).cadenceMs;
       return {
         row: parked(existing, r, at + cadence, {
           state: existing.state,

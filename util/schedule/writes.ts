@@ -18,6 +18,7 @@ import {
 import type { Reason, RetireReason } from './rowState.js';
 import { redirectDestination, rowAfterVerdict, verdictOf } from './verdicts.js';
 import { listedRow, noOutcomes, unlinkedRow, type SitemapItem, type SitemapOutcome } from './sitemapRules.js';
+import { rowKeys, splitRowKey, urlOfKey } from './rowKey.js';
 
 /** A chunk's write: a row to put, or null to delete the key. */
 export interface ScheduleWrite {
@@ -32,9 +33,10 @@ export interface ScheduleWrite {
   retired?: RetiredEntry;
 }
 
-/** A retired row as the retired list keeps it (GET /prerender_admin/retired). */
+/** A retired row as the retired list keeps it (GET /prerender_admin/retired), keyed like the row. */
 export interface RetiredEntry {
   url: string;
+  deviceType: string;
   reason: RetireReason;
   queue: string;
   lastStatusCode: number | null;
@@ -44,6 +46,11 @@ export interface RetiredEntry {
 export interface ScheduleStore {
   /** The row as committed now (callers only read inside `locked`, after its snapshot refresh). */
   read(key: string): ScheduleRow | undefined;
+  /**
+   * The keys of every row of `url` as stored now, whatever their device (a device no longer configured
+   * included): what a delete, a revalidate or an unlink acts on.
+   */
+  keysOfUrl(url: string): string[];
   /**
    * Runs `fn` holding the lock of every key (distinct, in one global order so two chunks never wait
    * on each other), with reads refreshed after the locks were taken; `fn`'s commit completes before
@@ -57,7 +64,8 @@ export interface ScheduleStore {
 }
 
 export interface ResultWrite {
-  url: string;
+  /** The row's key (`<url>|<device>`): the job's id. */
+  key: string;
   outcome: Outcome;
   statusCode: number | null;
   completedAt: number;
@@ -88,6 +96,12 @@ interface Retire {
   retire: RetiredEntry;
 }
 
+/** What a URL-wide change did: the URLs it touched and the rows (keys) it changed. */
+export interface UrlsChanged {
+  urls: number;
+  keys: string[];
+}
+
 /** What one sitemap batch did, by outcome (util/schedule/sitemapRules.ts). */
 export type SitemapFiled = Record<SitemapOutcome, number>;
 
@@ -100,6 +114,29 @@ export class ScheduleWrites {
     private readonly config: () => QueueKeeperConfig,
     private readonly chunkSize = WRITE_CHUNK,
   ) {}
+
+  /** The configured devices: filing writes a row for each of them. */
+  private devices(): readonly string[] {
+    return this.config().render.deviceTypes;
+  }
+
+  /** Every stored row of each URL, plus the configured devices' keys (rows a feeder may be filing now). */
+  private keysOfUrls(urls: Iterable<string>): string[] {
+    const keys = new Set<string>();
+    for (const url of new Set(urls)) {
+      for (const k of rowKeys(url, this.devices())) keys.add(k);
+      for (const k of this.store.keysOfUrl(url)) keys.add(k);
+    }
+    return [...keys];
+  }
+
+  /** The configured devices' keys of each URL, in the URLs' order. */
+  private deviceKeys(urls: Iterable<string>): string[] {
+    const devices = this.devices();
+    const keys: string[] = [];
+    for (const url of urls) for (const k of rowKeys(url, devices)) keys.push(k);
+    return keys;
+  }
 
   /**
    * Locks, reads and decides `keys` chunk by chunk. `decide` sees each key's committed row (or what an
@@ -116,8 +153,13 @@ export class ScheduleWrites {
         const writes: ScheduleWrite[] = [];
         for (const key of chunk) {
           const current = this.store.read(key);
-          const next = decide(key, current);
-          if (next === undefined) continue;
+          const decided = decide(key, current);
+          if (decided === undefined) continue;
+          // Rules build rows from the URL; the row is stored under its device's key.
+          const next =
+            decided !== null && !('retire' in decided) && decided.cacheKey !== key
+              ? { ...decided, cacheKey: key }
+              : decided;
           const wasFailing = current === undefined ? undefined : current.strikes > 0;
           if (next !== null && 'retire' in next)
             writes.push({ key, row: null, wasFailing, retired: next.retire });
@@ -129,7 +171,10 @@ export class ScheduleWrites {
     }
   }
 
-  /** Files verified targets; entries for one URL within a batch apply in order (last wins). */
+  /**
+   * Files verified targets, a row per configured device; entries for one URL within a batch apply in
+   * order (last wins). Every device's row of a new URL comes due in the same minute (spread by the URL).
+   */
   async fileTargets(targets: readonly TargetInput[], now: number): Promise<number> {
     const cfg = this.config();
     const byUrl = new Map<string, TargetInput[]>();
@@ -138,88 +183,113 @@ export class ScheduleWrites {
       if (list) list.push(t);
       else byUrl.set(t.url, [t]);
     }
-    await this.update([...byUrl.keys()], (url, current) => {
+    await this.update(this.deviceKeys(byUrl.keys()), (key, current) => {
       let row = current;
-      for (const t of byUrl.get(url)!) row = upsertTarget(row, t, now, cfg);
+      for (const t of byUrl.get(urlOfKey(key))!) row = upsertTarget(row, t, now, cfg);
       return row;
     });
     return targets.length;
   }
 
-  /** Deletes rows; counts only rows that existed. */
-  async deleteTargets(urls: readonly string[]): Promise<number> {
-    let deleted = 0;
-    await this.update([...new Set(urls)], (_url, current) => {
+  /** Deletes every row of each URL, whatever its device; counts the URLs that had one, and names the keys. */
+  async deleteTargets(urls: readonly string[]): Promise<UrlsChanged> {
+    const keys: string[] = [];
+    await this.update(this.keysOfUrls(urls), (key, current) => {
       if (current === undefined) return undefined;
-      deleted++;
+      keys.push(key);
       return null;
     });
-    return deleted;
-  }
-
-  /** Files unverified rows only where no row exists; an existing row is never changed by this path. */
-  async discoverUrls(urls: readonly string[], now: number): Promise<number> {
-    const cfg = this.config();
-    let filed = 0;
-    await this.update([...new Set(urls)], (url, current) => {
-      if (current !== undefined) return undefined;
-      filed++;
-      return discoveredRow(url, now, cfg);
-    });
-    return filed;
+    return { urls: new Set(keys.map(urlOfKey)).size, keys };
   }
 
   /**
-   * Files the URLs a sitemap lists (util/schedule/sitemapRules.ts listedRow); a URL listed twice in one
-   * batch counts once, its first entry winning. Rows that would not change are not written.
+   * Files unverified rows only where none exists, a row per configured device `mayFile` allows (a device
+   * whose row a verdict retired is refused by the caller); an existing row is never changed by this
+   * path. Counts the URLs that got a row.
+   */
+  async discoverUrls(
+    urls: readonly string[],
+    now: number,
+    mayFile: (key: string) => boolean = () => true,
+  ): Promise<number> {
+    const cfg = this.config();
+    const filed = new Set<string>();
+    await this.update(this.deviceKeys(new Set(urls)).filter(mayFile), (key, current) => {
+      if (current !== undefined) return undefined;
+      const url = urlOfKey(key);
+      filed.add(url);
+      return discoveredRow(url, now, cfg);
+    });
+    return filed.size;
+  }
+
+  /**
+   * Files the URLs a sitemap lists (util/schedule/sitemapRules.ts listedRow), a row per configured device;
+   * a URL listed twice in one batch counts once, its first entry winning. A URL counts by what its first
+   * device's row did. Rows that would not change are not written.
    */
   async fileFromSitemap(
     items: readonly SitemapItem[],
     sitemapId: string,
     now: number,
+    mayFile: (key: string) => boolean = () => true,
   ): Promise<SitemapFiled> {
     const cfg = this.config();
     const counts: SitemapFiled = noOutcomes();
+    const counted = new Set<string>();
     const byUrl = new Map<string, SitemapItem>();
     for (const it of items) if (!byUrl.has(it.url)) byUrl.set(it.url, it);
-    await this.update([...byUrl.keys()], (url, current) => {
+    await this.update(this.deviceKeys(byUrl.keys()).filter(mayFile), (key, current) => {
+      const url = urlOfKey(key);
       const r = listedRow(current, byUrl.get(url)!, sitemapId, now, cfg);
-      counts[r.outcome]++;
+      if (!counted.has(url)) {
+        counted.add(url);
+        counts[r.outcome]++;
+      }
       return r.row;
     });
     return counts;
   }
 
-  /** Unlinks rows that left `sitemapId` (sitemapRules.ts unlinkedRow); counts only rows it owned. */
+  /** Unlinks the rows that left `sitemapId` (sitemapRules.ts unlinkedRow); counts the URLs it owned. */
   async unlinkFromSitemap(urls: readonly string[], sitemapId: string): Promise<number> {
-    let unlinked = 0;
-    await this.update([...new Set(urls)], (_url, current) => {
+    const unlinked = new Set<string>();
+    await this.update(this.keysOfUrls(urls), (key, current) => {
       if (current === undefined) return undefined;
       const next = unlinkedRow(current, sitemapId);
-      if (next !== undefined) unlinked++;
+      if (next !== undefined) unlinked.add(urlOfKey(key));
       return next;
     });
-    return unlinked;
+    return unlinked.size;
   }
 
-  /** Deletes the rows `sitemapId` owns among `urls` (a sitemap with deleteRemoved); counts them. */
+  /**
+   * Deletes the rows `sitemapId` owns among `urls` (a sitemap with deleteRemoved), every device's; answers
+   * the keys deleted (their pages go next).
+   */
   async deleteSitemapRows(urls: readonly string[], sitemapId: string): Promise<string[]> {
     const deleted: string[] = [];
-    await this.update([...new Set(urls)], (url, current) => {
+    await this.update(this.keysOfUrls(urls), (key, current) => {
       if (current === undefined || (current.sitemapId ?? null) !== sitemapId) return undefined;
-      deleted.push(url);
+      deleted.push(key);
       return null;
     });
     return deleted;
   }
 
-  /** Due now and urgent; undefined when there is no row. */
-  async revalidate(url: string, now: number): Promise<ScheduleRow | undefined> {
-    let out: ScheduleRow | undefined;
-    await this.update([url], (_url, current) => {
+  /** Every row of `url` due now and urgent, whatever its device; none when it has no row. */
+  async revalidate(url: string, now: number): Promise<ScheduleRow[]> {
+    return this.revalidateKeys(this.keysOfUrls([url]), now);
+  }
+
+  /** Rows by key due now and urgent (serving's render-now asks one device's row); absent keys are skipped. */
+  async revalidateKeys(keys: readonly string[], now: number): Promise<ScheduleRow[]> {
+    const out: ScheduleRow[] = [];
+    await this.update(keys, (_key, current) => {
       if (current === undefined) return undefined;
-      out = revalidatedRow(current, now);
-      return out;
+      const next = revalidatedRow(current, now);
+      out.push(next);
+      return next;
     });
     return out;
   }
@@ -233,17 +303,19 @@ export class ScheduleWrites {
   async applyResults(results: readonly ResultWrite[]): Promise<ResultApplied[]> {
     const cfg = this.config();
     const out: ResultApplied[] = results.map(() => ({ found: false }));
-    const byUrl = new Map<string, number[]>();
+    const byKey = new Map<string, number[]>();
     results.forEach((r, i) => {
-      const list = byUrl.get(r.url);
+      const list = byKey.get(r.key);
       if (list) list.push(i);
-      else byUrl.set(r.url, [i]);
+      else byKey.set(r.key, [i]);
     });
     const destinations = new Map<string, ScheduleRow>();
-    await this.update([...byUrl.keys()], (url, current) => {
+    await this.update([...byKey.keys()], (key, current) => {
+      const parts = splitRowKey(key);
+      const url = parts?.url ?? key;
       let row: ScheduleRow | null | undefined = current;
       let retire: RetiredEntry | null = null;
-      for (const i of byUrl.get(url)!) {
+      for (const i of byKey.get(key)!) {
         const r = results[i]!;
         if (row === undefined || row === null) {
           out[i] = { found: false };
@@ -273,6 +345,7 @@ export class ScheduleWrites {
         if (w.retired !== null) {
           retire = {
             url,
+            deviceType: parts?.device ?? '',
             reason: w.retired,
             queue: classifyUrl(url, row.effectiveInterval, cfg).route,
             lastStatusCode: r.statusCode,
@@ -287,10 +360,12 @@ export class ScheduleWrites {
       return row === null && retire !== null ? { retire } : row;
     });
     if (destinations.size > 0) {
+      // The destination is filed for every configured device, each only where it has no row.
       const now = Math.max(...results.map((r) => r.completedAt));
-      await this.update([...destinations.keys()], (url, current) =>
-        current === undefined ? redirectDestination(destinations.get(url)!, url, now) : undefined,
-      );
+      await this.update(this.deviceKeys(destinations.keys()), (key, current) => {
+        const url = urlOfKey(key);
+        return current === undefined ? redirectDestination(destinations.get(url)!, url, now) : undefined;
+      });
     }
     return out;
   }

@@ -1,20 +1,16 @@
 // Which device a served request is for, and which stored page and schedule row that names. Pure; the
 // serving service (services/serving/service.ts) reads with these keys.
 import type { QueueKeeperConfig } from '../config/schema.js';
+import { rowKey } from '../schedule/rowKey.js';
 
-/**
- * The key of the page and the schedule row of `url` rendered for `device`. This is the one place that
- * ties a served request to a stored key: while every row and page is keyed by its bare URL (one device)
- * it answers the URL, and a per-device key changes only this function.
- */
+/** The key of the page and the schedule row of `url` rendered for `device` (util/schedule/rowKey.ts). */
 export function servingKey(url: string, device: string): string {
-  void device;
-  return url;
+  return rowKey(url, device);
 }
 
-/** The devices pages are rendered for, first the default (render.deviceType: one device). */
+/** The devices pages are rendered for, the fallback first (render.deviceTypes). */
 export function deviceTypes(cfg: QueueKeeperConfig): readonly string[] {
-  return [cfg.render.deviceType];
+  return cfg.render.deviceTypes;
 }
 
 /**

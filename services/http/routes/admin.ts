@@ -12,6 +12,7 @@ import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util
 import { retiredPage } from '../../../util/schedule/retired.js';
 import type { RetiredEntry } from '../../../util/schedule/writes.js';
 import { checkSingleUrl } from '../../../util/schedule/targetChecks.js';
+import { deviceOfKey } from '../../../util/schedule/rowKey.js';
 import { requestShape } from '../../../util/requests/shape.js';
 import { answerOf, orRefuse } from '../problems.js';
 import type { Filing } from '../filing.js';
@@ -51,15 +52,15 @@ export function ignoredKeysHeader(keys: readonly string[]): string {
   return parts.join(',');
 }
 
-/** What the keeper holds for a URL (asked of worker 0 from any worker), its score and its lease. */
+/** What the keeper holds for a row (asked of worker 0 from any worker), its score and its lease. */
 async function explainExtras(
   keeper: KeeperLeadership,
   leases: () => Pick<LeaseTable, 'lookup'>,
-  url: string,
+  key: string,
   now: number,
 ) {
-  const held = await keeper.describeHeld(url, now);
-  const lease = leases().lookup(url, now);
+  const held = await keeper.describeHeld(key, now);
+  const lease = leases().lookup(key, now);
   return { held, score: held?.score ?? null, lease: lease.state === 'none' ? null : lease };
 }
 
@@ -68,8 +69,10 @@ export interface AdminDeps {
   keeper: KeeperLeadership;
   control: NodeControl;
   settings: RuntimeConfig;
-  /** The schedule owner's point read (services/schedule/store.ts). */
-  readRow: (url: string) => ScheduleRow | undefined;
+  /** The schedule owner's point read by key (services/schedule/store.ts). */
+  readRow: (key: string) => ScheduleRow | undefined;
+  /** The keys of a URL's rows: the configured devices', then any other device's stored row. */
+  rowKeysOf: (url: string) => string[];
   /** Revalidate, as the in-process API answers it too (../filing.ts). */
   filing: Pick<Filing, 'revalidate'>;
   /** The failing list's entries (services/schedule/store.ts failingEntries). */
@@ -160,10 +163,11 @@ async function failing(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
     (url) => queueOf(url, routes),
     (e) => {
       // An entry whose row no longer fails (deleted, or healed by a write the list missed) is passed over.
-      const row = deps.readRow(e.url);
+      const row = deps.readRow(e.key);
       if (!row || row.strikes === 0) return undefined;
       return {
         url: e.url,
+        deviceType: e.deviceType,
         queue: queueOf(e.url, routes),
         strikes: row.strikes,
         lastStatusCode: row.lastStatusCode,
@@ -187,13 +191,20 @@ async function retired(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
   return reply(orRefuse(retiredPage(deps.retiredEntries, req.query, (e) => now - e.retiredAt < retention)));
 }
 
-/** `POST /prerender_admin/explain`: why a URL is or is not being handed out. */
+/**
+ * `POST /prerender_admin/explain`: why a URL is or is not being handed out, one entry per device in
+ * `devices`; the top-level row, held entry, score and lease are the first configured device's.
+ */
 async function explain(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
   const url = orRefuse(checkSingleUrl(req.body));
   const now = Date.now();
-  const row = deps.readRow(url) ?? null;
-  const extras = await explainExtras(deps.keeper, deps.leases, url, now);
-  return reply({ url, queue: queueOf(url, deps.settings.current().render.routes), row, ...extras });
+  const devices = [];
+  for (const key of deps.rowKeysOf(url)) {
+    const extras = await explainExtras(deps.keeper, deps.leases, key, now);
+    devices.push({ deviceType: deviceOfKey(key), row: deps.readRow(key) ?? null, ...extras });
+  }
+  const { deviceType: _first, ...primary } = devices[0]!;
+  return reply({ url, queue: queueOf(url, deps.settings.current().render.routes), ...primary, devices });
 }
 
 const ADMIN_ROUTES: readonly RouteEntry<AdminDeps>[] = [
