@@ -1,6 +1,8 @@
 // The fleet as a command: `queue-keeper-fleet --url … --username … --password … --concurrency 4`.
 // The repo's `npm run fleet` calls main() with the local `npm start` credentials as defaults.
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { deviceProfiles, type DeviceProfileOverride } from './deviceProfiles.js';
 import { FleetClient } from './fleetClient.js';
 import { FleetRefusedError, type FleetClientOptions } from './fleetOptions.js';
 import { fetchRenderer } from './renderers/fetchRenderer.js';
@@ -25,6 +27,8 @@ const HELP = `queue-keeper-fleet: claim render jobs from queue-keeper, render th
   --renderer NAME        fetch (default: the page's HTML as served) or chromium (runs its scripts;
                          needs playwright-core and @sparticuz/chromium installed)
   --recycle-every N      chromium: replace the browser every N pages (default 50)
+  --devices FILE         a JSON file of device profile changes by device name, e.g.
+                         {"mobile": {"viewport": {"width": 390, "height": 844}}} (both renderers)
   --json-pages           send pages inside JSON results instead of as raw bytes
   --channel              hold one WebSocket open to the server (/render_queue/channel): it pushes jobs
                          as they come due, so an idle fleet sends nothing; results go over it too (pages
@@ -58,6 +62,7 @@ export async function main(
         queues: { type: 'string' },
         renderer: { type: 'string' },
         'recycle-every': { type: 'string' },
+        devices: { type: 'string' },
         'json-pages': { type: 'boolean' },
         channel: { type: 'boolean' },
         mqtt: { type: 'string' },
@@ -105,13 +110,23 @@ export async function main(
     console.error('--recycle-every must be a positive integer');
     return 2;
   }
+  let devices: Record<string, DeviceProfileOverride> | undefined;
+  if (values.devices !== undefined) {
+    try {
+      devices = JSON.parse(readFileSync(values.devices, 'utf8')) as Record<string, DeviceProfileOverride>;
+      deviceProfiles({ devices });
+    } catch (e) {
+      console.error(`--devices ${values.devices}: ${(e as Error).message}`);
+      return 2;
+    }
+  }
   let render: RenderFn;
   let closeRenderer = async () => {};
-  if (rendererName === 'fetch') render = fetchRenderer();
+  if (rendererName === 'fetch') render = fetchRenderer({ devices });
   else if (rendererName === 'chromium') {
     try {
       const { chromiumRenderer } = await import('./renderers/chromium.js');
-      const c = await chromiumRenderer({ recycleEvery });
+      const c = await chromiumRenderer({ recycleEvery, devices });
       render = c.render;
       closeRenderer = c.close;
     } catch (e) {
@@ -156,6 +171,7 @@ export async function main(
         : '') +
       `, queues ${queues?.length ? queues.join(',') : 'all'}, concurrency ${concurrency}, renderer ${rendererName}` +
       (rendererName === 'chromium' ? ` (new browser every ${recycleEvery ?? 50} pages)` : '') +
+      (devices ? `, device profiles changed for ${Object.keys(devices).join(',')}` : '') +
       `, pages as ${opts.rawPages ? 'raw bytes' : 'JSON'}` +
       (opts.channel ? ', over the channel' : '') +
       (mqttUrl ? `, mqtt ${mqttUrl}` : '') +

@@ -31,6 +31,16 @@ export {
   type WebhookDelivery,
 } from './webhookReceiver.js';
 export type { MqttWakeOptions } from './mqttWake.js';
+export {
+  DEVICE_PROFILES,
+  FALLBACK_DEVICE,
+  FLEET_UA_TOKEN,
+  deviceProfiles,
+  type DeviceProfile,
+  type DeviceProfileOptions,
+  type DeviceProfileOverride,
+  type Viewport,
+} from './deviceProfiles.js';
 export { fetchRenderer, type FetchRendererOptions } from './renderers/fetchRenderer.js';
 // Loads playwright-core and @sparticuz/chromium only when called: both stay optional peer dependencies.
 export {
@@ -41,6 +51,7 @@ export {
   type ChromiumRendererStats,
   type RenderBrowser,
   type RenderContext,
+  type RenderContextOptions,
   type RenderPage,
   type RenderRequest,
   type RenderResponse,

@@ -19,7 +19,10 @@ export interface Job {
    * client checks the value it receives and falls back to the configured URL when it is not usable.
    */
   callbackOrigin: string;
-  /** The device profile to render with (render.deviceType, e.g. `desktop`); a renderer may ignore it. */
+  /**
+   * The device to render as (one the server is configured with, e.g. `mobile`); the built-in renderers
+   * look its profile up in deviceProfiles.ts. A renderer may ignore it.
+   */
   deviceType: string;
 }
 

@@ -1,17 +1,20 @@
 // The Chromium renderer's browser lifecycle with a stand-in browser (the real one runs in
 // test/integration/fleetBrowser.test.ts): recycling every N pages, a replaced browser closing only
 // after its last page, a crashed browser replaced, an abort ending a hung navigation, a browser that
-// cannot start failing the renderer's creation, and the answers per status and content type.
+// cannot start failing the renderer's creation, the answers per status and content type, and each
+// job's page opened as its device.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   chromiumRenderer,
   type RenderBrowser,
   type RenderContext,
+  type RenderContextOptions,
   type RenderPage,
   type RenderRequest,
   type RenderResponse,
 } from '../src/renderers/chromium.js';
+import { DEVICE_PROFILES } from '../src/deviceProfiles.js';
 import type { Job } from '../src/types.js';
 import { deferred } from './fakeClock.js';
 
@@ -25,9 +28,16 @@ interface Served {
   hold?: Promise<unknown>;
 }
 
+/** A context as the fake browser opened it: its options, and the URLs its pages went to. */
+interface FakeContext {
+  closed: boolean;
+  options: RenderContextOptions;
+  visited: string[];
+}
+
 class FakeBrowser implements RenderBrowser {
   closed = false;
-  contexts: Array<{ closed: boolean }> = [];
+  contexts: FakeContext[] = [];
   private onDisconnect: Array<() => void> = [];
   constructor(
     readonly n: number,
@@ -42,8 +52,8 @@ class FakeBrowser implements RenderBrowser {
   async close() {
     this.closed = true;
   }
-  async newContext(): Promise<RenderContext> {
-    const state = { closed: false };
+  async newContext(options: RenderContextOptions): Promise<RenderContext> {
+    const state: FakeContext = { closed: false, options: structuredClone(options), visited: [] };
     this.contexts.push(state);
     const site = this.site;
     let abortGoto: ((e: Error) => void) | null = null;
@@ -52,6 +62,7 @@ class FakeBrowser implements RenderBrowser {
       on: () => undefined,
       async goto(url) {
         at = url;
+        state.visited.push(url);
         const s = site(url);
         if (s.hold)
           await new Promise<void>((resolve, reject) => {
@@ -97,15 +108,15 @@ function fakeLauncher(
   };
 }
 
-const job = (url: string): Job => ({
-  id: url,
+const job = (url: string, deviceType = 'desktop'): Job => ({
+  id: `${url}|${deviceType}`,
   url,
   queue: 'q',
   isFromSitemap: true,
   expiresAt: 0,
   leaseToken: 't',
   callbackOrigin: 'http://127.0.0.1:9926',
-  deviceType: 'desktop',
+  deviceType,
 });
 const live = () => new AbortController().signal;
 
@@ -202,4 +213,98 @@ test('statuses and content types map to outcomes: 5xx failed, redirects reported
   assert.deepEqual(await c.render(job('moved'), live()), { outcome: 'redirected', statusCode: 301 });
   assert.equal((await c.render(job('json'), live())).outcome, 'non-indexable');
   await c.close();
+});
+
+/** The newContext options a profile means, as playwright-core takes them. */
+const contextFor = (p: (typeof DEVICE_PROFILES)['desktop']): RenderContextOptions => ({
+  userAgent: p.userAgent,
+  viewport: { ...p.viewport },
+  deviceScaleFactor: p.deviceScaleFactor,
+  isMobile: p.isMobile,
+  hasTouch: p.hasTouch,
+});
+
+test('each job opens its context as its device: mobile, tablet, and desktop for a name the table does not know', async () => {
+  const f = fakeLauncher();
+  const c = await chromiumRenderer({ launch: f.launch, quietMs: 0 });
+  for (const [url, device] of [
+    ['m', 'mobile'],
+    ['t', 'tablet'],
+    ['d', 'desktop'],
+    ['w', 'watch'],
+  ] as const)
+    assert.equal((await c.render(job(url, device), live())).outcome, 'rendered');
+  const opened = f.browsers[0]!.contexts.map((x) => [x.visited, x.options]);
+  assert.deepEqual(opened, [
+    [['m'], contextFor(DEVICE_PROFILES.mobile)],
+    [['t'], contextFor(DEVICE_PROFILES.tablet)],
+    [['d'], contextFor(DEVICE_PROFILES.desktop)],
+    [['w'], contextFor(DEVICE_PROFILES.desktop)],
+  ]);
+  const mobile = opened[0]![1] as RenderContextOptions;
+  assert.equal(mobile.isMobile && mobile.hasTouch, true);
+  assert.ok(mobile.viewport.width < 500 && mobile.deviceScaleFactor > 2, 'a phone-sized, dense screen');
+  await c.close();
+});
+
+test('jobs of two devices rendering at once, across a browser recycle, each render only in a context of their own device', async () => {
+  const holds = new Map<string, ReturnType<typeof deferred<undefined>>>();
+  const f = fakeLauncher((url) => {
+    if (!holds.has(url)) holds.set(url, deferred<undefined>());
+    return { status: 200, contentType: 'text/html', html: url, hold: holds.get(url)!.promise };
+  });
+  const c = await chromiumRenderer({ launch: f.launch, quietMs: 0, recycleEvery: 3 });
+  const jobs = Array.from({ length: 8 }, (_, i) => job(`u${i >> 1}`, i % 2 ? 'mobile' : 'desktop'));
+  const rendering = jobs.map((j) => c.render(j, live()));
+  await new Promise((r) => setImmediate(r));
+  // Released in an order unlike the start order, so no context is closed in step with the next open.
+  for (const url of ['u2', 'u0', 'u3', 'u1']) holds.get(url)?.resolve(undefined);
+  for (const r of await Promise.all(rendering)) assert.equal(r.outcome, 'rendered');
+  const contexts = f.browsers.flatMap((b) => b.contexts);
+  assert.equal(contexts.length, 8, 'one context per job');
+  assert.ok(f.browsers.length >= 2, 'the jobs straddled a recycle');
+  const byAgent = new Map([
+    [DEVICE_PROFILES.desktop.userAgent, 'desktop'],
+    [DEVICE_PROFILES.mobile.userAgent, 'mobile'],
+  ]);
+  const rendered = contexts.flatMap((x) =>
+    x.visited.map((url) => `${url}|${byAgent.get(x.options.userAgent)}`),
+  );
+  assert.deepEqual(rendered.sort(), jobs.map((j) => j.id).sort(), 'every job once, in its own device');
+  for (const x of contexts) {
+    assert.equal(x.visited.length, 1, 'a context serves one job');
+    const device = byAgent.get(x.options.userAgent) as 'desktop' | 'mobile';
+    assert.deepEqual(x.options, contextFor(DEVICE_PROFILES[device]));
+    assert.equal(x.closed, true);
+  }
+  await c.close();
+});
+
+test('the userAgent option replaces the user agent of every device, and a device override replaces fields of that device only', async () => {
+  const f = fakeLauncher();
+  const c = await chromiumRenderer({
+    launch: f.launch,
+    quietMs: 0,
+    userAgent: 'ExampleBot/1',
+    devices: { mobile: { viewport: { width: 390, height: 844 }, userAgent: 'PhoneBot/2' } },
+  });
+  await c.render(job('d', 'desktop'), live());
+  await c.render(job('m', 'mobile'), live());
+  const [desktop, mobile] = f.browsers[0]!.contexts.map((x) => x.options);
+  assert.deepEqual(desktop, { ...contextFor(DEVICE_PROFILES.desktop), userAgent: 'ExampleBot/1' });
+  assert.deepEqual(mobile, {
+    ...contextFor(DEVICE_PROFILES.mobile),
+    viewport: { width: 390, height: 844 },
+    userAgent: 'PhoneBot/2',
+  });
+  await c.close();
+});
+
+test('a malformed device profile fails the creation of the renderer before any browser starts', async () => {
+  const f = fakeLauncher();
+  await assert.rejects(
+    chromiumRenderer({ launch: f.launch, devices: { mobile: { deviceScaleFactor: 0 } } }),
+    /devices\.mobile\.deviceScaleFactor/,
+  );
+  assert.equal(f.browsers.length, 0);
 });

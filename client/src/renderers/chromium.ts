@@ -2,6 +2,7 @@
 // playwright-core, the browser binary from @sparticuz/chromium (or any Chromium via executablePath /
 // CHROMIUM_PATH). Both packages are optional peer dependencies: they are imported only when this
 // renderer is created, so a fleet on the fetch renderer installs and runs without them.
+import { deviceProfiles, type DeviceProfileOverride } from '../deviceProfiles.js';
 import type { Job, RenderFn, RenderResult } from '../types.js';
 
 /**
@@ -40,7 +41,10 @@ export interface ChromiumRendererOptions {
    * (a page that polls or streams never goes quiet). Default 10 s. The job's lease bounds it too.
    */
   maxQuietWaitMs?: number;
+  /** Every device's user agent, sent as given (see deviceProfiles.ts for the order of precedence). */
   userAgent?: string;
+  /** Changes to the device profiles, or new devices, by device name (see deviceProfiles.ts). */
+  devices?: Readonly<Record<string, DeviceProfileOverride>>;
 }
 
 // The few playwright-core shapes used here, so the client compiles (and its tests run) without it.
@@ -62,8 +66,16 @@ export interface RenderContext {
   newPage(): Promise<RenderPage>;
   close(): Promise<void>;
 }
+/** playwright-core's `newContext` options that make a context the job's device. */
+export interface RenderContextOptions {
+  userAgent: string;
+  viewport: { width: number; height: number };
+  deviceScaleFactor: number;
+  isMobile: boolean;
+  hasTouch: boolean;
+}
 export interface RenderBrowser {
-  newContext(o: { userAgent?: string }): Promise<RenderContext>;
+  newContext(o: RenderContextOptions): Promise<RenderContext>;
   close(): Promise<void>;
   on(event: 'disconnected', fn: () => void): unknown;
 }
@@ -126,12 +138,16 @@ interface Slot {
 }
 
 /**
- * Loads each page in a fresh browser context (no cookies or storage shared between jobs), waits for
- * `load` and then for the network to go quiet, and returns the DOM serialized as HTML. The browser
- * is replaced every `recycleEvery` pages; the old one closes once its last page is done. The first
- * browser starts here, so a browser that cannot start fails this call, not the first job.
+ * Loads each page in a fresh browser context opened as the job's device profile, waits for `load`
+ * and then for the network to go quiet, and returns the DOM serialized as HTML. A context per job
+ * shares no cookies or storage between jobs, and since a context's device is fixed when it opens, a
+ * job never renders with another job's viewport or user agent. The browser is replaced every
+ * `recycleEvery` pages; the old one closes once its last page is done. The first browser starts
+ * here, so a browser that cannot start fails this call, not the first job.
  */
 export async function chromiumRenderer(opts: ChromiumRendererOptions = {}): Promise<ChromiumRenderer> {
+  // Resolved first: a malformed profile table fails here, before a browser is started for nothing.
+  const profileOf = deviceProfiles({ devices: opts.devices, userAgent: opts.userAgent });
   const launch = opts.launch ?? (await defaultLauncher(opts));
   const recycleEvery = whole(opts.recycleEvery ?? 50, 'recycleEvery', 1);
   const navigationTimeout = whole(opts.navigationTimeoutMs ?? 30_000, 'navigationTimeoutMs', 1);
@@ -192,7 +208,14 @@ export async function chromiumRenderer(opts: ChromiumRendererOptions = {}): Prom
     ctx: { context: RenderContext | null },
   ): Promise<RenderResult> => {
     const browser = await slot.browser;
-    ctx.context = await browser.newContext({ userAgent: opts.userAgent });
+    const p = profileOf(job.deviceType);
+    ctx.context = await browser.newContext({
+      userAgent: p.userAgent,
+      viewport: { ...p.viewport },
+      deviceScaleFactor: p.deviceScaleFactor,
+      isMobile: p.isMobile,
+      hasTouch: p.hasTouch,
+    });
     const page = await ctx.context.newPage();
     const network = trackNetwork(page);
     const response = await page.goto(job.url, { waitUntil: 'load', timeout: navigationTimeout });

@@ -2,6 +2,7 @@
 // Pages that build their content with JavaScript come back as their server HTML; the Chromium renderer
 // (renderers/chromium.ts) runs the scripts.
 import { request } from 'undici';
+import { deviceProfiles, type DeviceProfileOverride } from '../deviceProfiles.js';
 import type { RenderFn, RenderResult } from '../types.js';
 
 export interface FetchRendererOptions {
@@ -9,17 +10,22 @@ export interface FetchRendererOptions {
   timeoutMs?: number;
   /** Pages larger than this are `failed`; default 5 MiB (the server's render.maxBodyBytes). */
   maxBytes?: number;
+  /** Every device's user agent, sent as given (see deviceProfiles.ts for the order of precedence). */
   userAgent?: string;
+  /** Changes to the device profiles, or new devices, by device name (see deviceProfiles.ts). */
+  devices?: Readonly<Record<string, DeviceProfileOverride>>;
 }
 
 /**
  * 2xx and 4xx with an HTML (or XHTML) body are `rendered` with the origin's status; 3xx is
  * `redirected` (never followed: the target is a page of its own); a non-HTML body is `non-indexable`;
- * 5xx, a timeout or a network error is `failed`, so the queue retries it.
+ * 5xx, a timeout or a network error is `failed`, so the queue retries it. Each request carries the
+ * user agent of the job's device profile, the only part of a device a server without scripts sees.
  */
 export function fetchRenderer(opts: FetchRendererOptions = {}): RenderFn {
   const maxBytes = opts.maxBytes ?? 5 << 20;
   const timeoutMs = opts.timeoutMs ?? 30_000;
+  const profileOf = deviceProfiles({ devices: opts.devices, userAgent: opts.userAgent });
   return async (job, signal): Promise<RenderResult> => {
     const r = await request(job.url, {
       method: 'GET',
@@ -27,7 +33,7 @@ export function fetchRenderer(opts: FetchRendererOptions = {}): RenderFn {
       headersTimeout: timeoutMs,
       bodyTimeout: timeoutMs,
       headers: {
-        'user-agent': opts.userAgent ?? 'queue-keeper-fleet/0.1 (fetch renderer)',
+        'user-agent': profileOf(job.deviceType).userAgent,
         accept: 'text/html,application/xhtml+xml;q=0.9,*/*;q=0.1',
       },
     });
