@@ -60,6 +60,8 @@ import { SealKey } from './services/notify/sealKey.js';
 import { NotifyService } from './services/notify/wakes.js';
 import {
   deletePages,
+  moveBarePages,
+  pageKeysAfter,
   pageKeysOfUrl,
   pageSweepDuty,
   readPage,
@@ -72,7 +74,10 @@ import {
   GROUP_COMMIT_WAIT_MS,
   isRetired,
   keysOfUrl,
+  moveBareRetired,
+  moveBareRows,
   readRow,
+  scheduleKeysAfter,
   retiredEntries,
   readServingRow,
   ScheduleOwner,
@@ -105,7 +110,8 @@ import { OriginFetch } from './services/serving/origin.js';
 import { RenderNowWaiters } from './services/serving/renderNow.js';
 import { PageServing } from './services/serving/service.js';
 import { MinuteBudget, NodeSlots } from './util/serving/nodeCounters.js';
-import { rowKeys } from './util/schedule/rowKey.js';
+import { rowKeys, splitRowKey } from './util/schedule/rowKey.js';
+import { DeviceDuties, deviceDutyViews, requestDeviceRemoval } from './services/devices/duties.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
@@ -462,6 +468,7 @@ registerAdmin(router, {
   settings,
   readRow,
   rowKeysOf: (url) => [...new Set([...rowKeys(url, config().render.deviceTypes), ...keysOfUrl(url)])],
+  removeDevice: requestDeviceRemoval,
   filing,
   failingEntries,
   retiredEntries,
@@ -483,6 +490,7 @@ registerQueue(router, {
   signal: keeperSignal,
   state: stateDoc,
   sitemaps: () => sitemaps.summary(),
+  devices: () => ({ configured: config().render.deviceTypes, duties: deviceDutyViews() }),
 });
 registerChannel(router, {
   claims,
@@ -521,6 +529,28 @@ registerServing(router, {
 });
 router.install();
 
+// ------------------------------------------------------------------ devices (docs/feeding.md "Devices")
+/** How often worker 0 looks for device work when it has none (a removal asked for, a device added). */
+const DEVICE_DUTY_IDLE_MS = 5000;
+const deviceDuties = new DeviceDuties({
+  config,
+  ownsUrl: (url) => leadership.clusterOwnership()?.owns(url) ?? true,
+  retired: (key, at) => retiredRow(key, at),
+  schedule: {
+    keysAfter: scheduleKeysAfter,
+    readRow,
+    exists: (key) => readRow(key) !== undefined,
+    moveBareRows,
+    moveBareRetired,
+    fileDeviceRows: (pairs) => schedule.fileDeviceRows(pairs),
+    deleteKeys: (keys) => schedule.deleteKeys(keys),
+  },
+  pages: { keysAfter: pageKeysAfter, moveBarePages, deletePages },
+  yieldLoop: nextTurn,
+  clock: () => performance.now(),
+  log,
+});
+
 /** Retired entries dropped per maintenance tick at most: a backlog drains over ticks, never in one hold. */
 const RETIRED_EXPIRY_BATCH = 1000;
 
@@ -556,7 +586,8 @@ async function start(): Promise<void> {
       figures.recordDuty(metrics),
       sitemaps.resumeDuty(),
       pageSweepDuty({
-        hasRow: (url) => readRow(url) !== undefined,
+        // A page under a bare URL waits for the upgrade to move it (services/devices/duties.ts).
+        hasRow: (key) => splitRowKey(key) === null || readRow(key) !== undefined,
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
         graceMs: async () => ((await peers.names()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
       }),
@@ -570,6 +601,12 @@ async function start(): Promise<void> {
     ]);
     const refresh = sitemaps.refreshDuty();
     duties.add(refresh.duty, { next: refresh.next });
+    // The upgrade to device keys, an added device's rows, a device's removal: at once while one has work,
+    // else a look every DEVICE_DUTY_IDLE_MS (a removal is asked for on any worker, a device added by config).
+    duties.add(
+      { name: 'devices', runOnce: (at) => deviceDuties.runOnce(at) },
+      { next: () => (deviceDuties.busy ? 0 : DEVICE_DUTY_IDLE_MS) },
+    );
     // Clustered, wait (capped) to see the peers before loading, so ownership is decided over them.
     void peerWait({ membership, scheduler: duties, signal: keeperSignal })
       .then(() => leadership.start())

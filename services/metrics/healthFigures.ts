@@ -22,7 +22,7 @@ export interface StateDocRead {
     phase: string;
     stateAt: number;
     maxAgeMs: number;
-    keeper?: { rows?: number };
+    keeper?: { rows?: number; orphaned?: { rows: number; countedAt: number } | null };
   };
 }
 

@@ -208,6 +208,78 @@ export function pageKeysOfUrl(url: string): string[] {
   return out;
 }
 
+/**
+ * The pages after `after` (from the start when undefined), at most `limit`, in key order, with whether
+ * each is of the layout before devices: a page every write since carries `deviceType`, so one without
+ * it was stored under its bare URL.
+ */
+export function pageKeysAfter(
+  after: string | undefined,
+  limit: number,
+): Array<{ key: string; bare: boolean }> {
+  const out: Array<{ key: string; bare: boolean }> = [];
+  for (const { key, value } of pages().primaryStore.getRange({
+    start: after,
+    exclusiveStart: after !== undefined,
+    limit,
+  })) {
+    if (typeof key !== 'string') continue;
+    const v = value as { deviceType?: unknown } | null;
+    out.push({ key, bare: v !== null && typeof v === 'object' && typeof v.deviceType !== 'string' });
+  }
+  return out;
+}
+
+/** A stored body's bytes: a Blob read whole, or an older row's string. */
+async function bytesOf(v: unknown): Promise<Buffer | null> {
+  if (isBlob(v)) return Buffer.from(await v.arrayBuffer());
+  if (typeof v === 'string') return Buffer.from(v, 'utf8');
+  return null;
+}
+
+/**
+ * The upgrade to device keys (services/devices/duties.ts): moves each page stored under its bare URL to
+ * `<url>|<device>`, its body and compressed copies copied into new blobs. Writing the old blob reference
+ * under the new key would lose the body once Harper's audit cleanup removes the old version's file
+ * (docs/upgrading.md). A page the new key already has (rendered since the start) is kept. Answers the
+ * pages moved.
+ */
+export async function moveBarePages(keys: readonly string[], device: string): Promise<number> {
+  const make = createBlob();
+  let moved = 0;
+  for (const from of keys) {
+    const v = pages().primaryStore.get(from) as Record<string, unknown> | null | undefined;
+    if (!v || typeof v !== 'object' || typeof v.deviceType === 'string') continue;
+    const to = `${from}|${device}`;
+    const body = await bytesOf(v.body);
+    const gz = await bytesOf(v.gzip);
+    const br = await bytesOf(v.br);
+    const type = typeof v.contentType === 'string' ? v.contentType : 'text/html';
+    await transaction(async (txn) => {
+      const t = pages();
+      if (!stored(to) && body !== null) {
+        await t.put(
+          to,
+          {
+            ...v,
+            id: to,
+            url: typeof v.url === 'string' ? v.url : from,
+            deviceType: device,
+            body: make(body, { type, saveBeforeCommit: true }),
+            size: typeof v.size === 'number' ? v.size : body.length,
+            gzip: gz === null ? null : make(gz, { type, saveBeforeCommit: true }),
+            br: br === null ? null : make(br, { type, saveBeforeCommit: true }),
+          },
+          txn,
+        );
+        moved++;
+      }
+      await t.delete(from, txn);
+    });
+  }
+  return moved;
+}
+
 export interface PageSweepDeps {
   /** A cheap local read: does the schedule still hold a row for this URL? */
   hasRow: (url: string) => boolean;

@@ -28,7 +28,7 @@ import {
   type SubscriptionEvent,
 } from '../runtime/harper.js';
 import { withKeyLocks } from '../runtime/storeLock.js';
-import { splitRowKey } from '../../util/schedule/rowKey.js';
+import { rowKey, splitRowKey } from '../../util/schedule/rowKey.js';
 
 export type { ResultApplied, ResultWrite } from '../../util/schedule/writes.js';
 
@@ -217,6 +217,16 @@ export class ScheduleOwner {
     return this.writes.deleteSitemapRows(urls, sitemapId);
   }
 
+  /** Files a device's rows from their URLs' other rows, where none exists (services/devices/duties.ts). */
+  fileDeviceRows(pairs: ReadonlyArray<{ key: string; source: ScheduleRow }>): Promise<number> {
+    return this.writes.fileDeviceRows(pairs);
+  }
+
+  /** Deletes rows by key; counts those that existed. */
+  deleteKeys(keys: readonly string[]): Promise<number> {
+    return this.writes.deleteKeys(keys);
+  }
+
   /** Every row of `url` due now and urgent, whatever its device; none when it has no row. */
   revalidate(url: string, now: number): Promise<ScheduleRow[]> {
     return this.writes.revalidate(url, now);
@@ -335,6 +345,78 @@ export async function deleteScheduleRowAt(key: string, version: number): Promise
     return true;
   });
   return r.locked && r.value;
+}
+
+/** The schedule's keys after `after` (all from the start when undefined), at most `limit`, in key order. */
+export function scheduleKeysAfter(after: string | undefined, limit: number): string[] {
+  const out: string[] = [];
+  for (const key of schedule().primaryStore.getKeys({
+    start: after,
+    exclusiveStart: after !== undefined,
+    limit,
+  }))
+    if (typeof key === 'string') out.push(key);
+  return out;
+}
+
+/**
+ * The upgrade to device keys (services/devices/duties.ts): moves each row keyed by a bare URL to
+ * `<url>|<device>` with every field and its failing-list entry, in one transaction per chunk, under both
+ * keys' locks. Where the new key already has a row (a feeder filed the URL since the start), that row is
+ * kept and the old one goes. Answers the rows moved.
+ */
+export async function moveBareRows(keys: readonly string[], device: string): Promise<number> {
+  const store = schedule().primaryStore;
+  const pairs = keys.map((from) => ({ from, to: rowKey(from, device) }));
+  const r = await withKeyLocks(
+    store,
+    'schedule',
+    pairs.flatMap((p) => [p.from, p.to]),
+    LOCK_WAIT_MS,
+    async () => {
+      store.resetReadTxn?.();
+      let moved = 0;
+      await transaction(async (txn) => {
+        for (const { from, to } of pairs) {
+          const old = readRow(from);
+          if (old === undefined) continue;
+          if (readRow(to) === undefined) {
+            const row = { ...old, cacheKey: to };
+            await schedule().put(to, toRecord(row), txn);
+            await followFailing(to, row, hasFailingEntry(to), txn);
+            moved++;
+          }
+          await schedule().delete(from, txn);
+          await followFailing(from, null, hasFailingEntry(from), txn);
+          const retired = retiredList().primaryStore.get(from) as Record<string, unknown> | undefined;
+          if (retired && typeof retired === 'object') {
+            await retiredList().put(to, { ...retired, id: to, deviceType: device }, txn);
+            await retiredList().delete(from, txn);
+          }
+        }
+      });
+      return moved;
+    },
+  );
+  if (!r.locked) throw new Error('the upgrade could not lock rows a writer held; it retries');
+  return r.value;
+}
+
+/** Moves the retired list's entries keyed by a bare URL to `<url>|<device>`; answers how many. */
+export async function moveBareRetired(device: string): Promise<number> {
+  const bare: Array<{ key: string; value: Record<string, unknown> }> = [];
+  for (const { key, value } of retiredList().primaryStore.getRange({}))
+    if (typeof key === 'string' && splitRowKey(key) === null && value && typeof value === 'object')
+      bare.push({ key, value: value as Record<string, unknown> });
+  if (bare.length === 0) return 0;
+  await transaction(async (txn) => {
+    for (const { key, value } of bare) {
+      const to = rowKey(key, device);
+      await retiredList().put(to, { ...value, id: to, url: key, deviceType: device }, txn);
+      await retiredList().delete(key, txn);
+    }
+  });
+  return bare.length;
 }
 
 /** Live schedule events (no replay of current rows): the keeper subscribes before it walks. */

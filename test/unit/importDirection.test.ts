@@ -23,6 +23,7 @@ const LAYERS: readonly string[] = [
   'cluster',
   'status',
   'pages',
+  'devices',
   'stall',
   'notify',
   'leases',

@@ -220,6 +220,23 @@ export function newRow(
   };
 }
 
+/**
+ * A new device's row of a URL, made from the row of another device (docs/feeding.md "Devices"): the same
+ * due minute, cadence, sitemap link and verified flag; no render history, active.
+ */
+export function siblingRow(source: ScheduleRow): ScheduleRow {
+  const row = newRow(source.cacheKey, source.nextRenderTime, {
+    fromSitemap: source.fromSitemap,
+    effectiveInterval: source.effectiveInterval,
+    verified: source.verified,
+  });
+  if (source.sitemapId != null) {
+    row.sitemapId = source.sitemapId;
+    row.sitemapLastmod = source.sitemapLastmod ?? null;
+  }
+  return row;
+}
+
 /** Filing through /render_queue/discover: only when absent, never verified. */
 export function discoveredRow(url: string, now: number, config: QueueKeeperConfig): ScheduleRow {
   const due = spreadDue(url, now, classifyUrl(url, null, config).cadenceMs);

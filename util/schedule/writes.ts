@@ -8,6 +8,7 @@ import type { QueueKeeperConfig } from '../config/schema.js';
 import {
   classifyUrl,
   discoveredRow,
+  siblingRow,
   revalidatedRow,
   upsertTarget,
   type Outcome,
@@ -292,6 +293,33 @@ export class ScheduleWrites {
       return next;
     });
     return out;
+  }
+
+  /**
+   * Files the rows of a device added to render.deviceTypes (services/devices/duties.ts): each `key` gets
+   * a row made from `source`, a row of the same URL for another device, only where it has none. Counts
+   * the rows filed.
+   */
+  async fileDeviceRows(pairs: ReadonlyArray<{ key: string; source: ScheduleRow }>): Promise<number> {
+    const sources = new Map(pairs.map((p) => [p.key, p.source]));
+    let filed = 0;
+    await this.update([...sources.keys()], (key, current) => {
+      if (current !== undefined) return undefined;
+      filed++;
+      return siblingRow(sources.get(key)!);
+    });
+    return filed;
+  }
+
+  /** Deletes rows by key (a device's, at DELETE /prerender_admin/devices/{name}); counts those that existed. */
+  async deleteKeys(keys: readonly string[]): Promise<number> {
+    let deleted = 0;
+    await this.update([...new Set(keys)], (_key, current) => {
+      if (current === undefined) return undefined;
+      deleted++;
+      return null;
+    });
+    return deleted;
   }
 
   /**

@@ -13,6 +13,9 @@ import { retiredPage } from '../../../util/schedule/retired.js';
 import type { RetiredEntry } from '../../../util/schedule/writes.js';
 import { checkSingleUrl } from '../../../util/schedule/targetChecks.js';
 import { deviceOfKey } from '../../../util/schedule/rowKey.js';
+import { isDeviceName } from '../../../util/config/devices.js';
+import type { DeviceDutyView } from '../../../util/schedule/deviceDuties.js';
+import { echo } from '../../../util/text.js';
 import { requestShape } from '../../../util/requests/shape.js';
 import { answerOf, orRefuse } from '../problems.js';
 import type { Filing } from '../filing.js';
@@ -73,6 +76,8 @@ export interface AdminDeps {
   readRow: (key: string) => ScheduleRow | undefined;
   /** The keys of a URL's rows: the configured devices', then any other device's stored row. */
   rowKeysOf: (url: string) => string[];
+  /** Asks worker 0 to delete a device's rows and pages (services/devices/duties.ts). */
+  removeDevice: (device: string, now: number) => Promise<DeviceDutyView>;
   /** Revalidate, as the in-process API answers it too (../filing.ts). */
   filing: Pick<Filing, 'revalidate'>;
   /** The failing list's entries (services/schedule/store.ts failingEntries). */
@@ -207,6 +212,29 @@ async function explain(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
   return reply({ url, queue: queueOf(url, deps.settings.current().render.routes), ...primary, devices });
 }
 
+/**
+ * `DELETE /prerender_admin/devices/{name}`: deletes every row and page of a device taken out of
+ * render.deviceTypes, as a duty on this node's worker 0 (202; progress in queue-state's `devices`). Refused
+ * while the name is still in the list: a replicated config change alone never erases a device.
+ */
+async function removeDevice(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
+  if (req.params.length !== 1) throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
+  const name = req.params[0]!;
+  if (!isDeviceName(name))
+    throw badRequest(
+      'invalid_device',
+      `${echo(name)} is no device name: a lower-case letter, then up to 31 lower-case letters, digits or '-'`,
+    );
+  const listed = deps.settings.current().render.deviceTypes;
+  if (listed.includes(name))
+    throw new HttpError(
+      409,
+      'device_listed',
+      `${name} is in render.deviceTypes (${listed.join(', ')}); take it out of the list first (POST /prerender_admin/config)`,
+    );
+  return reply({ device: name, duty: await deps.removeDevice(name, Date.now()) }, 202);
+}
+
 const ADMIN_ROUTES: readonly RouteEntry<AdminDeps>[] = [
   { method: 'GET', path: '/prerender_admin/health', caller: 'admin', handler: health },
   { method: 'GET', path: '/prerender_admin/config', caller: 'admin', handler: readConfig },
@@ -223,6 +251,7 @@ const ADMIN_ROUTES: readonly RouteEntry<AdminDeps>[] = [
     handler: explain,
     options: () => ({ observerRead: true }),
   },
+  { method: 'DELETE', path: '/prerender_admin/devices/*', caller: 'admin', handler: removeDevice },
 ];
 
 export function registerAdmin(router: Router, deps: AdminDeps): void {

@@ -3,6 +3,7 @@ import type { SitemapSummary } from '../../sitemaps/service.js';
 import type { KeeperSignal } from '../../../util/sharedMemory/keeperSignal.js';
 import type { ReadySet } from '../../../util/sharedMemory/readySet.js';
 import type { StateDoc } from '../../../util/sharedMemory/stateDoc.js';
+import type { DeviceDutyView } from '../../../util/schedule/deviceDuties.js';
 import type { LeaseTable } from '../../../util/leases/table.js';
 import type { RequestEndpoint } from '../../../util/metrics/catalogue.js';
 import { isProblem } from '../../../util/problem.js';
@@ -69,6 +70,8 @@ function resultBodyLimit(render: QueueKeeperConfig['render']): number {
 export interface QueueRouteDeps {
   /** The sitemaps' states for queue-state (services/sitemaps/service.ts); a failed last walk is a warning. */
   sitemaps?: () => SitemapSummary;
+  /** The configured devices and this node's device duties for queue-state (services/devices/duties.ts). */
+  devices?: () => { configured: readonly string[]; duties: DeviceDutyView[] };
   /** The effective config's `render` section: the body limits of the result endpoints. */
   render: () => QueueKeeperConfig['render'];
   claims: ClaimService;
@@ -280,10 +283,20 @@ async function queueState(deps: QueueRouteDeps): Promise<ApiResponse> {
     );
   }
   const { doc, maxAgeMs } = state;
+  const orphaned = doc.trust.keeper?.orphaned ?? null;
   return reply({
     ...doc,
     trust: { ...doc.trust, stateAgeMs: now - doc.trust.stateAt, maxAgeMs },
     ...(deps.sitemaps ? { sitemaps: deps.sitemaps() } : {}),
+    ...(deps.devices
+      ? {
+          devices: {
+            ...deps.devices(),
+            orphanedRows: orphaned?.rows ?? null,
+            orphanedCountedAt: orphaned?.countedAt ?? null,
+          },
+        }
+      : {}),
   });
 }
 
