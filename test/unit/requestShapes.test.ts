@@ -12,6 +12,8 @@ import { requestShape, type ShapeValidator } from '../../util/requests/shape.js'
 import { checkTargetsBody } from '../../util/schedule/targetChecks.js';
 import { checkResult } from '../../util/results/check.js';
 import { checkEnvelope } from '../../util/channel/envelope.js';
+import { checkRegister } from '../../util/sitemaps/requests.js';
+import { MIN_CADENCE_MS } from '../../util/schedule/targetChecks.js';
 import { isProblem, type Problem } from '../../util/problem.js';
 
 type Json = Record<string, unknown>;
@@ -37,6 +39,11 @@ async function compiled(doc: unknown, tag: string): Promise<Record<string, Shape
 const document = (): Json => parse(readFileSync(OPENAPI, 'utf8')) as Json;
 const schemaOf = (doc: Json, name: string): Json =>
   ((doc.components as Json).schemas as Record<string, Json>)[name]!;
+/** The JSON body schema of the operation at `path` and `method`, as the document writes it inline. */
+const bodyOf = (doc: Json, path: string, method: string): Json =>
+  (((((doc.paths as Json)[path] as Json)[method] as Json).requestBody as Json).content as Json)[
+    'application/json'
+  ] as Json;
 const NOW = Date.UTC(2026, 11, 7);
 
 function problem(v: unknown): Problem {
@@ -54,6 +61,9 @@ test('a field added to a request schema in a copy of docs/openapi.yaml is accept
   (schemaOf(doc, 'Target').properties as Json).priority = { type: 'integer', minimum: 0 };
   (schemaOf(doc, 'TokenResult').properties as Json).renderer = { type: 'string' };
   (schemaOf(doc, 'ChannelMessage').properties as Json).note = { type: 'string' };
+  ((bodyOf(doc, '/render_queue/sitemaps', 'post').schema as Json).properties as Json).label = {
+    type: 'string',
+  };
   const edited = await compiled(doc, 'edited');
   const target = { url: 'https://shop.test/a', priority: 3 };
   const result = {
@@ -72,6 +82,8 @@ test('a field added to a request schema in a copy of docs/openapi.yaml is accept
     problem(checkEnvelope({ note: 'hi' }, 0, { maxResults: 100, maxCredits: 10 })).code,
     'unknown_field',
   );
+  const sitemap = { url: 'https://shop.test/sitemap.xml', label: 'shop' };
+  assert.equal(problem(checkRegister(sitemap)).code, 'unknown_field');
 
   // …and the same checks over the edited copy's shapes accept them.
   const after = checkTargetsBody({ targets: [target] }, NOW, {
@@ -92,6 +104,22 @@ test('a field added to a request schema in a copy of docs/openapi.yaml is accept
   );
   assert.ok(!isProblem(env));
   assert.equal(env.credits, 2);
+  const registered = checkRegister(
+    sitemap,
+    requestShape('registerSitemap', 'body', { url: 'invalid_url', cadenceMs: 'invalid_cadence' }, edited),
+  );
+  assert.ok(!isProblem(registered), JSON.stringify(registered));
+  assert.equal(registered.url, sitemap.url);
+});
+
+test("a cadence's documented minimum is the configured default cadence's, the bound its named check applies", () => {
+  const doc = document();
+  const register = bodyOf(doc, '/render_queue/sitemaps', 'post').schema as Json;
+  for (const [where, schema] of [
+    ['Target', schemaOf(doc, 'Target')],
+    ['registerSitemap', register],
+  ] as const)
+    assert.equal(((schema.properties as Json).cadenceMs as Json).minimum, MIN_CADENCE_MS, where);
 });
 
 test('a refusal names the field and says what it must be, with the code a client already knows', () => {

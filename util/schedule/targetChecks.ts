@@ -72,6 +72,17 @@ export function urlProblem(url: unknown): string | null {
   return null;
 }
 
+/**
+ * The reason a cadence the schema vouched for (an integer) is refused, or null: its bounds are the
+ * configured default cadence's, read from that key, so the two never disagree (the document's `minimum`
+ * says the same number, and a test holds it to the key).
+ */
+export function cadenceProblem(ms: number): string | null {
+  if (ms < MIN_CADENCE_MS || ms > MAX_CADENCE_MS)
+    return `cadenceMs must be between ${MIN_CADENCE_MS} and ${MAX_CADENCE_MS}`;
+  return null;
+}
+
 /** A target as the schema vouched for it. */
 interface TargetFields {
   url: string;
@@ -89,9 +100,8 @@ function checkTarget(t: unknown, now: number, shape: RequestShape): string | Tar
   if (up) return up;
   const out: TargetInput = { url: o.url };
   if (o.cadenceMs !== undefined && o.cadenceMs !== null) {
-    if (!Number.isSafeInteger(o.cadenceMs)) return 'cadenceMs must be an integer (ms)';
-    if (o.cadenceMs < MIN_CADENCE_MS || o.cadenceMs > MAX_CADENCE_MS)
-      return `cadenceMs must be between ${MIN_CADENCE_MS} and ${MAX_CADENCE_MS}`;
+    const cp = cadenceProblem(o.cadenceMs);
+    if (cp) return cp;
     out.cadenceMs = o.cadenceMs;
   }
   if (o.fromSitemap !== undefined && o.fromSitemap !== null) out.fromSitemap = o.fromSitemap;
