@@ -15,6 +15,7 @@ import { checkEnvelope } from '../../util/channel/envelope.js';
 import { checkRegister } from '../../util/sitemaps/requests.js';
 import { MIN_CADENCE_MS } from '../../util/schedule/targetChecks.js';
 import { isProblem, type Problem } from '../../util/problem.js';
+import { ConfigError, checkPartial } from '../../util/config/schema.js';
 
 type Json = Record<string, unknown>;
 interface Generator {
@@ -177,4 +178,53 @@ test('a refusal names the field and says what it must be, with the code a client
 
 test('a shape the document does not have is an error when the module asking for it loads, not at the first request', () => {
   assert.throws(() => requestShape('noSuchOperation', 'body'), /no request shape noSuchOperation/);
+});
+
+test('the config update is held to "an object" by the document, and its keys to the configuration key list', () => {
+  const shape = requestShape('updateConfig', 'body');
+  assert.deepEqual(
+    [shape.check([1])?.code, shape.check([1])?.message],
+    ['invalid_body', 'the body must be a JSON object, not an array'],
+  );
+  assert.equal(shape.check(undefined)?.code, 'invalid_body');
+  // A known section that is not an object passes the shape: the key list refuses it naming the section,
+  // which the route answers as invalid_config with that `key`.
+  assert.equal(shape.check({ stall: 5 }), null);
+  assert.throws(
+    () => checkPartial({ stall: 5 }),
+    (e) => e instanceof ConfigError && e.key === 'stall',
+  );
+  assert.equal(shape.check({ nosuch: { x: 1 } }), null, 'an unknown key is ignored, not refused');
+});
+
+test("the pause scope's and a fleet's bounds are the document's, refused with the codes a client knows", () => {
+  const pause = requestShape('pause', 'body', { scope: 'invalid_scope' });
+  const cases: Array<[Problem | null, string, string]> = [
+    [pause.check({}), 'invalid_scope', 'scope must be "all" or the hostname of a node, not missing'],
+    [pause.check({ scope: '' }), 'invalid_scope', 'scope must be "all" or the hostname of a node, not ""'],
+    [
+      pause.check({ scope: 7 }),
+      'invalid_scope',
+      'scope must be "all" or the hostname of a node, not a number',
+    ],
+  ];
+  const fleet = requestShape('createFleet', 'body', {
+    name: 'invalid_name',
+    queues: 'invalid_queues',
+    username: 'invalid_username',
+  });
+  cases.push(
+    [fleet.check({ name: 5 }), 'invalid_name', 'name must be a string, not a number'],
+    [fleet.check({ name: 'f', queues: 'q' }), 'invalid_queues', ''],
+    [fleet.check({ name: 'f', queues: [''] }), 'invalid_queues', ''],
+    [fleet.check({ name: 'f', queues: Array(101).fill('q') }), 'invalid_queues', ''],
+    [fleet.check({ name: 'f', username: 'u'.repeat(201) }), 'invalid_username', ''],
+  );
+  for (const [p, code, message] of cases) {
+    assert.ok(p, `refused with ${code}`);
+    assert.equal(p.code, code, p.message);
+    if (message) assert.equal(p.message, message);
+  }
+  assert.equal(pause.check({ scope: 'x'.repeat(254) })?.code, 'invalid_scope');
+  assert.equal(pause.check({ scope: 'all' }), null);
 });
