@@ -9,7 +9,7 @@ import { pathToFileURL } from 'node:url';
 import { parse } from 'yaml';
 import { repoRoot } from '../harness.js';
 import { requestShape, type ShapeValidator } from '../../util/requests/shape.js';
-import { checkTargetsBody } from '../../util/schedule/targetChecks.js';
+import { checkTargetsBody, checkUrlList } from '../../util/schedule/targetChecks.js';
 import { checkResult } from '../../util/results/check.js';
 import { checkEnvelope } from '../../util/channel/envelope.js';
 import { checkRegister } from '../../util/sitemaps/requests.js';
@@ -111,6 +111,29 @@ test('a field added to a request schema in a copy of docs/openapi.yaml is accept
   );
   assert.ok(!isProblem(registered), JSON.stringify(registered));
   assert.equal(registered.url, sitemap.url);
+});
+
+test("a rule added to a URL list's items in a copy of docs/openapi.yaml applies to each URL with no other change", async () => {
+  const doc = document();
+  const items = (schemaOf(doc, 'UrlList').properties as Record<string, Json>).urls!.items as Json;
+  items.maxLength = 30;
+  const edited = await compiled(doc, 'items');
+  const body = { urls: ['https://shop.test/a', 'https://shop.test/a-much-longer-path'] };
+  const before = checkUrlList(body);
+  assert.ok(!isProblem(before));
+  assert.deepEqual(before.rejected, []);
+  const after = checkUrlList(body, undefined, {
+    list: requestShape('deleteTargets', 'body', {}, edited),
+    item: requestShape('deleteTargets$urls', 'url', {}, edited),
+  });
+  assert.ok(!isProblem(after));
+  assert.deepEqual(
+    after.urls.map((u) => u.index),
+    [0],
+  );
+  assert.deepEqual(after.rejected, [
+    { index: 1, error: 'the url must be a string of at most 30 characters' },
+  ]);
 });
 
 test("a cadence's documented minimum is the configured default cadence's, the bound its named check applies", () => {

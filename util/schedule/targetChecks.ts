@@ -33,10 +33,10 @@ export const TARGET_SHAPES = {
   /** POST /render_queue/targets: the envelope (each target is checked on its own). */
   targets: requestShape('fileTargets', 'body'),
   target: requestShape('fileTargets$targets', 'target'),
-  /** DELETE /render_queue/targets. */
-  urls: requestShape('deleteTargets', 'body'),
+  /** DELETE /render_queue/targets: the envelope, and each URL on its own. */
+  urls: { list: requestShape('deleteTargets', 'body'), item: requestShape('deleteTargets$urls', 'url') },
   /** POST /render_queue/discover. */
-  discover: requestShape('discoverUrls', 'body'),
+  discover: { list: requestShape('discoverUrls', 'body'), item: requestShape('discoverUrls$urls', 'url') },
   /** POST /prerender_admin/explain. */
   url: requestShape('explain', 'body', { url: 'invalid_url' }),
   /** POST /prerender_admin/revalidate. */
@@ -144,20 +144,26 @@ export function checkTargetsBody(
   return { accepted, rejected };
 }
 
+/** A URL list's shapes: the envelope, and the item each URL is checked against on its own. */
+export interface UrlListShapes {
+  list: RequestShape;
+  item: RequestShape;
+}
+
 export function checkUrlList(
   body: unknown,
   max = MAX_TARGETS_PER_CALL,
-  shape: RequestShape = TARGET_SHAPES.urls,
+  shapes: UrlListShapes = TARGET_SHAPES.urls,
 ): Checked<{ urls: Array<{ index: number; url: string }>; rejected: Rejection[] }> {
   const list = (body as { urls?: unknown } | null)?.urls;
   if (Array.isArray(list) && list.length > max)
     return new Problem('too_many_urls', `at most ${max} urls per call, got ${list.length}`);
-  const problem = shape.check(body);
+  const problem = shapes.list.check(body);
   if (problem) return problem;
   const urls: Array<{ index: number; url: string }> = [];
   const rejected: Rejection[] = [];
   (list as unknown[]).forEach((u: unknown, index) => {
-    const p = urlProblem(u);
+    const p = shapes.item.check(u)?.message ?? urlProblem(u);
     if (p) rejected.push({ index, error: p });
     else urls.push({ index, url: u as string });
   });
