@@ -2,7 +2,7 @@
 // is a 400. A hook secret leaves the server only in the answers of create and rotate.
 import { redactUrl, validateHookUrl, type HookUrlPolicy } from '../../../util/notify/addressPolicy.js';
 import { HttpError, badRequest } from '../../runtime/httpError.js';
-import { requestShape } from '../../../util/requests/shape.js';
+import { requestShape, type RequestShape } from '../../../util/requests/shape.js';
 import { answerOf } from '../problems.js';
 import { echo, isWellFormed } from '../../../util/text.js';
 import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
@@ -40,8 +40,12 @@ const HOOK_BODY = requestShape('createHook', 'body', {
   url: 'invalid_url',
   queues: 'invalid_queues',
 });
-/** rotate, enable and disable take no body, or an empty object. */
-const EMPTY_BODY = requestShape('rotateHookSecret', 'body');
+/** rotate, enable and disable: each its own operation's body (no body, or an empty object). */
+const ACTION_BODIES: ReadonlyMap<string, RequestShape> = new Map([
+  ['rotate', requestShape('rotateHookSecret', 'body')],
+  ['enable', requestShape('enableHook', 'body')],
+  ['disable', requestShape('disableHook', 'body')],
+]);
 
 function fleetView(f: FleetRecord) {
   return {
@@ -230,11 +234,13 @@ async function listAllHooks(deps: NotifyRouteDeps, req: ApiRequest): Promise<Api
 /** `POST /prerender_admin/hooks/<id>/rotate|enable|disable`. */
 async function changeHook(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
   const key = requireKeyOf(deps.sealKey);
-  const action = req.params[1];
-  if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
+  const action = req.params[1] ?? '';
+  // A Map, not an object: a path segment such as `constructor` must name no action.
+  const shape = ACTION_BODIES.get(action);
+  if (req.params.length !== 2 || shape === undefined)
     throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
   if (req.body !== undefined) {
-    const problem = EMPTY_BODY.check(req.body);
+    const problem = shape.check(req.body);
     if (problem) throw answerOf(problem);
   }
   const hook = await existingHook(req);
