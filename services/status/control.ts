@@ -44,15 +44,12 @@ export function deriveStatus(v: ServingView, paused: boolean): NodeStatus {
 }
 
 /**
- * The scope of a pause or resume: required, `all` or the name of a node of the cluster (this
- * node or a peer in system.hdb_nodes). Anything else is 400 `invalid_scope`, so a pause can never be
- * filed for a host that does not exist — and no caller can grow QueueControl one row per string.
+ * The scope of a pause or resume, a string the document's PauseScope has bounded: `all` or the name of
+ * a node of the cluster (this node or a peer in system.hdb_nodes). Anything else is 400 `invalid_scope`,
+ * so a pause can never be filed for a host that does not exist — and no caller can grow QueueControl one
+ * row per string.
  */
-export async function checkPauseScope(scope: unknown, peerNames: () => Promise<string[]>): Promise<string> {
-  if (scope === undefined || scope === null)
-    throw new HttpError(400, 'invalid_scope', 'scope is required: "all" or the hostname of a node');
-  if (typeof scope !== 'string' || scope.length === 0 || scope.length > 253)
-    throw new HttpError(400, 'invalid_scope', 'scope must be "all" or the hostname of a node');
+export async function checkPauseScope(scope: string, peerNames: () => Promise<string[]>): Promise<string> {
   if (scope === 'all' || scope === nodeName()) return scope;
   if ((await peerNames()).includes(scope)) return scope;
   throw new HttpError(
@@ -103,7 +100,7 @@ export class NodeControl {
   }
 
   /** checkPauseScope over this node's peers. */
-  checkScope(scope: unknown): Promise<string> {
+  checkScope(scope: string): Promise<string> {
     return checkPauseScope(scope, this.deps.peerNames);
   }
 

@@ -174,6 +174,9 @@ test('fleets and hooks follow the contract: create, list without secrets, redact
     [`/prerender_admin/hooks/${'x'.repeat(3000)}/enable`, 'POST'],
     [`/prerender_admin/fleets/${'y'.repeat(3000)}`, 'DELETE'],
     [`/prerender_admin/hooks/${made.id}/explode`, 'POST'],
+    // Names every plain object answers: an action is looked up where they name nothing.
+    [`/prerender_admin/hooks/${made.id}/constructor`, 'POST'],
+    [`/prerender_admin/hooks/${made.id}/__proto__`, 'POST'],
   ] as const) {
     const r = await h.fetch(path, { method });
     assert.equal(r.status, 404, `${method} ${path.slice(0, 60)}: ${r.text.slice(0, 200)}`);

@@ -566,10 +566,18 @@ test('a malformed frame is a 400: x-metadata-size missing, not a number, past th
       String(size),
     );
   assert.throws(() => splitFrame(Buffer.from('{"id": '), '7'), { status: 400, code: 'invalid_json' });
-  assert.throws(() => splitFrame(Buffer.from('[1,2]'), '5'), {
+  // Metadata that is not an object has no leaseToken: it is read as a prerender fleet's, whose shape
+  // refuses it; the token protocol's own framing refuses it by its shape too.
+  const array = splitFrame(Buffer.from('[1,2]'), '5');
+  assert.throws(() => checkFleetResult(array.meta, array.page), {
     status: 400,
     code: 'invalid_body',
-    message: /JSON object/,
+    message: 'the metadata must be a JSON object, not an array',
+  });
+  assert.throws(() => checkFramedResult(Buffer.from('[1,2]'), '5', 1000), {
+    status: 400,
+    code: 'invalid_body',
+    message: /must be a JSON object, not an array/,
   });
   assert.throws(() => splitFrame(Buffer.from([0x7b, 0xff, 0x7d]), '3'), {
     status: 400,

@@ -4,7 +4,7 @@
 // Problem naming the field (services/http/ answers it 400).
 import { Problem, type Checked } from '../problem.js';
 import { requestShape, type RequestShape } from '../requests/shape.js';
-import { describeType, echo, utf8Text } from '../text.js';
+import { echo, utf8Text } from '../text.js';
 import { knownReason, type Reason } from '../schedule/rowState.js';
 
 export type FleetOutcome = 'rendered' | 'redirected' | 'non-indexable' | 'error';
@@ -89,8 +89,7 @@ export function splitFrame(
   } catch {
     return new Problem('invalid_json', 'the metadata part is not valid UTF-8 JSON');
   }
-  if (typeof meta !== 'object' || meta === null || Array.isArray(meta))
-    return new Problem('invalid_body', `the metadata must be a JSON object, not ${describeType(meta)}`);
+  // Whether the metadata is an object is its dialect's shape to say (checkFleetResult, checkFramedParts).
   return { meta, page: raw.subarray(n) };
 }
 

@@ -151,6 +151,11 @@ export function expectation(s: SchemaNode | undefined): string {
   return text;
 }
 
+/** A schema of an object (a body, a target), as opposed to an item of another type (a URL of a list). */
+function isObjectSchema(s: SchemaNode | undefined): boolean {
+  return s?.type === 'object' || (Array.isArray(s?.type) && s.type.includes('object'));
+}
+
 /** The value as an answer shows it: a short quoted string, a number, or its type. */
 function shown(v: unknown): string {
   if (typeof v === 'string') return echo(v);
@@ -172,7 +177,7 @@ function refusal(e: ShapeError, what: string, codes: Readonly<Record<string, Pro
     return new Problem(
       code,
       e.keyword === 'type'
-        ? `the ${what} must be a JSON object, not ${describeType(e.data)}`
+        ? `the ${what} must be ${isObjectSchema(e.parentSchema) ? 'a JSON object' : expectation(e.parentSchema)}, not ${describeType(e.data)}`
         : `the ${what} must be ${expectation(e.parentSchema)}`,
     );
   if (e.keyword === 'required') {

@@ -89,10 +89,6 @@ function firstBadUtf8(b: Uint8Array): number {
  * A token-protocol result in the raw-bytes framing (docs/fleets.md): `x-metadata-size: n`, then n bytes
  * of the result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
  */
-/**
- * A token-protocol result in the raw-bytes framing (docs/fleets.md): `x-metadata-size: n`, then n bytes
- * of the result as JSON without `body`, then the page itself. Same checks and limits as the JSON form.
- */
 export function checkFramedResult(
   raw: Buffer,
   metadataSize: string | null | undefined,

@@ -33,10 +33,10 @@ export const TARGET_SHAPES = {
   /** POST /render_queue/targets: the envelope (each target is checked on its own). */
   targets: requestShape('fileTargets', 'body'),
   target: requestShape('fileTargets$targets', 'target'),
-  /** DELETE /render_queue/targets. */
-  urls: requestShape('deleteTargets', 'body'),
+  /** DELETE /render_queue/targets: the envelope, and each URL on its own. */
+  urls: { list: requestShape('deleteTargets', 'body'), item: requestShape('deleteTargets$urls', 'url') },
   /** POST /render_queue/discover. */
-  discover: requestShape('discoverUrls', 'body'),
+  discover: { list: requestShape('discoverUrls', 'body'), item: requestShape('discoverUrls$urls', 'url') },
   /** POST /prerender_admin/explain. */
   url: requestShape('explain', 'body', { url: 'invalid_url' }),
   /** POST /prerender_admin/revalidate. */
@@ -72,6 +72,17 @@ export function urlProblem(url: unknown): string | null {
   return null;
 }
 
+/**
+ * The reason a cadence the schema vouched for (an integer) is refused, or null: its bounds are the
+ * configured default cadence's, read from that key, so the two never disagree (the document's `minimum`
+ * says the same number, and a test holds it to the key).
+ */
+export function cadenceProblem(ms: number): string | null {
+  if (ms < MIN_CADENCE_MS || ms > MAX_CADENCE_MS)
+    return `cadenceMs must be between ${MIN_CADENCE_MS} and ${MAX_CADENCE_MS}`;
+  return null;
+}
+
 /** A target as the schema vouched for it. */
 interface TargetFields {
   url: string;
@@ -89,9 +100,8 @@ function checkTarget(t: unknown, now: number, shape: RequestShape): string | Tar
   if (up) return up;
   const out: TargetInput = { url: o.url };
   if (o.cadenceMs !== undefined && o.cadenceMs !== null) {
-    if (!Number.isSafeInteger(o.cadenceMs)) return 'cadenceMs must be an integer (ms)';
-    if (o.cadenceMs < MIN_CADENCE_MS || o.cadenceMs > MAX_CADENCE_MS)
-      return `cadenceMs must be between ${MIN_CADENCE_MS} and ${MAX_CADENCE_MS}`;
+    const cp = cadenceProblem(o.cadenceMs);
+    if (cp) return cp;
     out.cadenceMs = o.cadenceMs;
   }
   if (o.fromSitemap !== undefined && o.fromSitemap !== null) out.fromSitemap = o.fromSitemap;
@@ -134,20 +144,26 @@ export function checkTargetsBody(
   return { accepted, rejected };
 }
 
+/** A URL list's shapes: the envelope, and the item each URL is checked against on its own. */
+export interface UrlListShapes {
+  list: RequestShape;
+  item: RequestShape;
+}
+
 export function checkUrlList(
   body: unknown,
   max = MAX_TARGETS_PER_CALL,
-  shape: RequestShape = TARGET_SHAPES.urls,
+  shapes: UrlListShapes = TARGET_SHAPES.urls,
 ): Checked<{ urls: Array<{ index: number; url: string }>; rejected: Rejection[] }> {
   const list = (body as { urls?: unknown } | null)?.urls;
   if (Array.isArray(list) && list.length > max)
     return new Problem('too_many_urls', `at most ${max} urls per call, got ${list.length}`);
-  const problem = shape.check(body);
+  const problem = shapes.list.check(body);
   if (problem) return problem;
   const urls: Array<{ index: number; url: string }> = [];
   const rejected: Rejection[] = [];
   (list as unknown[]).forEach((u: unknown, index) => {
-    const p = urlProblem(u);
+    const p = shapes.item.check(u)?.message ?? urlProblem(u);
     if (p) rejected.push({ index, error: p });
     else urls.push({ index, url: u as string });
   });

@@ -1,12 +1,10 @@
-// The bodies of the sitemap routes (docs/openapi.yaml, docs/sitemaps.md), checked into typed values or a
-// typed problem; services/http/routes/sitemaps.ts turns a problem into its 400.
-import { describeType, echo } from '../text.js';
-import { MAX_CADENCE_MS, MIN_CADENCE_MS, urlProblem } from '../schedule/targetChecks.js';
-
-export interface Problem {
-  code: string;
-  message: string;
-}
+// The bodies and query strings of the sitemap routes (docs/sitemaps.md). A body's shape is the
+// document's (docs/openapi.yaml, registerSitemap and refreshSitemap); what a shape cannot say follows as
+// named checks: a URL's bytes and parse and its credentials, a cadence within the configured bounds.
+// Each answers a typed value or a Problem; services/http/routes/sitemaps.ts turns a Problem into its 400.
+import { Problem, type Checked } from '../problem.js';
+import { requestShape, type RequestShape } from '../requests/shape.js';
+import { cadenceProblem, urlProblem } from '../schedule/targetChecks.js';
 
 export interface RegisterRequest {
   url: string;
@@ -14,68 +12,51 @@ export interface RegisterRequest {
   deleteRemoved: boolean;
 }
 
-const REGISTER_FIELDS: readonly string[] = ['url', 'cadenceMs', 'deleteRemoved'];
+/** The document's shapes of the sitemap bodies; a bad `url` or `cadenceMs` has its own code. */
+export const SITEMAP_SHAPES = {
+  /** POST /render_queue/sitemaps. */
+  register: requestShape('registerSitemap', 'body', { url: 'invalid_url', cadenceMs: 'invalid_cadence' }),
+  /** POST /render_queue/sitemaps/{id}/refresh. */
+  refresh: requestShape('refreshSitemap', 'body'),
+};
 
-type Checked = { ok: true; o: Record<string, unknown> } | { ok: false; problem: Problem };
-
-function bodyObject(body: unknown, allowed: readonly string[]): Checked {
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    return {
-      ok: false,
-      problem: { code: 'invalid_body', message: `the body must be a JSON object, not ${describeType(body)}` },
-    };
-  const o = body as Record<string, unknown>;
-  for (const k of Object.keys(o))
-    if (!allowed.includes(k))
-      return {
-        ok: false,
-        problem: { code: 'unknown_field', message: `unknown field ${echo(k)} in the body` },
-      };
-  return { ok: true, o };
+/** registerSitemap's body as the schema vouched for it. */
+interface RegisterFields {
+  url: string;
+  cadenceMs?: number | null;
+  deleteRemoved?: boolean | null;
 }
 
-export function checkRegister(body: unknown): RegisterRequest | Problem {
-  const checked = bodyObject(body, REGISTER_FIELDS);
-  if (!checked.ok) return checked.problem;
-  const o = checked.o;
+export function checkRegister(
+  body: unknown,
+  shape: RequestShape = SITEMAP_SHAPES.register,
+): Checked<RegisterRequest> {
+  const problem = shape.check(body);
+  if (problem) return problem;
+  const o = body as RegisterFields;
   const up = urlProblem(o.url);
-  if (up !== null) return { code: 'invalid_url', message: up };
-  const url = new URL(o.url as string);
+  if (up !== null) return new Problem('invalid_url', up);
+  // The URL is stored and shown to every reader of the sitemap list: no password belongs in it.
+  const url = new URL(o.url);
   if (url.username !== '' || url.password !== '')
-    return { code: 'invalid_url', message: 'url must not contain credentials' };
-  let cadenceMs: number | null = null;
-  if (o.cadenceMs !== undefined && o.cadenceMs !== null) {
-    if (typeof o.cadenceMs !== 'number' || !Number.isSafeInteger(o.cadenceMs))
-      return { code: 'invalid_cadence', message: 'cadenceMs must be an integer (ms)' };
-    if (o.cadenceMs < MIN_CADENCE_MS || o.cadenceMs > MAX_CADENCE_MS)
-      return {
-        code: 'invalid_cadence',
-        message: `cadenceMs must be between ${MIN_CADENCE_MS} and ${MAX_CADENCE_MS}`,
-      };
-    cadenceMs = o.cadenceMs;
+    return new Problem('invalid_url', 'url must not contain credentials');
+  const cadenceMs = o.cadenceMs ?? null;
+  if (cadenceMs !== null) {
+    const cp = cadenceProblem(cadenceMs);
+    if (cp) return new Problem('invalid_cadence', cp);
   }
-  let deleteRemoved = false;
-  if (o.deleteRemoved !== undefined && o.deleteRemoved !== null) {
-    if (typeof o.deleteRemoved !== 'boolean')
-      return { code: 'invalid_body', message: 'deleteRemoved must be a boolean' };
-    deleteRemoved = o.deleteRemoved;
-  }
-  return { url: o.url as string, cadenceMs, deleteRemoved };
+  return { url: o.url, cadenceMs, deleteRemoved: o.deleteRemoved === true };
 }
 
-/** POST …/refresh: an empty body, or {allowLargeRemoval}. */
-export function checkRefresh(body: unknown): { allowLargeRemoval: boolean } | Problem {
+/** POST …/refresh: no body, or the document's {allowLargeRemoval}. */
+export function checkRefresh(
+  body: unknown,
+  shape: RequestShape = SITEMAP_SHAPES.refresh,
+): Checked<{ allowLargeRemoval: boolean }> {
   if (body === undefined) return { allowLargeRemoval: false };
-  const checked = bodyObject(body, ['allowLargeRemoval']);
-  if (!checked.ok) return checked.problem;
-  const o = checked.o;
-  if (
-    o.allowLargeRemoval !== undefined &&
-    o.allowLargeRemoval !== null &&
-    typeof o.allowLargeRemoval !== 'boolean'
-  )
-    return { code: 'invalid_body', message: 'allowLargeRemoval must be a boolean' };
-  return { allowLargeRemoval: o.allowLargeRemoval === true };
+  const problem = shape.check(body);
+  if (problem) return problem;
+  return { allowLargeRemoval: (body as { allowLargeRemoval?: boolean | null }).allowLargeRemoval === true };
 }
 
 export const MAX_LIST_LIMIT = 1000;
@@ -84,16 +65,24 @@ const DEFAULT_LIST_LIMIT = 100;
 /** GET …/sitemaps?limit=&cursor= */
 export function checkListQuery(
   query: URLSearchParams,
-): { limit: number; cursor: string | undefined } | Problem {
+): Checked<{ limit: number; cursor: string | undefined }> {
   const l = query.get('limit');
   let limit = DEFAULT_LIST_LIMIT;
   if (l !== null) {
     if (!/^\d{1,7}$/.test(l) || Number(l) < 1 || Number(l) > MAX_LIST_LIMIT)
-      return { code: 'invalid_query', message: `limit must be an integer from 1 to ${MAX_LIST_LIMIT}` };
+      return new Problem('invalid_query', `limit must be an integer from 1 to ${MAX_LIST_LIMIT}`);
     limit = Number(l);
   }
   const c = query.get('cursor');
   if (c !== null && (c.length === 0 || c.length > 200))
-    return { code: 'invalid_query', message: 'cursor must be the cursor a previous page answered' };
+    return new Problem('invalid_query', 'cursor must be the cursor a previous page answered');
   return { limit, cursor: c ?? undefined };
+}
+
+/** DELETE …/sitemaps/{id}?deleteTargets=: whether its URLs are deleted rather than unlinked. */
+export function checkForgetQuery(query: URLSearchParams): Checked<{ deleteTargets: boolean }> {
+  const d = query.get('deleteTargets');
+  if (d !== null && d !== 'true' && d !== 'false')
+    return new Problem('invalid_query', 'deleteTargets must be true or false');
+  return { deleteTargets: d === 'true' };
 }

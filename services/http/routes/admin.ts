@@ -6,7 +6,7 @@ import {
   withSecretsHidden,
   type QueueKeeperConfig,
 } from '../../../util/config/schema.js';
-import { HttpError, badRequest } from '../../runtime/httpError.js';
+import { HttpError } from '../../runtime/httpError.js';
 import { queueOf } from '../../../util/schedule/rules.js';
 import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
 import { retiredPage } from '../../../util/schedule/retired.js';
@@ -29,6 +29,11 @@ import { nodeName } from '../../cluster/nodeName.js';
 import type { ScheduleRow } from '../../../util/schedule/rules.js';
 import type { NodeControl, NodeStatus } from '../../status/control.js';
 
+/**
+ * The config update's body as docs/openapi.yaml describes it (ConfigPatch): an object. Its keys are the
+ * configuration's key list's to check (RuntimeConfig.update), so a bad one is `invalid_config` naming it.
+ */
+const CONFIG_BODY = requestShape('updateConfig', 'body');
 /** The pause bodies as docs/openapi.yaml describes them; a bad `scope` has its own code. */
 const PAUSE_BODY = requestShape('pause', 'body', { scope: 'invalid_scope' });
 const RESUME_BODY = requestShape('resume', 'body', { scope: 'invalid_scope' });
@@ -111,8 +116,8 @@ async function readConfig(deps: AdminDeps): Promise<ApiResponse> {
 
 /** `POST /prerender_admin/config`: a partial update, stored and applied on every worker. */
 async function updateConfig(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
-  if (typeof req.body !== 'object' || req.body === null || Array.isArray(req.body))
-    throw badRequest('invalid_body', 'the body must be a nested partial configuration object');
+  const problem = CONFIG_BODY.check(req.body);
+  if (problem) throw answerOf(problem);
   try {
     const r = await deps.settings.update(req.body);
     // Built only from bounded ASCII, so nothing here can throw after the row was committed.
@@ -134,7 +139,7 @@ async function setPause(deps: AdminDeps, req: ApiRequest, paused: boolean): Prom
   const { control } = deps;
   const problem = (paused ? PAUSE_BODY : RESUME_BODY).check(req.body ?? {});
   if (problem) throw answerOf(problem);
-  const scope = await control.checkScope((req.body as { scope?: unknown } | null)?.scope);
+  const scope = await control.checkScope((req.body as { scope: string }).scope);
   await control.setPause(scope, paused);
   if (scope === 'all' || scope === nodeName()) await control.publishStatus(deps.nodeStatus(Date.now()));
   return reply({ scope, paused });
@@ -221,7 +226,8 @@ async function removeDevice(deps: AdminDeps, req: ApiRequest): Promise<ApiRespon
   if (req.params.length !== 1) throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
   const name = req.params[0]!;
   if (!isDeviceName(name))
-    throw badRequest(
+    throw new HttpError(
+      400,
       'invalid_device',
       `${echo(name)} is no device name: a lower-case letter, then up to 31 lower-case letters, digits or '-'`,
     );

@@ -2,9 +2,9 @@
 // is a 400. A hook secret leaves the server only in the answers of create and rotate.
 import { redactUrl, validateHookUrl, type HookUrlPolicy } from '../../../util/notify/addressPolicy.js';
 import { HttpError, badRequest } from '../../runtime/httpError.js';
-import { requestShape } from '../../../util/requests/shape.js';
+import { requestShape, type RequestShape } from '../../../util/requests/shape.js';
 import { answerOf } from '../problems.js';
-import { describeType, echo, isWellFormed } from '../../../util/text.js';
+import { echo, isWellFormed } from '../../../util/text.js';
 import { MAX_QUEUE_NAME_CHARS, fleetNameProblem } from '../../../util/notify/wakeBody.js';
 import {
   CeilingExceeded,
@@ -26,10 +26,8 @@ import {
 import type { SealKey } from '../../notify/sealKey.js';
 import { type ApiRequest, type ApiResponse, reply, type Router, type RouteEntry } from '../router.js';
 
-const MAX_NAME_CHARS = 200;
 /** Ids are UUIDs; anything much longer cannot name a row (and would exceed the store's key limit). */
 const MAX_ID_CHARS = 200;
-const MAX_QUEUES = 100;
 
 /** The fleet and hook bodies as docs/openapi.yaml describes them; each field has its own code. */
 const FLEET_BODY = requestShape('createFleet', 'body', {
@@ -42,8 +40,12 @@ const HOOK_BODY = requestShape('createHook', 'body', {
   url: 'invalid_url',
   queues: 'invalid_queues',
 });
-/** rotate, enable and disable take no body, or an empty object. */
-const EMPTY_BODY = requestShape('rotateHookSecret', 'body');
+/** rotate, enable and disable: each its own operation's body (no body, or an empty object). */
+const ACTION_BODIES: ReadonlyMap<string, RequestShape> = new Map([
+  ['rotate', requestShape('rotateHookSecret', 'body')],
+  ['enable', requestShape('enableHook', 'body')],
+  ['disable', requestShape('disableHook', 'body')],
+]);
 
 function fleetView(f: FleetRecord) {
   return {
@@ -81,35 +83,27 @@ function hookView(h: HookRecord, key: Buffer) {
   };
 }
 
-function checkName(v: unknown, field: string): string {
-  if (typeof v !== 'string')
-    throw badRequest('invalid_' + field, `${field} must be a string, not ${describeType(v)}`);
-  if (v.trim() === '') throw badRequest('invalid_' + field, `${field} must not be empty`);
-  if (v.length > MAX_NAME_CHARS)
-    throw badRequest('invalid_' + field, `${field} must be at most ${MAX_NAME_CHARS} characters`);
-  if (!isWellFormed(v)) throw badRequest('invalid_' + field, `${field} must be well-formed Unicode`);
-  return v;
-}
+// After the document's shape (FLEET_BODY, HOOK_BODY), which has vouched for each field's type and
+// length, what a schema cannot say: a name of spaces only, a lone surrogate, a name's bytes in a wake.
 
 /** A fleet's name is sent in every wake body, so it obeys the wake's byte budget (util/notify/wakeBody.ts). */
-function checkFleetName(v: unknown): string {
-  const name = checkName(v, 'name');
+function checkFleetName(name: string): string {
   const problem = fleetNameProblem(name);
   if (problem) throw badRequest('invalid_name', `name ${problem}`);
   return name;
 }
 
-/** A queue list: absent = [] (all); otherwise distinct non-empty names. */
-function checkQueues(v: unknown): string[] {
-  if (v === undefined || v === null) return [];
-  if (!Array.isArray(v))
-    throw badRequest('invalid_queues', `queues must be an array of queue names, not ${describeType(v)}`);
-  if (v.length > MAX_QUEUES)
-    throw badRequest('invalid_queues', `queues may name at most ${MAX_QUEUES} queues`);
+function checkUsername(v: string): string {
+  if (v.trim() === '') throw badRequest('invalid_username', 'username must not be empty');
+  if (!isWellFormed(v)) throw badRequest('invalid_username', 'username must be well-formed Unicode');
+  return v;
+}
+
+/** A queue list: absent = [] (all); otherwise distinct names, none of spaces only or ill-formed. */
+function checkQueues(v: readonly string[] | null | undefined): string[] {
   const out: string[] = [];
-  v.forEach((q, i) => {
-    // A queue is a route name (or `unrouted`): anything longer than a route name can be names nothing.
-    if (typeof q !== 'string' || q.trim() === '' || q.length > MAX_QUEUE_NAME_CHARS || !isWellFormed(q))
+  (v ?? []).forEach((q, i) => {
+    if (q.trim() === '' || !isWellFormed(q))
       throw badRequest(
         'invalid_queues',
         `queues[${i}] must be a non-empty queue name of at most ${MAX_QUEUE_NAME_CHARS} characters`,
@@ -162,7 +156,7 @@ async function addFleet(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResp
   const name = checkFleetName(body.name);
   const queues = checkQueues(body.queues);
   const username =
-    body.username === undefined || body.username === null ? null : checkName(body.username, 'username');
+    body.username === undefined || body.username === null ? null : checkUsername(body.username);
   const created = await createFleet({ name, queues, username }, Date.now());
   deps.fleetsChanged();
   return reply(fleetView(created));
@@ -240,11 +234,13 @@ async function listAllHooks(deps: NotifyRouteDeps, req: ApiRequest): Promise<Api
 /** `POST /prerender_admin/hooks/<id>/rotate|enable|disable`. */
 async function changeHook(deps: NotifyRouteDeps, req: ApiRequest): Promise<ApiResponse> {
   const key = requireKeyOf(deps.sealKey);
-  const action = req.params[1];
-  if (req.params.length !== 2 || !['rotate', 'enable', 'disable'].includes(action ?? ''))
+  const action = req.params[1] ?? '';
+  // A Map, not an object: a path segment such as `constructor` must name no action.
+  const shape = ACTION_BODIES.get(action);
+  if (req.params.length !== 2 || shape === undefined)
     throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
   if (req.body !== undefined) {
-    const problem = EMPTY_BODY.check(req.body);
+    const problem = shape.check(req.body);
     if (problem) throw answerOf(problem);
   }
   const hook = await existingHook(req);

@@ -1,14 +1,15 @@
 // Sitemap endpoints (docs/sitemaps.md): feeders and super_user register, refresh and forget; observer
 // roles may read. The walk runs in the background: a registration or refresh answers 202 at once.
-import { HttpError, badRequest } from '../../runtime/httpError.js';
+import { HttpError } from '../../runtime/httpError.js';
 import { echo } from '../../../util/text.js';
 import {
+  checkForgetQuery,
   checkListQuery,
   checkRefresh,
   checkRegister,
-  type Problem,
 } from '../../../util/sitemaps/requests.js';
 import type { SitemapService } from '../../sitemaps/service.js';
+import { orRefuse } from '../problems.js';
 import { type ApiRequest, type ApiResponse, reply, type Router, type RouteEntry } from '../router.js';
 
 /** Sitemap ids are 24 hex characters (services/sitemaps/service.ts sitemapIdOf). */
@@ -16,11 +17,6 @@ const SITEMAP_ID = /^[0-9a-f]{24}$/;
 
 export interface SitemapRouteDeps {
   sitemaps: SitemapService;
-}
-
-function orThrow<T extends object>(v: T | Problem): T {
-  if ('code' in v && 'message' in v && typeof v.code === 'string') throw badRequest(v.code, v.message);
-  return v as T;
 }
 
 /** The id of `…/sitemaps/<id>[/<action>]`, or a 404 (an id that cannot exist names nothing). */
@@ -36,14 +32,14 @@ function exactly(req: ApiRequest, n: number): void {
 
 /** `POST /render_queue/sitemaps`: registers a sitemap and starts its first walk (202), or finds it (200). */
 async function register(deps: SitemapRouteDeps, req: ApiRequest): Promise<ApiResponse> {
-  const body = orThrow(checkRegister(req.body));
+  const body = orRefuse(checkRegister(req.body));
   const { created, view } = await deps.sitemaps.register(req.user.username ?? '', body);
   return reply(view, created ? 202 : 200);
 }
 
 /** `GET /render_queue/sitemaps`: the registered sitemaps, a page at a time. */
 async function list(deps: SitemapRouteDeps, req: ApiRequest): Promise<ApiResponse> {
-  const q = orThrow(checkListQuery(req.query));
+  const q = orRefuse(checkListQuery(req.query));
   return reply(deps.sitemaps.list(q.limit, q.cursor));
 }
 
@@ -58,7 +54,7 @@ async function refresh(deps: SitemapRouteDeps, req: ApiRequest): Promise<ApiResp
   exactly(req, 2);
   if (req.params[1] !== 'refresh') throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
   const id = sitemapId(req);
-  const { allowLargeRemoval } = orThrow(checkRefresh(req.body));
+  const { allowLargeRemoval } = orRefuse(checkRefresh(req.body));
   return reply(await deps.sitemaps.refresh(id, allowLargeRemoval), 202);
 }
 
@@ -66,10 +62,8 @@ async function refresh(deps: SitemapRouteDeps, req: ApiRequest): Promise<ApiResp
 async function forget(deps: SitemapRouteDeps, req: ApiRequest): Promise<ApiResponse> {
   exactly(req, 1);
   const id = sitemapId(req);
-  const d = req.query.get('deleteTargets');
-  if (d !== null && d !== 'true' && d !== 'false')
-    throw badRequest('invalid_query', 'deleteTargets must be true or false');
-  const r = await deps.sitemaps.remove(id, d === 'true');
+  const { deleteTargets } = orRefuse(checkForgetQuery(req.query));
+  const r = await deps.sitemaps.remove(id, deleteTargets);
   return reply({ forgotten: true, unlinked: r.unlinked, deletedTargets: r.deleted });
 }
 
