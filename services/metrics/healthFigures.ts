@@ -14,7 +14,13 @@ import type { LiveFigures, MetricValues } from './values.js';
 
 /** The parts of the state document (services/keeper/stateDocument.ts) read here and by queue-state. */
 export interface StateDocRead {
-  now: { due: number; inFlight: number; paused: boolean; status: string };
+  now: {
+    due: number;
+    inFlight: number;
+    paused: boolean;
+    status: string;
+    rowsByState?: Record<string, number>;
+  };
   lateness: QueueStateLateness;
   trust: {
     live: boolean;
@@ -91,6 +97,7 @@ export class HealthFigures {
       keeper_exact: doc?.trust.exact ? 1 : 0,
       // Unknown while the keeper cannot vouch for its numbers: NaN, never a stale figure shown as live.
       keeper_rows: doc?.trust.keeper?.rows ?? NaN,
+      rows_by_state: rowsByState(doc),
       state_age: latest ? Math.max(0, now - latest.doc.trust.stateAt) / 1000 : NaN,
       leases_held: occupancy,
       lease_capacity: leases.maxLeases,
@@ -113,4 +120,15 @@ export class HealthFigures {
       runOnce: async (now) => ({ recorded: metrics.recordLive(this.liveFigures(now)) }),
     };
   }
+}
+
+/** queue_keeper_rows{state}: the held rows by state and the orphaned count; no series while unvouched. */
+function rowsByState(doc: StateDocRead | null): Array<{ labels: Record<string, string>; value: number }> {
+  if (doc === null) return [];
+  const held = doc.now.rowsByState;
+  const orphaned = doc.trust.keeper?.orphaned?.rows;
+  return [
+    ...(held ? Object.entries(held).map(([state, value]) => ({ labels: { state }, value })) : []),
+    ...(orphaned !== undefined ? [{ labels: { state: 'orphaned' }, value: orphaned }] : []),
+  ];
 }

@@ -142,6 +142,15 @@ export const METRICS = {
     help: 'Schedule rows the keeper holds in memory.',
     live: true,
   },
+  rows_by_state: {
+    name: 'queue_keeper_rows',
+    kind: 'gauge',
+    unit: 'rows',
+    help: "Schedule rows of this node by state: the keeper's held rows as active, suppressed or gone, and the rows of devices no longer in render.deviceTypes as orphaned (as the keeper's last load or walk counted them).",
+    labels: ['state'],
+    labelValues: { state: ['active', 'suppressed', 'gone', 'orphaned'] },
+    live: true,
+  },
   state_age: {
     name: 'queue_keeper_state_age_seconds',
     kind: 'gauge',
