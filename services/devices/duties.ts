@@ -1,4 +1,4 @@
-// The device duties (docs/feeding.md "Devices", docs/upgrading.md), run on worker 0: the upgrade that
+// The device duties (docs/feeding.md "Devices", docs/operating.md "Upgrading"), run on worker 0: the upgrade that
 // moves rows and pages keyed by a bare URL to `<url>|<device>`, the filing of a device added to
 // render.deviceTypes, and the deletion of a device's rows and pages (DELETE /prerender_admin/devices/{name}).
 // Each walks the table in slices that yield (no hold of the event loop), keeps its cursor in the node's

@@ -241,7 +241,7 @@ async function bytesOf(v: unknown): Promise<Buffer | null> {
  * The upgrade to device keys (services/devices/duties.ts): moves each page stored under its bare URL to
  * `<url>|<device>`, its body and compressed copies copied into new blobs. Writing the old blob reference
  * under the new key would lose the body once Harper's audit cleanup removes the old version's file
- * (docs/upgrading.md). A page the new key already has (rendered since the start) is kept. Answers the
+ * (docs/operating.md "Upgrading"). A page the new key already has (rendered since the start) is kept. Answers the
  * pages moved.
  */
 export async function moveBarePages(keys: readonly string[], device: string): Promise<number> {

@@ -1,4 +1,4 @@
-// The upgrade to device keys against a real Harper (docs/upgrading.md): a data folder written in the layout
+// The upgrade to device keys against a real Harper (docs/operating.md "Upgrading"): a data folder written in the layout
 // before device variants (rows, failing entries and pages keyed by the bare URL; bodies in Harper blobs) is
 // moved in place on the first start to `<url>|desktop`, losing no row, no failure history and no page; every
 // body still reads after Harper's audit cleanup has passed the old versions (a moved blob reference would

@@ -679,6 +679,27 @@ test('a walk requested during a verification is queued and run, not lost', async
   assert.equal(h.svc.core.describe(keyOf(10), NOW)?.dueMs, NOW + 4 * HOUR);
 });
 
+test("the keeper holds only the configured devices' rows, counts the others as orphaned, and follows a change of the list", async () => {
+  // Without the device gate the mobile rows are held and handed out although no fleet renders them.
+  const h = harness();
+  for (let i = 0; i < 20; i++) {
+    h.table.put(keyOf(i), stored(NOW - MINUTE));
+    h.table.put(keyOf(i).replace(/\|desktop$/, '|mobile'), stored(NOW - MINUTE));
+  }
+  await h.start();
+  assert.equal(h.svc.core.size, 20, 'only the desktop rows are held');
+  assert.deepEqual(h.svc.stats.orphaned, { rows: 20, countedAt: NOW }, 'the mobile rows are orphaned');
+  h.setConfig({ render: { deviceTypes: ['desktop', 'mobile'] } });
+  await h.svc.devicesChanged(h.now);
+  assert.equal(h.svc.core.size, 40, 'a device listed again is taken up by a walk');
+  assert.equal(h.svc.stats.orphaned?.rows, 0);
+  h.setConfig({ render: { deviceTypes: ['mobile'] } });
+  await h.svc.devicesChanged(h.now);
+  assert.equal(h.svc.core.size, 20, 'a device out of the list has its rows dropped');
+  assert.ok(h.svc.core.has(keyOf(3).replace(/\|desktop$/, '|mobile')));
+  assert.ok(!h.svc.core.has(keyOf(3)));
+});
+
 test('a route change reclassifies held rows in memory without a reload', async () => {
   const h = harness();
   for (let i = 0; i < 50; i++) {

@@ -242,3 +242,98 @@ test('a permanent redirect retires the row with its entry in the same commit and
   ]);
   assert.equal(store.rows.get(K(dest))!.nextRenderTime, NOW + 86_400_000);
 });
+
+/** Writes over render.deviceTypes [desktop, mobile]. */
+function twoDevices(): { store: FakeSchedule; w: ScheduleWrites } {
+  const store = new FakeSchedule(true);
+  const config = () => {
+    const c = defaultConfig();
+    c.render.deviceTypes = ['desktop', 'mobile'];
+    return c;
+  };
+  return { store, w: new ScheduleWrites(store, config) };
+}
+
+test('filing a URL files a row per configured device, both due in the same minute', async () => {
+  const { store, w } = twoDevices();
+  const url = 'https://example.com/d';
+  await w.fileTargets([{ url, cadenceMs: 86_400_000 }], NOW);
+  const d = store.rows.get(rowKey(url, 'desktop'))!;
+  const m = store.rows.get(rowKey(url, 'mobile'))!;
+  assert.equal(store.rows.size, 2);
+  assert.equal(d.nextRenderTime, m.nextRenderTime, 'the spread is taken from the URL');
+  assert.equal(m.cacheKey, rowKey(url, 'mobile'));
+});
+
+test('delete and revalidate act on every device of a URL, a device no longer configured included', async () => {
+  const { store, w } = twoDevices();
+  const url = 'https://example.com/all';
+  await w.fileTargets([{ url, cadenceMs: 86_400_000 }], NOW);
+  store.rows.set(rowKey(url, 'tablet'), {
+    ...store.rows.get(rowKey(url, 'desktop'))!,
+    cacheKey: rowKey(url, 'tablet'),
+  });
+  const due = await w.revalidate(url, NOW);
+  assert.deepEqual(due.map((r) => r.cacheKey).sort(), [
+    rowKey(url, 'desktop'),
+    rowKey(url, 'mobile'),
+    rowKey(url, 'tablet'),
+  ]);
+  assert.ok(due.every((r) => r.nextRenderTime <= NOW && r.urgentAt === NOW));
+  const gone = await w.deleteTargets([url]);
+  assert.equal(gone.urls, 1, 'one URL');
+  assert.equal(gone.keys.length, 3, 'three rows');
+  assert.equal(store.rows.size, 0);
+});
+
+test('a 301 on the mobile row retires it alone and files the destination for every device', async () => {
+  const { store, w } = twoDevices();
+  const src = 'https://example.com/m';
+  const dest = 'https://m.example.com/m';
+  await w.fileTargets([{ url: src, cadenceMs: 3_600_000 }], NOW);
+  const [a] = await w.applyResults([
+    {
+      key: rowKey(src, 'mobile'),
+      outcome: 'redirected',
+      statusCode: 301,
+      completedAt: NOW,
+      redirectedTo: dest,
+      fileDestination: dest,
+    },
+  ]);
+  assert.equal(a!.found && a!.retired, 'redirect');
+  assert.ok(store.rows.has(rowKey(src, 'desktop')), 'the desktop row stays');
+  assert.ok(!store.rows.has(rowKey(src, 'mobile')));
+  assert.equal(store.retired[0]!.key, rowKey(src, 'mobile'));
+  assert.equal(store.retired[0]!.retired!.deviceType, 'mobile');
+  assert.ok(store.rows.has(rowKey(dest, 'desktop')) && store.rows.has(rowKey(dest, 'mobile')));
+});
+
+test('discover files only the devices it may, and counts URLs', async () => {
+  const { store, w } = twoDevices();
+  const url = 'https://example.com/disc';
+  const filed = await w.discoverUrls([url, url], NOW, (key) => !key.endsWith('|mobile'));
+  assert.equal(filed, 1);
+  assert.deepEqual([...store.rows.keys()], [rowKey(url, 'desktop')]);
+});
+
+test("an added device's row is made from another device's row: same minute, cadence and sitemap link, no history", async () => {
+  const { store, w } = twoDevices();
+  const url = 'https://example.com/add';
+  await w.fileTargets([{ url, cadenceMs: 3_600_000, fromSitemap: true }], NOW);
+  const source = {
+    ...store.rows.get(rowKey(url, 'desktop'))!,
+    strikes: 3,
+    lastOutcome: 'failed',
+    sitemapId: 's1',
+    sitemapLastmod: 5,
+  };
+  assert.equal(await w.fileDeviceRows([{ key: rowKey(url, 'tablet'), source }]), 1);
+  const t = store.rows.get(rowKey(url, 'tablet'))!;
+  assert.equal(t.nextRenderTime, source.nextRenderTime);
+  assert.deepEqual(
+    [t.effectiveInterval, t.fromSitemap, t.verified, t.sitemapId, t.sitemapLastmod, t.strikes, t.lastOutcome],
+    [3_600_000, true, true, 's1', 5, 0, null],
+  );
+  assert.equal(await w.fileDeviceRows([{ key: rowKey(url, 'tablet'), source }]), 0, 'never over a row');
+});
