@@ -15,6 +15,8 @@ const REFRESH_MS = 3000;
 const REQUEST_TIMEOUT_MS = 8000;
 /** Failing rows the console shows: the top of GET /prerender_admin/failing. */
 const FAILING_SHOWN = 10;
+/** Retired rows the console shows: the newest of GET /prerender_admin/retired. */
+const RETIRED_SHOWN = 10;
 const BLANK = '—';
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const CLASS_ROWS_SHOWN = 50;
@@ -494,6 +496,18 @@ function renderTrust(live, r) {
   const repaired = setCount('trust-repaired', k ? k.repairedTotal : null);
   repaired.classList.toggle('warn', Boolean(k && k.repairedTotal > 0));
   setText('trust-error', k ? (k.lastError ?? 'none') : null);
+  setText('trust-devices', live && live.devices ? devicesText(live.devices) : null);
+}
+
+/** The devices line: the configured devices, the orphaned rows, and a device duty while one runs. */
+function devicesText(d) {
+  const parts = [d.configured.join(', ')];
+  if (d.orphanedRows) parts.push(`${fmtCount(d.orphanedRows)} orphaned rows`);
+  for (const duty of d.duties) {
+    if (duty.phase === 'done' || duty.phase === 'cancelled') continue;
+    parts.push(`${duty.kind} ${duty.device ?? ''}: ${duty.phase}, ${fmtCount(duty.rows)} rows so far`);
+  }
+  return parts.join('; ');
 }
 
 function renderStatus(overview, state) {
@@ -649,6 +663,7 @@ function renderFailing(failing) {
           const tr = document.createElement('tr');
           tr.setAttribute('data-testid', 'failing-row');
           cell(tr, r.url, 'mono');
+          cell(tr, r.deviceType ?? '');
           cell(tr, r.queue);
           cell(tr, fmtCount(r.strikes), r.strikes > 1 ? 'num warn' : 'num');
           cell(tr, r.lastStatusCode, 'num');
@@ -659,8 +674,37 @@ function renderFailing(failing) {
           return tr;
         })
       : null,
-    7,
+    8,
     'no failing rows',
+  );
+}
+
+/** The newest of the retired list: rows a render verdict retired (a permanent redirect, noindex or gone too often). */
+function renderRetired(retired) {
+  const rows = retired.ok && retired.body && Array.isArray(retired.body.rows) ? retired.body.rows : null;
+  markUnavailable('retired', !rows);
+  byId('retired-note').textContent = rows
+    ? retired.body.next
+      ? `The ${RETIRED_SHOWN} newest; GET /prerender_admin/retired pages through the rest.`
+      : 'Rows a render verdict retired within render.retiredRetention.'
+    : `unavailable: ${retired.error}`;
+  fillTable(
+    'retired-table',
+    rows
+      ? rows.map((r) => {
+          const tr = document.createElement('tr');
+          tr.setAttribute('data-testid', 'retired-row');
+          cell(tr, r.url, 'mono');
+          cell(tr, r.deviceType);
+          cell(tr, r.queue);
+          cell(tr, r.reason, r.reason === 'redirect' ? '' : 'warn');
+          cell(tr, r.lastStatusCode, 'num');
+          cell(tr, fmtAgo(r.retiredAt));
+          return tr;
+        })
+      : null,
+    6,
+    'no retired rows',
   );
 }
 
@@ -733,13 +777,14 @@ function renderServing(r) {
 // ---------- refresh loop ----------
 
 async function refresh() {
-  const [state, overview, fleets, hooks, stall, failing, metrics] = await Promise.all([
+  const [state, overview, fleets, hooks, stall, failing, retired, metrics] = await Promise.all([
     call('/prerender_admin/queue-state'),
     call('/prerender_admin/overview'),
     call('/prerender_admin/fleets'),
     call('/prerender_admin/hooks'),
     call('/prerender_admin/stall-ledger'),
     call(`/prerender_admin/failing?limit=${FAILING_SHOWN}`),
+    call(`/prerender_admin/retired?limit=${RETIRED_SHOWN}`),
     call('/prerender_admin/metrics'),
   ]);
   renderServing(metrics);
@@ -748,6 +793,7 @@ async function refresh() {
   renderOverview(overview);
   renderNotify(fleets, hooks, stall);
   renderFailing(failing);
+  renderRetired(retired);
   renderSitemaps(state);
   byId('fetch-error').textContent = overview.ok ? '' : `overview: ${overview.error}`;
   const updated = byId('updated-at');
