@@ -66,7 +66,7 @@ let sink = 0;
 /** The keys of the best `k` due rows, best first, as a publish walk hands them over. */
 function topKeys(k: number, skip?: TopSkip): string[] {
   const keys: string[] = [];
-  core.publishWalk(k, 0, NOW, { top: (key) => keys.push(key), extra: () => undefined }, skip);
+  core.selection.publishWalk(k, 0, NOW, { top: (key) => keys.push(key), extra: () => undefined }, skip);
   return keys;
 }
 // The rows go straight to a callback, as the keeper's publish copies them into the ready set.
@@ -79,16 +79,16 @@ const scoreSink: PublishSink = {
   },
 };
 const top = timeIt(1000, () => {
-  sink += core.publishWalk(5000, 0, NOW, scoreSink).skipped;
+  sink += core.selection.publishWalk(5000, 0, NOW, scoreSink).skipped;
 });
 // With the section extras a publish of a 5,000-entry set adds (half its capacity).
 const withExtras = timeIt(1000, () => {
-  sink += core.publishWalk(5000, 2500, NOW, scoreSink).skipped;
+  sink += core.selection.publishWalk(5000, 2500, NOW, scoreSink).skipped;
 });
 // Leases sit on the best rows, so the walk has to step over them: the publish loop's real shape.
 const leased = new Set(topKeys(2000));
 const topSkip = timeIt(300, () => {
-  sink += core.publishWalk(5000, 0, NOW, scoreSink, (key) => leased.has(key)).skipped;
+  sink += core.selection.publishWalk(5000, 0, NOW, scoreSink, (key) => leased.has(key)).skipped;
 });
 const state = timeIt(20, () => {
   sink += core.state(NOW).now.due;
@@ -106,12 +106,12 @@ for (const key of rendered) {
 }
 const writeUs = (Number(process.hrtime.bigint() - writeStart) / 1e3 / rendered.length).toFixed(3);
 const topAfterChurn = timeIt(1000, () => {
-  sink += core.publishWalk(5000, 0, NOW, scoreSink).skipped;
+  sink += core.selection.publishWalk(5000, 0, NOW, scoreSink).skipped;
 });
 let bucketsTouched = 0;
 let lastDue = NaN;
 let lastRoute = '';
-core.publishWalk(5000, 0, NOW, {
+core.selection.publishWalk(5000, 0, NOW, {
   top: (_key, _score, dueMs, held) => {
     if (dueMs !== lastDue || held.route !== lastRoute) bucketsTouched++;
     lastDue = dueMs;

@@ -41,8 +41,8 @@ function time(pass: () => unknown): number[] {
   return ms;
 }
 const round = (x: number) => Math.round(x * 100) / 100;
-const collect = time(() => table.collectExpired(now, () => undefined));
-const reconcile = time(() => table.reconcile(now));
+const collect = time(() => table.upkeep.collectExpired(now, () => undefined));
+const reconcile = time(() => table.upkeep.reconcile(now));
 console.log(
   JSON.stringify({
     bench: 'lease-scans',

@@ -81,7 +81,7 @@ interface Row {
 /** The best `k` due rows, best first, as a publish walk (no extras) hands them over. */
 function topRows(k: number, skip?: TopSkip): Row[] {
   const rows: Row[] = [];
-  core.publishWalk(
+  core.selection.publishWalk(
     k,
     0,
     NOW,
@@ -93,7 +93,7 @@ function topRows(k: number, skip?: TopSkip): Row[] {
 /** A walk of the top that only counts what it is handed. */
 function countTop(skip?: TopSkip): number {
   let n = 0;
-  core.publishWalk(CAPACITY, 0, NOW, { top: () => n++, extra: () => n++ }, skip);
+  core.selection.publishWalk(CAPACITY, 0, NOW, { top: () => n++, extra: () => n++ }, skip);
   return n;
 }
 
@@ -113,7 +113,7 @@ const flagsOf = (h: HeldClass) => flagBits(h.fromSitemap, h.verified, h.mark);
 function keeperPublish(leaseSkip: TopSkip): number {
   const head: string[] = [];
   const r = ready.publishWith(NOW, (w) => {
-    const walk = core.publishWalk(
+    const walk = core.selection.publishWalk(
       CAPACITY,
       ready.extraCapacity,
       NOW,

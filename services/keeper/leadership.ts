@@ -211,7 +211,7 @@ export class KeeperLeadership {
         await syncStatus();
         return { requeued };
       },
-      beforeState: async (now) => void (await leases.reconcileInSlices(now, nextTurn)),
+      beforeState: async (now) => void (await leases.upkeep.reconcileInSlices(now, nextTurn)),
     });
     this.service = svc;
     svc.withdraw(Date.now());
@@ -228,7 +228,7 @@ export class KeeperLeadership {
       {
         name: 'keeper status sync',
         runOnce: async (now) => {
-          await leases.reconcileInSlices(now, nextTurn);
+          await leases.upkeep.reconcileInSlices(now, nextTurn);
           await syncStatus();
           return {};
         },
@@ -267,7 +267,7 @@ export class KeeperLeadership {
   /** Leases expired unreported since the last pass: one `requeued` event per queue; answers how many. */
   private requeuedPass(now: number): number {
     const expired = new Set<number>();
-    this.deps.leases().collectExpired(now, (q) => expired.add(q));
+    this.deps.leases().upkeep.collectExpired(now, (q) => expired.add(q));
     if (expired.size === 0) return 0;
     const names = this.queueNames();
     let n = 0;
@@ -307,7 +307,12 @@ export class KeeperLeadership {
     if (newView || ledger.scanDue(now)) {
       const found = await this.deps
         .leases()
-        .handoffScanInSlices(now, (hi, lo) => ownership.ownsHash(hi, lo), RELEASED_HANDOFF_MS, nextTurn);
+        .upkeep.handoffScanInSlices(
+          now,
+          (hi, lo) => ownership.ownsHash(hi, lo),
+          RELEASED_HANDOFF_MS,
+          nextTurn,
+        );
       const added = ledger.note(found, now);
       if (added > 0)
         log.info(

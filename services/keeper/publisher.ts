@@ -217,7 +217,7 @@ export class KeeperPublisher {
    * walked straight into the ready set's slot: no entry objects. The first keys go to `head`.
    */
   private walkInto(w: ReadyWriter, now: number, head: string[], countFlow = true): PublishWalk {
-    return this.host.core.publishWalk(
+    return this.host.core.selection.publishWalk(
       this.publishCapacity(),
       this.deps.ready.extraCapacity,
       now,

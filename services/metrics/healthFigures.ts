@@ -37,7 +37,7 @@ export type VouchedState = { ok: true; doc: StateDocRead; maxAgeMs: number } | {
 
 export interface HealthFiguresDeps {
   /** The node's lease table, keeper signal and state document (getters: sized at first use). */
-  leases: () => Pick<LeaseTable, 'lastReconcile' | 'occupancy' | 'maxLeases' | 'leasesByQueue'>;
+  leases: () => Pick<LeaseTable, 'upkeep' | 'occupancy' | 'maxLeases'>;
   signal: () => Pick<KeeperSignal, 'read'>;
   state: () => Pick<StateDoc<StateDocRead>, 'read'>;
   /** The serving view at an instant (services/keeper/servingView.ts). */
@@ -63,7 +63,7 @@ export class HealthFigures {
     oldestGrantedAt: number | null;
   } {
     const leases = this.deps.leases();
-    const stored = leases.lastReconcile();
+    const stored = leases.upkeep.lastReconcile();
     if (stored && now - stored.at <= stateMaxAgeMs(this.deps.stateInterval())) return stored;
     return { occupancy: leases.occupancy(), oldestExpiresAt: null, oldestGrantedAt: null };
   }
@@ -91,7 +91,7 @@ export class HealthFigures {
     const latest = this.deps.state().read();
     const queues = queueNames(this.deps.routes());
     const results = this.deps.results(queues);
-    const perQueue = queueSeries(queues, doc?.lateness ?? null, leases.leasesByQueue(now), now);
+    const perQueue = queueSeries(queues, doc?.lateness ?? null, leases.upkeep.leasesByQueue(now), now);
     return {
       keeper_live: this.deps.signal().read().phase === 'live' && view.serving && !view.stale ? 1 : 0,
       keeper_exact: doc?.trust.exact ? 1 : 0,

@@ -75,7 +75,7 @@ function walked(key: string, score: number, dueMs: number, held: HeldClass): Wal
 function published(core: KeeperCore, k: number, extraBudget: number, now: number, skip?: TopSkip) {
   const entries: Walked[] = [];
   const extras: Walked[] = [];
-  const walk = core.publishWalk(
+  const walk = core.selection.publishWalk(
     k,
     extraBudget,
     now,
@@ -97,7 +97,7 @@ function topOf(core: KeeperCore, k: number, now: number, skip?: TopSkip) {
 
 /** A publish walk of the best `k` due rows (no extras) that hands each row's key to `visit`. */
 function topWalk(core: KeeperCore, k: number, now: number, visit: (key: string) => void, skip?: TopSkip) {
-  return core.publishWalk(
+  return core.selection.publishWalk(
     k,
     0,
     now,

@@ -115,7 +115,7 @@ test('a failure kept on its lease (fast retry) is a duplicate when sent again, n
   // Its expiry is not a lost lease: the re-grant is no requeue, and the keeper's scan skips it.
   const seen: number[] = [];
   assert.equal(
-    t.collectExpired(g.expiresAt, (q) => seen.push(q)),
+    t.upkeep.collectExpired(g.expiresAt, (q) => seen.push(q)),
     0,
   );
   const next = grant(t, key, g.expiresAt);
@@ -175,27 +175,27 @@ test('an expired unreported lease is seen once, with its queue, and a late resul
   grant(t, 'https://example.com/live', T0, { leaseMs: 2 * LEASE });
   const seen: number[] = [];
   assert.equal(
-    t.collectExpired(g.expiresAt - 1, (q) => seen.push(q)),
+    t.upkeep.collectExpired(g.expiresAt - 1, (q) => seen.push(q)),
     0,
     'not before its end',
   );
   assert.equal(
-    t.collectExpired(g.expiresAt, (q) => seen.push(q)),
+    t.upkeep.collectExpired(g.expiresAt, (q) => seen.push(q)),
     1,
   );
   assert.deepEqual(seen, [nameHash('product')]);
   assert.equal(t.occupancy(), 1, 'the expired lease left the gauge');
   assert.equal(
-    t.collectExpired(g.expiresAt + 1000, (q) => seen.push(q)),
+    t.upkeep.collectExpired(g.expiresAt + 1000, (q) => seen.push(q)),
     0,
     'seen once',
   );
   // Reconcile on another worker first does not hide an expiry from the keeper's scan.
   const t2 = table();
   const h = grant(t2, key, T0);
-  t2.reconcile(h.expiresAt + 1);
+  t2.upkeep.reconcile(h.expiresAt + 1);
   assert.equal(
-    t2.collectExpired(h.expiresAt + 2, () => undefined),
+    t2.upkeep.collectExpired(h.expiresAt + 2, () => undefined),
     1,
   );
   assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first', 'a late result of it is current');
@@ -208,7 +208,7 @@ test('a released lease is not an expiry even after its grace ends', () => {
   assert.equal(t.beginReport(key, g.token, asFleet).kind, 'first');
   t.finishReport(key, g.token, { accepted: true, nextRenderTime: NEXT }, false, T0 + 1);
   assert.equal(
-    t.collectExpired(T0 + LEASE + RELEASE_GRACE_MS * 2, () => undefined),
+    t.upkeep.collectExpired(T0 + LEASE + RELEASE_GRACE_MS * 2, () => undefined),
     0,
   );
 });
@@ -260,11 +260,11 @@ test('a pass skips the walk while no lease can have ended, and the skip never hi
           const g = (c.worker === 0 ? keeper : other).grant(keys[c.key]!, now, opts({ leaseMs: c.lease }));
           if (g.ok) tokens[c.key] = g.token;
         } else if (c.kind === 'advance') now += c.ms;
-        else if (c.kind === 'reconcile') other.reconcile(now);
+        else if (c.kind === 'reconcile') other.upkeep.reconcile(now);
         else if (c.kind === 'collect') {
           const owed = endedUnseen(buffer, now);
           assert.equal(
-            keeper.collectExpired(now, () => undefined),
+            keeper.upkeep.collectExpired(now, () => undefined),
             owed,
             'every ended lease is seen',
           );
@@ -288,7 +288,7 @@ test('a pass skips the walk while no lease can have ended, and the skip never hi
   const t = new LeaseTable(buffer, 64);
   const g = grant(t, 'https://example.com/a', T0);
   assert.equal(
-    t.collectExpired(T0 + 1000, () => undefined),
+    t.upkeep.collectExpired(T0 + 1000, () => undefined),
     0,
   );
   const words = new Int32Array(buffer);
@@ -296,13 +296,13 @@ test('a pass skips the walk while no lease can have ended, and the skip never hi
   for (let base = H.WORDS; base + S.WORDS <= words.length; base += S.WORDS)
     if ((words[base]! & State.MASK) === State.LEASED) words[base + S.EXPIRY] = 0;
   assert.equal(
-    t.collectExpired(T0 + 2000, () => undefined),
+    t.upkeep.collectExpired(T0 + 2000, () => undefined),
     0,
     'skipped: no lease could have ended',
   );
   words[H.NEXT_EXPIRY] = 0;
   assert.equal(
-    t.collectExpired(T0 + 2000, () => undefined),
+    t.upkeep.collectExpired(T0 + 2000, () => undefined),
     1,
     'walked once the word allows',
   );

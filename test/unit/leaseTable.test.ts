@@ -305,7 +305,7 @@ test('two racing grants of one key onto different fresh slots grant at most one'
   setInterleave((step, slot) => {
     if (step !== 'scanned' || second !== undefined) return;
     assert.equal(slot, (table.windowStart(key!) + 8) % table.slotCount, 'worker 1 goes past its window');
-    assert.equal(worker2.reconcile(later).reclaimed, 8);
+    assert.equal(worker2.upkeep.reconcile(later).reclaimed, 8);
     second = worker2.grant(key!, later, opts());
   });
   const first = table.grant(key!, T0, opts());
@@ -328,7 +328,7 @@ test('a released slot emptied or reused in place does not break the probe chain 
   const tc = granted(table.grant(c!, T0, long)).token;
   assert.equal(table.release(a!, ta, T0 + 1000), true);
   const past = T0 + 2000 + RELEASE_GRACE_MS + DEAD_SLOT_RETENTION_MS;
-  assert.equal(table.reconcile(past).reclaimed, 1);
+  assert.equal(table.upkeep.reconcile(past).reclaimed, 1);
   assert.equal(table.lookup(a!, past).state, 'none');
   assert.equal(table.lookup(c!, past).token, tc);
   assert.equal(table.check(c!, tc), 'current');
@@ -420,7 +420,7 @@ test('a grant that gives its slot back keeps the window another grant grew meanw
   setInterleave((step, slot) => {
     assert.equal(slot, outer);
     if (step === 'scanned') {
-      worker2.reconcile(later);
+      worker2.upkeep.reconcile(later);
       rival = worker2.grant(key!, later, opts());
     }
     // Worker 1 holds `outer` BUSY: seven neighbours fill the rest of its window, the eighth goes past it.
@@ -445,7 +445,7 @@ test('the occupancy gauge only drifts high and a reconcile brings it back to the
   assert.equal(table.occupancy(), 2);
   const now = a.expiresAt + 1000;
   assert.equal(table.occupancy(), 2, 'an expired lease still counts until reconcile');
-  const result = table.reconcile(now);
+  const result = table.upkeep.reconcile(now);
   assert.deepEqual(result, {
     occupancy: 1,
     oldestExpiresAt: Math.ceil((T0 + 1000 + 2 * LEASE) / 1000) * 1000,
@@ -458,7 +458,7 @@ test('the occupancy gauge only drifts high and a reconcile brings it back to the
   assert.equal(table.occupancy(), 1);
   const otherWorker = new LeaseTable(buffer, 64, { random: fixedRandom });
   const { reclaimed: _reclaimed, ...stored } = result;
-  assert.deepEqual(otherWorker.lastReconcile(), { ...stored, at: Math.ceil(now / 1000) * 1000 });
+  assert.deepEqual(otherWorker.upkeep.lastReconcile(), { ...stored, at: Math.ceil(now / 1000) * 1000 });
 });
 
 test('a reconcile in slices pauses between slices and finds what one pass over every slot finds', async () => {
@@ -481,16 +481,20 @@ test('a reconcile in slices pauses between slices and finds what one pass over e
     pauses++;
     await new Promise((r) => setImmediate(r));
   };
-  const first = sliced.reconcileInSlices(now, pause, 32);
-  assert.equal(sliced.reconcileInSlices(now, pause, 32), first, 'a call meanwhile joins the running pass');
+  const first = sliced.upkeep.reconcileInSlices(now, pause, 32);
+  assert.equal(
+    sliced.upkeep.reconcileInSlices(now, pause, 32),
+    first,
+    'a call meanwhile joins the running pass',
+  );
   const result = await first;
   assert.equal(pauses, 256 / 32 - 1);
-  assert.deepEqual(result, whole.reconcile(now));
-  assert.deepEqual(sliced.lastReconcile(), whole.lastReconcile());
+  assert.deepEqual(result, whole.upkeep.reconcile(now));
+  assert.deepEqual(sliced.upkeep.lastReconcile(), whole.upkeep.lastReconcile());
   assert.equal(sliced.occupancy(), whole.occupancy());
   const later = now + 2 * DEAD_SLOT_RETENTION_MS;
-  assert.deepEqual(await sliced.reconcileInSlices(later, pause, 32), whole.reconcile(later));
-  assert.ok(whole.reconcile(later + 1).reclaimed === 0, 'the dead slots went in the pass before');
+  assert.deepEqual(await sliced.upkeep.reconcileInSlices(later, pause, 32), whole.upkeep.reconcile(later));
+  assert.ok(whole.upkeep.reconcile(later + 1).reclaimed === 0, 'the dead slots went in the pass before');
 });
 
 test('leases keep working past 2038 (now in 2040)', () => {
@@ -509,7 +513,7 @@ test('leases keep working past 2038 (now in 2040)', () => {
     dueMs: due,
   });
   assert.equal(table.lookup(key, lease.expiresAt).state, 'expired');
-  assert.equal(table.reconcile(lease.expiresAt - 1).oldestExpiresAt, lease.expiresAt);
+  assert.equal(table.upkeep.reconcile(lease.expiresAt - 1).oldestExpiresAt, lease.expiresAt);
   const again = granted(table.grant(key, lease.expiresAt, opts({ dueMs: due })));
   assert.equal(again.misses, 1);
   assert.equal(table.check(key, again.token), 'current');
@@ -559,8 +563,8 @@ test('a slot left BUSY by a writer that died is skipped by grants and freed by t
   words[base] = (words[base]! & ~State.MASK) | State.BUSY;
   granted(table.grant(b!, T0, opts()));
   assert.equal(table.isLeased(b!, T0), true);
-  assert.equal(table.reconcile(T0 + 1000).reclaimed, 0, 'one sighting may be a writer mid-section');
-  assert.equal(table.reconcile(T0 + 61_000).reclaimed, 1);
+  assert.equal(table.upkeep.reconcile(T0 + 1000).reclaimed, 0, 'one sighting may be a writer mid-section');
+  assert.equal(table.upkeep.reconcile(T0 + 61_000).reclaimed, 1);
   assert.equal(table.lookup(a!, T0 + 61_000).state, 'none');
   assert.ok(table.occupancy() >= 1);
 });
@@ -654,13 +658,13 @@ test('property: random interleavings of grants, releases, expiry and reconcile n
               record(nested.key, worker2.grant(keys[nested.key]!, now, grantOptions(c.due, c.fastRetries)));
             // A release reads patiently and would nap on the BUSY slot of the claimed step.
             else if (nested.op === 'release' && step !== 'claimed') release(worker2, nested.key, c.key);
-            else if (nested.op === 'reconcile') worker2.reconcile(now);
+            else if (nested.op === 'reconcile') worker2.upkeep.reconcile(now);
           });
           record(c.key, table.grant(keys[c.key]!, now, grantOptions(c.due, c.fastRetries)));
           setInterleave(undefined);
         } else if (c.kind === 'release') release(c.worker === 0 ? table : worker2, c.key, c.pick);
         else if (c.kind === 'advance') now += c.ms;
-        else table.reconcile(now);
+        else table.upkeep.reconcile(now);
         let leased = 0;
         for (const k of keys) {
           const live = liveSlots(buffer, table, k, now);
@@ -766,7 +770,7 @@ test('the handoff scan lists live leases and recent releases on keys not held, n
   granted(table.grant(lapsed, T0 - LEASE - 1000, opts()));
   const now = T0 + 3000;
   const holds = (hi: number, lo: number) => hi === heldByUs.hi && lo === heldByUs.lo;
-  const found = table.handoffScan(now, holds, 10_000);
+  const found = table.upkeep.handoffScan(now, holds, 10_000);
   const byKey = new Map(found.map((l) => [`${l.hi}:${l.lo}`, l]));
   const of = (k: string) => byKey.get(`${keyHash(k).hi}:${keyHash(k).lo}`);
   assert.equal(found.length, 2, JSON.stringify(found));
@@ -780,7 +784,7 @@ test('the handoff scan lists live leases and recent releases on keys not held, n
   assert.equal(of(old), undefined, 'a release 30 s ago is not handed over');
   assert.equal(of(lapsed), undefined, 'an expired lease is not handed over');
   assert.deepEqual(
-    table.handoffScan(now, holds, 10_000),
+    table.upkeep.handoffScan(now, holds, 10_000),
     found,
     'the whole-table scan and the sliced one agree',
   );
@@ -790,7 +794,7 @@ test('the sliced handoff scan finds what the whole one does, yielding between sl
   const { table } = setup(256);
   for (let i = 0; i < 200; i++) granted(table.grant(`https://example.com/s/${i}`, T0, opts()));
   let pauses = 0;
-  const sliced = await table.handoffScanInSlices(
+  const sliced = await table.upkeep.handoffScanInSlices(
     T0 + 1000,
     () => false,
     10_000,
@@ -799,7 +803,7 @@ test('the sliced handoff scan finds what the whole one does, yielding between sl
   );
   assert.deepEqual(
     sliced,
-    table.handoffScan(T0 + 1000, () => false, 10_000),
+    table.upkeep.handoffScan(T0 + 1000, () => false, 10_000),
   );
   assert.equal(sliced.length, 200);
   assert.equal(pauses, table.slotCount / 64 - 1);
@@ -817,7 +821,7 @@ test('a hold on a row given away is handed over: the receiver holds it as long, 
   }
   assert.equal(result.reason, 'held');
   const heldUntil = result.heldUntil!;
-  const [handed] = giver.table.handoffScan(now + 1000, () => false, 10_000);
+  const [handed] = giver.table.upkeep.handoffScan(now + 1000, () => false, 10_000);
   assert.equal(handed?.held, true, JSON.stringify(handed));
   assert.equal(fromSharedSeconds(handed!.until), heldUntil);
   assert.equal(handed!.misses, result.misses);
@@ -848,7 +852,7 @@ test('a handed-over lease marked released blocks its key as a grace and costs it
   const key = 'https://example.com/rendered';
   const lease = granted(giver.table.grant(key, T0, opts()));
   assert.equal(giver.table.release(key, lease.token, T0 + 1000), true);
-  const [handed] = giver.table.handoffScan(T0 + 2000, () => false, 10_000);
+  const [handed] = giver.table.upkeep.handoffScan(T0 + 2000, () => false, 10_000);
   assert.equal(handed?.released, true);
   const taker = setup();
   assert.equal(taker.table.adopt(handed!, T0 + 2000), true);
@@ -863,7 +867,7 @@ test('a handed-over lease marked released blocks its key as a grace and costs it
   // Adopted while live, then handed over again once its result came: the adopted lease becomes a release.
   const other = setup();
   const live = granted(giver.table.grant(key, T0 + 20_000, opts()));
-  const [whileLive] = giver.table.handoffScan(T0 + 21_000, () => false, 10_000);
+  const [whileLive] = giver.table.upkeep.handoffScan(T0 + 21_000, () => false, 10_000);
   assert.equal(other.table.adopt(whileLive!, T0 + 21_000), true);
   assert.equal(giver.table.release(key, live.token, T0 + 22_000), true);
   assert.equal(other.table.adopt({ ...whileLive!, released: true }, T0 + 23_000), true);
@@ -883,7 +887,7 @@ test('an adopted lease blocks its key until its end, raises no requeued there, t
   const taker = setup();
   const key = 'https://example.com/moved';
   const lease = granted(giver.table.grant(key, T0, opts()));
-  const [handed] = giver.table.handoffScan(T0 + 1000, () => false, 10_000);
+  const [handed] = giver.table.upkeep.handoffScan(T0 + 1000, () => false, 10_000);
   assert.ok(handed);
   assert.equal(taker.table.adopt(handed, T0 + 2000), true);
   assert.equal(taker.table.isLeased(key, T0 + 2000), true);
@@ -896,7 +900,7 @@ test('an adopted lease blocks its key until its end, raises no requeued there, t
   assert.equal(taker.table.check(key, lease.token), 'superseded', "the giver's token is not this table's");
   const queues: number[] = [];
   assert.equal(
-    taker.table.collectExpired(lease.expiresAt + 1000, (q) => queues.push(q)),
+    taker.table.upkeep.collectExpired(lease.expiresAt + 1000, (q) => queues.push(q)),
     0,
   );
   assert.deepEqual(queues, [], 'the giver raises requeued for its own lease, not the taker');
@@ -979,7 +983,7 @@ test('a lease re-granted right after it ended, before any expiry pass, still rai
     assert.equal(granted(table.grant(k, end + 100, opts({ queue: 7 }))).misses, 1);
   const queues: number[] = [];
   assert.equal(
-    table.collectExpired(end + 500, (q) => queues.push(q)),
+    table.upkeep.collectExpired(end + 500, (q) => queues.push(q)),
     0,
     'no slot of theirs is left to see end',
   );
@@ -990,7 +994,7 @@ test('a lease re-granted right after it ended, before any expiry pass, still rai
   );
   queues.length = 0;
   assert.equal(
-    table.collectExpired(end + 1500, (q) => queues.push(q)),
+    table.upkeep.collectExpired(end + 1500, (q) => queues.push(q)),
     0,
     'and only once',
   );
@@ -998,14 +1002,14 @@ test('a lease re-granted right after it ended, before any expiry pass, still rai
   const c = 'https://example.com/quick/c';
   const seen = granted(table.grant(c, end, opts({ queue: 11 })));
   assert.equal(
-    table.collectExpired(seen.expiresAt + 10, (q) => queues.push(q)),
+    table.upkeep.collectExpired(seen.expiresAt + 10, (q) => queues.push(q)),
     1,
     'the pass sees c end',
   );
   queues.length = 0;
   granted(table.grant(c, seen.expiresAt + 100, opts({ queue: 11 })));
   assert.equal(
-    table.collectExpired(seen.expiresAt + 200, (q) => queues.push(q)),
+    table.upkeep.collectExpired(seen.expiresAt + 200, (q) => queues.push(q)),
     0,
   );
 });

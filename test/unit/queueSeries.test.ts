@@ -53,7 +53,7 @@ test('leases are counted per queue by the queue hash each lease slot stores', ()
   grant('https://a.example/x', 'unrouted');
   grant('https://a.example/gone', 'a-route-removed-since');
   grant('https://a.example/p/short', 'product', 1000);
-  const counts = table.leasesByQueue(T0 + 2000);
+  const counts = table.upkeep.leasesByQueue(T0 + 2000);
   assert.equal(counts.get(nameHash('product')), 2, 'the expired lease is not counted');
   const s = queueSeries(QUEUES, null, counts, T0 + 2000);
   assert.deepEqual(

@@ -22,9 +22,6 @@ import type {
   HeldFields,
   HeldValue,
   KeeperOptions,
-  PublishSink,
-  PublishWalk,
-  TopSkip,
 } from './types.js';
 import { markOf, type ScoreOptions, scoreAt } from './score.js';
 import { MINUTE_MS, minuteOf } from '../time.js';
@@ -48,7 +45,11 @@ export class KeeperCore {
   private classifier: Classify;
   private scoreOptions: ScoreOptions;
   private changes = 0;
-  private readonly selection: TopSelection;
+  /**
+   * What one publish writes (`selection.publishWalk`): the best due rows by score, best first, then the
+   * section extras (util/keeper/selection.ts). Callers walk it directly.
+   */
+  readonly selection: TopSelection;
   private readonly reads: DueReads;
 
   constructor(options: KeeperOptions) {
@@ -176,23 +177,6 @@ export class KeeperCore {
     }
     this.changes++;
     return true;
-  }
-
-  /**
-   * What one publish writes, handed to `sink` as it is selected: the best `k` due rows by score, best
-   * first, then up to `extraBudget` section extras (util/keeper/selection.ts). `skip` (leased rows) costs
-   * no place. A walk for a later instant (a staged publish) passes `countFlow` false, so no minute's flow
-   * is counted early.
-   */
-  publishWalk(
-    k: number,
-    extraBudget: number,
-    now: number,
-    sink: PublishSink,
-    skip?: TopSkip,
-    countFlow = true,
-  ): PublishWalk {
-    return this.selection.publishWalk(k, extraBudget, now, sink, skip, countFlow);
   }
 
   /** Held rows whose due minute is after `now`'s and no later than `at`'s (what comes due by then). */

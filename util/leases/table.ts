@@ -27,7 +27,7 @@ import {
   type TokenCheck,
 } from './reports.js';
 import { blockedUntil, latestReported, lookup, type LeaseView } from './lookups.js';
-import { LeaseUpkeep, RECONCILE_SLICE_SLOTS, type ReconcileResult, type StoredReconcile } from './upkeep.js';
+import { LeaseUpkeep } from './upkeep.js';
 import { parseToken } from './token.js';
 
 export { MAX_REACH, PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
@@ -54,7 +54,11 @@ export class LeaseTable {
   readonly sizeMismatch: boolean;
   private readonly mem: SlotMemory;
   private readonly grants: Grants;
-  private readonly upkeep: LeaseUpkeep;
+  /**
+   * The passes over every slot (util/leases/upkeep.ts): expiry, reconcile, the per-queue gauge and the
+   * handover scan. Callers use it directly; the table adds nothing to them.
+   */
+  readonly upkeep: LeaseUpkeep;
   /**
    * What the reports and lookups read slots into, passed to each: `view` for the slot at hand, `latest`
    * for the latest grant a walk keeps. Allocated once, since the publish's lease skip and every result
@@ -195,54 +199,5 @@ export class LeaseTable {
   /** Gauge of leases out: exact for grants and releases, high by leases that expired since reconcile. */
   occupancy(): number {
     return this.mem.occupancy();
-  }
-
-  /** The figures the last reconcile stored (by any worker), with when it ran; null before the first. */
-  lastReconcile(): StoredReconcile | null {
-    return this.upkeep.lastReconcile();
-  }
-
-  /** Live leases by the nameHash of their queue, for the per-queue metrics (LeaseUpkeep.leasesByQueue). */
-  leasesByQueue(now: number): Map<number, number> {
-    return this.upkeep.leasesByQueue(now);
-  }
-
-  /** Leases past their end with no result, each seen once (LeaseUpkeep.collectExpired says how). */
-  collectExpired(now: number, visit: (queue: number) => void): number {
-    return this.upkeep.collectExpired(now, visit);
-  }
-
-  /** Full slot scan: the live count, expired leases out of the gauge, long-dead slots emptied. */
-  reconcile(now: number): ReconcileResult {
-    return this.upkeep.reconcile(now);
-  }
-
-  /** reconcile in slices of `sliceSlots` with `pause()` between them (LeaseUpkeep.reconcileInSlices). */
-  reconcileInSlices(
-    now: number,
-    pause: () => Promise<void>,
-    sliceSlots = RECONCILE_SLICE_SLOTS,
-  ): Promise<ReconcileResult> {
-    return this.upkeep.reconcileInSlices(now, pause, sliceSlots);
-  }
-
-  /** The leases to hand over with rows this node no longer holds (LeaseUpkeep.handoffScan). */
-  handoffScan(
-    now: number,
-    holds: (hi: number, lo: number) => boolean,
-    releasedForMs: number,
-  ): HandoffLease[] {
-    return this.upkeep.handoffScan(now, holds, releasedForMs);
-  }
-
-  /** handoffScan in slices of `sliceSlots`, yielding to `pause` between them (a big table's pass). */
-  handoffScanInSlices(
-    now: number,
-    holds: (hi: number, lo: number) => boolean,
-    releasedForMs: number,
-    pause: () => Promise<void>,
-    sliceSlots = RECONCILE_SLICE_SLOTS,
-  ): Promise<HandoffLease[]> {
-    return this.upkeep.handoffScanInSlices(now, holds, releasedForMs, pause, sliceSlots);
   }
 }
