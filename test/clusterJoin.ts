@@ -10,6 +10,7 @@
 import assert from 'node:assert/strict';
 import { ADMIN_PASS, ADMIN_USER, type HarperInstance } from './harness.js';
 import { sleep, until } from './wait.js';
+import { key } from './rowKeys.js';
 
 const DAY = 86_400_000;
 
@@ -56,7 +57,9 @@ export async function untilRowsStream(
         assert.equal(r.status, 200, r.text);
         const deadline = Date.now() + 3000;
         while (Date.now() < deadline) {
-          const seen = await Promise.all(others.map((n) => tableRows(n.inst, ` WHERE cacheKey = '${url}'`)));
+          const seen = await Promise.all(
+            others.map((n) => tableRows(n.inst, ` WHERE cacheKey = '${key(url)}'`)),
+          );
           if (seen.every((c) => c === 1)) return true;
           await sleep(100);
         }

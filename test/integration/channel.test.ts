@@ -11,6 +11,7 @@ import { ChannelPeer, type ChannelJob } from '../channelPeer.js';
 import { until } from '../wait.js';
 import { setTimeout as delay } from 'node:timers/promises';
 import { CHANNEL_SAFETY_MS } from '../../util/channel/wait.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
@@ -102,7 +103,7 @@ test('credits bound the pushed jobs: never more than the credits outstanding', a
   await p.ask({ credits: 3 });
   await until('the last 3 jobs', () => p.jobs.length >= 8);
   assert.equal(new Set(p.jobs.map((j) => j.id)).size, 8);
-  assert.ok(p.jobs.every((j) => urls.includes(j.id)));
+  assert.ok(p.jobs.every((j) => urls.includes(j.url) && j.id === key(j.url)));
   // Credits held while nothing is due, then withdrawn: rows filed afterwards go to another socket.
   assert.equal((await p.ask({ credits: 4 })).credits, 4);
   assert.equal((await p.ask({ withdraw: true })).credits, 0);
@@ -122,14 +123,14 @@ test('results sent on the channel reschedule their rows, and a retry is answered
   await p.ask({ credits: 4 });
   await until('4 jobs pushed', () => p.jobs.length >= 4);
   const jobs = p.jobs.slice(0, 4);
-  for (const j of jobs) assert.ok((await row(j.id))!.nextRenderTime <= Date.now(), 'due before the result');
+  for (const j of jobs) assert.ok((await row(j.url))!.nextRenderTime <= Date.now(), 'due before the result');
   const ack = await p.ask({ results: jobs.map(rendered) });
   assert.equal(ack.type, 'ack');
   assert.equal(ack.results!.length, 4);
   for (const [i, a] of ack.results!.entries()) {
     assert.equal(a.accepted, true, JSON.stringify(a));
     assert.equal(a.id, jobs[i]!.id);
-    const r = await row(jobs[i]!.id);
+    const r = await row(jobs[i]!.url);
     assert.equal(r!.nextRenderTime, a.nextRenderTime);
     assert.ok(r!.nextRenderTime > Date.now() + 60 * MIN, 'rescheduled a cadence ahead');
   }
@@ -148,7 +149,7 @@ test('a bad message gets an error frame naming the problem and changes nothing',
   await p.ask({ credits: 2 });
   await until('2 jobs pushed', () => p.jobs.length >= 2);
   const [job] = p.jobs;
-  const before = await row(job!.id);
+  const before = await row(job!.url);
   // Each carries a valid result: it must not be applied, and no credit may be added.
   const bad: Array<[Record<string, unknown>, string]> = [
     [{ results: [rendered(job!)], credits: -1 }, 'invalid_credits'],
@@ -167,7 +168,7 @@ test('a bad message gets an error frame naming the problem and changes nothing',
   await p.next((f) => f.code === 'invalid_json');
   p.send(Buffer.from(JSON.stringify({ credits: 1 })));
   await p.next((f) => f.code === 'invalid_body' && /text/.test(f.error ?? ''));
-  assert.deepEqual(await row(job!.id), before, 'the row is untouched');
+  assert.deepEqual(await row(job!.url), before, 'the row is untouched');
   const ack = await p.ask({});
   assert.equal(ack.credits, 0, 'no credit was added');
   assert.equal(p.jobs.length, 2, 'nothing more was pushed');
@@ -204,7 +205,7 @@ test('two sockets drain rows filed after their credits: no job granted twice, no
   }
   // Nothing is due yet: both hold their credits until the rows are published.
   const urls = await fileDue('drain', N);
-  await until('every row reported', () => urls.every((u) => accepted.has(u)), 30_000);
+  await until('every row reported', () => urls.every((u) => accepted.has(key(u))), 30_000);
   assert.equal(granted.length, N, 'each row granted once');
   assert.equal(new Set(granted.map((j) => j.id)).size, N, '0 duplicate grants');
   for (const u of urls) assert.ok((await row(u))!.nextRenderTime > Date.now(), `${u} is no longer due`);
@@ -253,7 +254,9 @@ test('sockets holding credits while nothing is due claim about once per safety i
   // A row filed due while they wait: the publish that carries it wakes them, and one socket gets it.
   const t1 = performance.now();
   const [url] = await fileDue('wake', 1);
-  await until('the row pushed to a waiting socket', () => mine.some((p) => p.jobs.some((j) => j.id === url)));
+  await until('the row pushed to a waiting socket', () =>
+    mine.some((p) => p.jobs.some((j) => j.url === url && j.id === key(url))),
+  );
   const woken = (await channelClaims()) - before - idle;
   const since = performance.now() - t1;
   const wokenBound = SOCKETS * (Math.floor(since / CHANNEL_SAFETY_MS) + 2);

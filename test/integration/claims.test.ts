@@ -5,6 +5,7 @@ import { startHarper, type Credentials, type HarperInstance } from '../harness.j
 import { fileTargets, postConfig, type Job } from '../api.js';
 import { parseScrape, total } from '../promText.js';
 import { sleep, until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
@@ -170,14 +171,15 @@ test('a stale result gets 409 and changes nothing; a rendered result reschedules
   const url = 'https://result.example.com/page';
   await fileTargets(h, [{ url, dueAt: Date.now() - MIN, cadenceMs: 2 * 60 * MIN }]);
   const job = await until('the job to be claimable', async () =>
-    (await claim(25)).jobs.find((j) => j.id === url),
+    (await claim(25)).jobs.find((j) => j.url === url),
   );
+  assert.equal(job.id, key(url), 'the job is the desktop row of its URL');
   const before = (await h.fetch('/prerender_admin/explain', { body: { url } })).json.row;
   const stale = await h.fetch('/render_queue/job_result', {
     auth: fleet,
     // The grant instant with other random bits: what a caller guessing from the old time-only tokens sends.
     body: {
-      id: url,
+      id: key(url),
       leaseToken: job.leaseToken.slice(0, 12) + '0'.repeat(16),
       outcome: 'rendered',
       statusCode: 200,
@@ -190,7 +192,7 @@ test('a stale result gets 409 and changes nothing; a rendered result reschedules
   const ok = await h.fetch('/render_queue/job_result', {
     auth: fleet,
     body: {
-      id: url,
+      id: key(url),
       leaseToken: job.leaseToken,
       outcome: 'rendered',
       statusCode: 200,
@@ -206,9 +208,11 @@ test('a stale result gets 409 and changes nothing; a rendered result reschedules
     operation: 'search_by_id',
     database: 'render_queue',
     table: 'RenderedPage',
-    ids: [url],
+    ids: [key(url)],
     get_attributes: ['*'],
   });
+  assert.equal(page[0]?.url, url);
+  assert.equal(page[0]?.deviceType, 'desktop');
   assert.equal(page[0]?.body, '<p>hi</p>');
   assert.equal(page[0]?.statusCode, 200);
 });
@@ -219,13 +223,14 @@ test('a failed result follows the fast lane (lease kept) and then the backoff', 
   for (let strike = 1; strike <= 3; strike++) {
     const job = await until(
       `claim for strike ${strike}`,
-      async () => (await claim(25)).jobs.find((j) => j.id === url),
+      async () => (await claim(25)).jobs.find((j) => j.url === url),
       20_000,
     );
+    assert.equal(job.id, key(url));
     const r = await h.fetch('/render_queue/job_result', {
       auth: fleet,
       body: {
-        id: url,
+        id: key(url),
         leaseToken: job.leaseToken,
         outcome: 'failed',
         statusCode: 503,
@@ -347,12 +352,12 @@ test('a row rewritten through worker 1 reaches the keeper on worker 0 and become
   }
   assert.ok(subject, 'no rewrite was answered by worker 1 in 20 fresh connections');
   const written = Date.now();
-  const granted: Array<{ id: string; leaseToken: string }> = [];
+  const granted: Array<{ id: string; url: string; leaseToken: string }> = [];
   await until(
     'the rewritten row to be granted',
     async () => {
       granted.push(...(await claim(25)).jobs);
-      return granted.some((j) => j.id === subject);
+      return granted.some((j) => j.url === subject && j.id === key(subject));
     },
     10_000,
   );
@@ -376,7 +381,7 @@ test('explain shows the held entry whichever worker answers', async () => {
     answeredBy.add(String(r.headers['x-served-by']));
     assert.equal(r.json.held.fromSitemap, true);
     assert.equal(r.json.held.due, false);
-    assert.equal(r.json.row.cacheKey ?? url, url);
+    assert.equal(r.json.row.cacheKey, key(url));
   }
   assert.deepEqual([...answeredBy].sort(), ['worker-0', 'worker-1']);
 });

@@ -13,6 +13,7 @@ import { ADMIN_PASS, ADMIN_USER, startHarper, type Credentials, type HarperInsta
 import { heldByOneView, untilRowsStream } from '../clusterJoin.js';
 import { startTogether } from '../startTogether.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;
@@ -228,13 +229,17 @@ test('claiming through a round-robin balancer, every result reaches the node tha
           operation: 'search_by_id',
           database: 'render_queue',
           table: 'RenderedPage',
-          ids: urls.slice(0, PAGES),
-          get_attributes: ['id', 'statusCode', 'body'],
-        })) as Array<{ id: string; statusCode: number; body: string }>;
+          ids: urls.slice(0, PAGES).map(key),
+          get_attributes: ['id', 'url', 'deviceType', 'statusCode', 'body'],
+        })) as Array<{ id: string; url: string; deviceType: string; statusCode: number; body: string }>;
         return (
           pages.length === PAGES &&
           pages.every(
-            (p) => p.statusCode === 200 && p.body.includes(`<h1>page ${new URL(p.id).pathname}</h1>`),
+            (p) =>
+              p.id === key(p.url) &&
+              p.deviceType === 'desktop' &&
+              p.statusCode === 200 &&
+              p.body.includes(`<h1>page ${new URL(p.url).pathname}</h1>`),
           )
         );
       },

@@ -24,6 +24,7 @@ import { tmpdir } from 'node:os';
 import { join, relative, sep } from 'node:path';
 import { repoRoot, startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;
@@ -251,13 +252,15 @@ async function renders(urls: string[], extra: string[]): Promise<string> {
     operation: 'search_by_id',
     database: 'render_queue',
     table: 'RenderedPage',
-    ids: urls,
-    get_attributes: ['id', 'statusCode', 'body'],
-  })) as Array<{ id: string; statusCode: number; body: string }>;
+    ids: urls.map(key),
+    get_attributes: ['id', 'url', 'deviceType', 'statusCode', 'body'],
+  })) as Array<{ id: string; url: string; deviceType: string; statusCode: number; body: string }>;
   assert.equal(pages.length, urls.length);
   for (const p of pages) {
+    assert.equal(p.id, key(p.url), 'the page is the desktop page of its URL');
+    assert.equal(p.deviceType, 'desktop');
     assert.equal(p.statusCode, 200);
-    assert.ok(p.body.includes(`<h1>page ${new URL(p.id).pathname}</h1>`), p.body);
+    assert.ok(p.body.includes(`<h1>page ${new URL(p.url).pathname}</h1>`), p.body);
   }
   run.child.kill('SIGTERM');
   assert.equal(await run.exit, 0, run.out());

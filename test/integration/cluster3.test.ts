@@ -9,6 +9,7 @@ import { Ownership } from '../../util/cluster/ownership.js';
 import { startHarper, type FetchInit, type FetchResult, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
 import { addNode, heldByOneView, untilRowsStream } from '../clusterJoin.js';
+import { key } from '../rowKeys.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'] as const;
 type Name = (typeof NAMES)[number];
@@ -234,6 +235,7 @@ test('clients spread over the three nodes drain every due row exactly once; a no
 
   const urls = [...onlyA, ...Array.from({ length: 900 }, (_, i) => `https://c3.example.com/drain/${i}`)];
   await fileTargets(urls.slice(onlyA.length));
+  /** Grants by URL; each job is its URL's desktop row. */
   const grants = new Map<string, number>();
   // Each client stops once every row was granted somewhere (or after 60 s): an empty answer alone
   // proves nothing, the row may still be on its way to its holder's ready set.
@@ -244,8 +246,11 @@ test('clients spread over the three nodes drain every due row exactly once; a no
     while (results.length > 0 || (!allGranted() && Date.now() < deadline)) {
       const r = await node(n).fetch('/render_queue/next', { body: { results, limit: 25 }, fresh: true });
       assert.equal(r.status, 200, r.text);
-      const jobs = r.json.jobs as Array<{ id: string; leaseToken: number }>;
-      for (const j of jobs) grants.set(j.id, (grants.get(j.id) ?? 0) + 1);
+      const jobs = r.json.jobs as Array<{ id: string; url: string; leaseToken: number }>;
+      for (const j of jobs) {
+        assert.equal(j.id, key(j.url), 'a job is the desktop row of its URL');
+        grants.set(j.url, (grants.get(j.url) ?? 0) + 1);
+      }
       results = jobs.map((j) => ({
         id: j.id,
         leaseToken: j.leaseToken,
@@ -315,7 +320,10 @@ test('a stopped node loses nothing: its rows are claimable on the other two, and
     async () => {
       for (const n of two) {
         const r = await node(n).fetch('/render_queue/claim', { body: { limit: 25 } });
-        for (const j of r.json as Array<{ id: string }>) grants.set(j.id, (grants.get(j.id) ?? 0) + 1);
+        for (const j of r.json as Array<{ id: string; url: string }>) {
+          assert.equal(j.id, key(j.url), 'a job is the desktop row of its URL');
+          grants.set(j.url, (grants.get(j.url) ?? 0) + 1);
+        }
       }
       return urls.every((u) => grants.has(u));
     },
@@ -389,7 +397,7 @@ test('a stopped node loses nothing: its rows are claimable on the other two, and
   for (let i = 0; i < 10; i++) {
     const r = await node('node-c').fetch('/render_queue/claim', { body: { limit: 25 } });
     assert.equal(r.status, 200, r.text);
-    for (const j of r.json as Array<{ id: string }>) if (grants.has(j.id)) regranted.push(j.id);
+    for (const j of r.json as Array<{ id: string; url: string }>) if (grants.has(j.url)) regranted.push(j.id);
     await sleep(200);
   }
   assert.deepEqual(regranted, [], 'node-c granted rows whose leases still run on node-a or node-b');

@@ -9,6 +9,7 @@ import { Ownership } from '../../util/cluster/ownership.js';
 import { startHarper, type HarperInstance } from '../harness.js';
 import { sleep, until } from '../wait.js';
 import { addNode, heldByOneView, untilRowsStream } from '../clusterJoin.js';
+import { key } from '../rowKeys.js';
 
 const NAMES = ['node-a', 'node-b', 'node-c'] as const;
 type Name = (typeof NAMES)[number];
@@ -134,14 +135,16 @@ test('a node that returns on a busy machine: every row is held by exactly one ke
     60_000,
     1000,
   );
+  /** The URLs granted; each job is its URL's desktop row. */
   const granted = new Set<string>();
   /** One claim on `n` (limit 10), each job reported rendered at once: the schedule is written meanwhile. */
   const claimAndReport = async (n: Name): Promise<void> => {
     const r = await node(n).fetch('/render_queue/claim', { body: { limit: 10 }, timeoutMs: 20_000 });
     if (r.status !== 200) return;
-    for (const j of r.json as Array<{ id: string; leaseToken: string }>) {
-      assert.ok(!granted.has(j.id), `${j.id} granted twice`);
-      granted.add(j.id);
+    for (const j of r.json as Array<{ id: string; url: string; leaseToken: string }>) {
+      assert.equal(j.id, key(j.url), 'a job is the desktop row of its URL');
+      assert.ok(!granted.has(j.url), `${j.id} granted twice`);
+      granted.add(j.url);
       const res = await node(n).fetch('/render_queue/job_result', {
         body: { id: j.id, leaseToken: j.leaseToken, outcome: 'rendered', statusCode: 200, body: 'x' },
         timeoutMs: 20_000,

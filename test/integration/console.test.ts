@@ -11,6 +11,7 @@ import { ADMIN_PASS, ADMIN_USER, repoRoot, startHarper, type HarperInstance } fr
 import { startTogether } from '../startTogether.js';
 import { until } from '../wait.js';
 import { SitemapSite, urlset } from '../sitemapSite.js';
+import { key } from '../rowKeys.js';
 
 const CONSOLE = '/prerender_admin/console';
 const MIN = 60_000;
@@ -307,11 +308,12 @@ test('the console lists the failing rows, worst first, with their last error', a
   assert.equal(filed.status, 200, filed.text);
   const job = await until('the failing row claimed', async () => {
     const c = await h.fetch('/render_queue/claim', { body: { limit: 25, queues: ['unrouted'] } });
-    return (c.json as Array<{ id: string; leaseToken: string }>).find((j) => j.id === url);
+    return (c.json as Array<{ id: string; url: string; leaseToken: string }>).find((j) => j.url === url);
   });
+  assert.equal(job.id, key(url), 'the job is the desktop row of its URL');
   const r = await h.fetch('/render_queue/job_result', {
     body: {
-      id: url,
+      id: key(url),
       leaseToken: job.leaseToken,
       outcome: 'failed',
       statusCode: 502,

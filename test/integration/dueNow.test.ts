@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { configForTest, fileTargets } from '../api.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 const MIN = 60_000;
 const fleet: Credentials = { username: 'fleet', password: 'fleet-pass' };
@@ -24,6 +25,7 @@ after(async () => {
 
 interface Job {
   id: string;
+  url: string;
   leaseToken: string;
 }
 
@@ -81,10 +83,11 @@ test('with the publish tick a minute away, rows filed due now, revalidated or ch
     // publish, more than the 5 s allowed.
     const got = await until(
       `${url} claimable`,
-      async () => (await claim(1)).find((j) => j.id === url),
+      async () => (await claim(1)).find((j) => j.url === url),
       5000,
       20,
     );
+    assert.equal(got.id, key(url), 'the job is the desktop row of its URL');
     const r = await h.fetch('/render_queue/job_result', {
       auth: fleet,
       body: { id: got.id, leaseToken: got.leaseToken, outcome: 'rendered', statusCode: 200 },

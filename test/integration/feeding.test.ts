@@ -267,6 +267,11 @@ test('revalidate makes a row due now and urgent; an unknown url is 404', async (
   assert.equal(r.json.url, url);
   assert.ok(r.json.nextRenderTime <= Date.now());
   assert.equal(typeof r.json.urgentAt, 'number');
+  assert.deepEqual(
+    (r.json.devices as Array<{ deviceType: string }>).map((d) => d.deviceType),
+    ['desktop'],
+    'each device row of the URL, here the one default device',
+  );
   const missing = await h.fetch('/prerender_admin/revalidate', { body: { url: 'https://example.com/none' } });
   assert.equal(missing.status, 404);
   assert.equal(missing.json.code, 'not_found');

@@ -15,6 +15,7 @@ import {
 } from '@queue-keeper/fleet-client';
 import { freePort, startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;
@@ -135,13 +136,21 @@ test('an idle client woken over MQTT drains its queue: rows rescheduled at their
     operation: 'search_by_id',
     database: 'render_queue',
     table: 'RenderedPage',
-    ids: mine,
-    get_attributes: ['id', 'statusCode', 'body'],
+    ids: mine.map(key),
+    get_attributes: ['id', 'url', 'deviceType', 'statusCode', 'body'],
   });
   assert.equal(pages.length, mine.length);
-  for (const p of pages as Array<{ id: string; statusCode: number; body: string }>) {
+  for (const p of pages as Array<{
+    id: string;
+    url: string;
+    deviceType: string;
+    statusCode: number;
+    body: string;
+  }>) {
+    assert.equal(p.id, key(p.url), 'the page is the desktop page of its URL');
+    assert.equal(p.deviceType, 'desktop');
     assert.equal(p.statusCode, 200);
-    assert.ok(p.body.includes(`<h1>page ${new URL(p.id).pathname}</h1>`), p.body);
+    assert.ok(p.body.includes(`<h1>page ${new URL(p.url).pathname}</h1>`), p.body);
   }
   // queue-state agrees: only the other queue's rows are due, nothing is in flight.
   await until('queue-state with only the other queue due', async () => {

@@ -37,7 +37,7 @@ function node(name: string): Promise<HarperInstance> {
   return startHarper({ replicationHostname: name });
 }
 
-/** Every RenderSchedule key a node holds. */
+/** Every RenderSchedule key (`<url>|desktop`) a node holds. */
 async function keysOn(n: HarperInstance): Promise<Set<string>> {
   const rows = (await n.operation({
     operation: 'sql',
@@ -159,7 +159,8 @@ test('rows filed on node-a while add_node copies it to node-b all reach node-b',
       1000,
     ).catch(async (e: unknown) => {
       const missing = await missingOnB();
-      const ids = missing.map((k) => Number(/-during-(\d+)$/.exec(k)?.[1] ?? -1));
+      // Keys are `<url>|desktop`: the batch number ends the URL.
+      const ids = missing.map((k) => Number(/-during-(\d+)\|desktop$/.exec(k)?.[1] ?? -1));
       const batches = [...new Set(ids.filter((i) => i >= 0))].sort((x, y) => x - y);
       const seeds = ids.filter((i) => i < 0).length;
       throw new Error(

@@ -25,6 +25,7 @@ import {
 import { fileTargets, postConfig, type Job } from '../api.js';
 import { sleep, until } from '../wait.js';
 import { parseToken } from '../../util/leases/token.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 let inspectorPort: number;
@@ -127,17 +128,19 @@ async function explain(url: string) {
   return r.json as { row: Record<string, unknown> | null; lease: LeaseView | null };
 }
 
-/** Polls claims until `url` is granted; every other job granted meanwhile is reported at once. */
+/** Polls claims until `url`'s row is granted; every other job granted meanwhile is reported at once. */
 async function grantOf(url: string, ms: number): Promise<Job> {
-  return until(
+  const job = await until(
     `a grant of ${url}`,
     async () => {
       const { jobs } = await claim(25);
-      await report(jobs.filter((j) => j.id !== url));
-      return jobs.find((j) => j.id === url);
+      await report(jobs.filter((j) => j.url !== url));
+      return jobs.find((j) => j.url === url);
     },
     ms,
   );
+  assert.equal(job.id, key(url), 'the job is the desktop row of its URL');
+  return job;
 }
 
 /** Polls claims (which must not grant `url`) until explain shows the key held with `misses`. */
@@ -147,7 +150,7 @@ async function holdOf(url: string, misses: number, ms: number): Promise<LeaseVie
     async () => {
       const { jobs } = await claim(25);
       assert.equal(
-        jobs.find((j) => j.id === url),
+        jobs.find((j) => j.url === url),
         undefined,
         `${url} was granted again instead of held`,
       );
@@ -202,7 +205,7 @@ test('an unreported lease comes back after expiry with a new token, and after fa
   const stale = await h.fetch('/render_queue/job_result', {
     auth: fleet,
     body: {
-      id: url,
+      id: key(url),
       leaseToken: first.leaseToken,
       outcome: 'rendered',
       statusCode: 200,
@@ -220,7 +223,7 @@ test('an unreported lease comes back after expiry with a new token, and after fa
     operation: 'search_by_id',
     database: 'render_queue',
     table: 'RenderedPage',
-    ids: [url],
+    ids: [key(url)],
     get_attributes: ['*'],
   });
   assert.deepEqual(page, [], 'the stale result stored no page');
@@ -261,7 +264,7 @@ test('an unreported lease comes back after expiry with a new token, and after fa
   // The first result of the latest grant clears everything.
   const ok = await h.fetch('/render_queue/job_result', {
     auth: fleet,
-    body: { id: url, leaseToken: last.leaseToken, outcome: 'rendered', statusCode: 200 },
+    body: { id: key(url), leaseToken: last.leaseToken, outcome: 'rendered', statusCode: 200 },
   });
   assert.equal(ok.status, 200, ok.text);
   const done = (await explain(url)).lease;
@@ -292,7 +295,7 @@ test('a claim that finds the set used up while rows are due has them republished
       what,
       async () => {
         got.push(...(await claim(25)).jobs);
-        return urls.every((u) => got.some((j) => j.id === u));
+        return urls.every((u) => got.some((j) => j.url === u && j.id === key(u)));
       },
       ms,
     );
@@ -555,7 +558,9 @@ test("a stalled keeper's last ready set is drained, each entry re-checked agains
     );
     assert.equal(statuses.at(-1), '0:unready', `claims answered: ${statuses.join(' ')}`);
 
-    const mine = granted.filter((j) => j.id.startsWith(prefix)).map((j) => j.id);
+    const mineJobs = granted.filter((j) => j.url.startsWith(prefix));
+    for (const j of mineJobs) assert.equal(j.id, key(j.url), 'a job is the desktop row of its URL');
+    const mine = mineJobs.map((j) => j.url);
     assert.equal(new Set(mine).size, mine.length, 'no row granted twice');
     assert.ok(!mine.includes(gone), 'a deleted row in the stale set is not granted');
     assert.deepEqual(

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { histogramTotals, labelValues, lintExposition, parseExposition, type Family } from '../promLint.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 const fleet: Credentials = { username: 'metrics-fleet', password: 'metrics-fleet-pass' };
@@ -72,7 +73,7 @@ async function claim(queues: string[], limit: number, fresh = false) {
   });
   assert.equal(r.status, 200, r.text);
   return {
-    jobs: r.json as Array<{ id: string; leaseToken: string; queue: string }>,
+    jobs: r.json as Array<{ id: string; url: string; leaseToken: string; queue: string }>,
     by: String(r.headers['x-served-by']),
   };
 }
@@ -215,7 +216,7 @@ test('results are counted per queue and outcome on either protocol, with the ren
   const render0 = histogramTotals(before.families, 'queue_keeper_render_seconds', { queue: 'product' });
 
   // The token protocol: three rows, three outcomes.
-  const jobs: Array<{ id: string; leaseToken: string }> = [];
+  const jobs: Array<{ id: string; url: string; leaseToken: string }> = [];
   await until('three product rows claimed', async () => {
     jobs.push(...(await claim(['product'], 3 - jobs.length)).jobs);
     return jobs.length === 3;
@@ -227,13 +228,13 @@ test('results are counted per queue and outcome on either protocol, with the ren
   };
   const tokenAnswer = await h.fetch('/render_queue/job_results', {
     auth: fleet,
-    body: { results: jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, ...outcomes[j.id] })) },
+    body: { results: jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, ...outcomes[j.url] })) },
   });
   assert.equal(tokenAnswer.status, 200, tokenAnswer.text);
   // A copy of the same results is a duplicate: counted once.
   await h.fetch('/render_queue/job_results', {
     auth: fleet,
-    body: { results: jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, ...outcomes[j.id] })) },
+    body: { results: jobs.map((j) => ({ id: j.id, leaseToken: j.leaseToken, ...outcomes[j.url] })) },
   });
 
   // The prerender protocol: a token-less result from the user and worker id the lease went to.
@@ -244,9 +245,12 @@ test('results are counted per queue and outcome on either protocol, with the ren
       body: { limit: 1, queues: ['product'] },
       headers: worker,
     });
-    return Array.isArray(r.json) && r.json.length === 1 ? (r.json[0] as { id: string }) : undefined;
+    return Array.isArray(r.json) && r.json.length === 1
+      ? (r.json[0] as { id: string; url: string })
+      : undefined;
   });
-  assert.equal(d.id, url('d'));
+  assert.equal(d.url, url('d'));
+  assert.equal(d.id, key(url('d')), 'the job is the desktop row of its URL');
   const meta = Buffer.from(
     JSON.stringify({ id: d.id, statusCode: 301, redirectedTo: url('a'), renderTime: 2500 }),
   );

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { fileTargets, postConfig } from '../api.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 const observer: Credentials = { username: 'watcher', password: 'watcher-pass' };
@@ -75,6 +76,7 @@ test('an observer reads every operator GET and explain, and is refused 403 on ev
 
 interface Job {
   id: string;
+  url: string;
   leaseToken: string;
 }
 
@@ -113,7 +115,8 @@ test('the failing list shows failing rows worst first with their last error, pag
   // shop/1 fails a second time (revalidate makes it due again; its lease was released by the backoff).
   await h.fetch('/prerender_admin/revalidate', { body: { url: urls[0] } });
   const [again] = await claimAll(1);
-  assert.equal(again!.id, urls[0]);
+  assert.equal(again!.url, urls[0]);
+  assert.equal(again!.id, key(urls[0]!), 'the job is the desktop row of its URL');
   assert.equal((await report(again!, 'failed', { name: 'Crash', message: 'renderer died' })).status, 200);
 
   const all = await h.fetch('/prerender_admin/failing', { auth: observer, method: 'GET' });
@@ -121,6 +124,8 @@ test('the failing list shows failing rows worst first with their last error, pag
   const body = all.json as { rows: Array<Record<string, unknown>>; next: string | null };
   assert.equal(body.next, null);
   assert.equal(body.rows.length, 3);
+  for (const r of body.rows)
+    assert.equal(r.deviceType, 'desktop', `the entry of ${String(r.url)} names its device`);
   assert.deepEqual([body.rows[0]!.url, body.rows[0]!.strikes, body.rows[0]!.queue], [urls[0], 2, 'shop']);
   assert.deepEqual(
     body.rows

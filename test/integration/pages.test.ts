@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { componentWithBotPage, startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { configForTest, fileTargets, postConfig } from '../api.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 let appDir: string;
@@ -40,8 +41,9 @@ async function claimOf(url: string): Promise<number> {
   const job = await until(`a claim of ${url}`, async () => {
     const r = await h.fetch('/render_queue/claim', { body: { limit: 25 }, auth: fleet });
     assert.equal(r.status, 200, r.text);
-    return (r.json as Array<{ id: string; leaseToken: number }>).find((j) => j.id === url);
+    return (r.json as Array<{ id: string; url: string; leaseToken: number }>).find((j) => j.url === url);
   });
+  assert.equal(job.id, key(url), 'the job is the desktop row of its URL');
   return job.leaseToken;
 }
 
@@ -51,7 +53,9 @@ async function render(url: string, body: string, contentType = 'text/html; chars
   const leaseToken = await claimOf(url);
   const r = await h.fetch('/render_queue/job_results', {
     auth: fleet,
-    body: { results: [{ id: url, leaseToken, outcome: 'rendered', statusCode: 200, contentType, body }] },
+    body: {
+      results: [{ id: key(url), leaseToken, outcome: 'rendered', statusCode: 200, contentType, body }],
+    },
   });
   assert.equal(r.status, 200, r.text);
   assert.equal(r.json.results[0].accepted, true, r.text);
@@ -122,7 +126,7 @@ test('deleting a target removes its page', async () => {
     operation: 'search_by_id',
     database: 'render_queue',
     table: 'RenderedPage',
-    ids: [url],
+    ids: [key(url)],
     get_attributes: ['id'],
   });
   assert.deepEqual(page, []);
@@ -139,7 +143,7 @@ test('the page sweep removes a page whose schedule row disappeared', async (t) =
     operation: 'delete',
     database: 'render_schedule',
     table: 'RenderSchedule',
-    ids: [orphan],
+    ids: [key(orphan)],
   });
   assert.equal((await botGet(orphan)).status, 200, 'the page outlives its row until the sweep runs');
   await configForTest(t, h, { maintenance: { tickInterval: 300 } });

@@ -23,6 +23,7 @@ import {
   type PrerenderJob,
 } from '../prerenderFleet.js';
 import { until } from '../wait.js';
+import { key, rowKey } from '../rowKeys.js';
 
 const MIN = 60_000;
 /** Every row's cadence: a result applied (or a failure backed off, fastRetries 0) moves it this far. */
@@ -70,7 +71,7 @@ before(
     const done = await h.fetch('/render_queue/job_result', {
       auth: fleetUser,
       body: {
-        id: probe,
+        id: derivedJob!.id,
         leaseToken: derivedJob!.leaseToken,
         outcome: 'rendered',
         statusCode: 200,
@@ -117,25 +118,34 @@ async function fileDue(t: TestContext | undefined, urls: string[]) {
   assert.equal(r.upserted, urls.length);
 }
 
-/** Claims until every one of `ids` is granted to `worker`; any other job is a stray of another test. */
-async function claimJobs(worker: PrerenderFleetWorker, ids: string[], ms = 15_000): Promise<PrerenderJob[]> {
+/**
+ * Claims until `urls`' row for `device` is granted to `worker`, each job keyed `<url>|<device>`; any other
+ * job is a stray of another test.
+ */
+async function claimJobs(
+  worker: PrerenderFleetWorker,
+  urls: string[],
+  ms = 15_000,
+  device = 'desktop',
+): Promise<PrerenderJob[]> {
   const got = new Map<string, PrerenderJob>();
   await until(
-    `${ids.length} jobs for ${worker.workerId}`,
+    `${urls.length} jobs for ${worker.workerId}`,
     async () => {
-      const r = await worker.claim(HOST, Math.max(1, ids.length - got.size));
+      const r = await worker.claim(HOST, Math.max(1, urls.length - got.size));
       assert.equal(r.status, 200, r.text);
       assert.ok(r.jobs, `the claim answers a bare JSON array: ${r.text.slice(0, 200)}`);
       for (const j of r.jobs) {
-        assert.ok(ids.includes(j.id), `only this test's rows are due, not ${j.id}`);
-        got.set(j.id, j);
+        assert.ok(urls.includes(j.url), `only this test's rows are due, not ${j.id}`);
+        assert.equal(j.id, rowKey(j.url, device), `the job of ${j.url} is its ${device} row`);
+        got.set(j.url, j);
       }
-      return got.size === ids.length;
+      return got.size === urls.length;
     },
     ms,
     50,
   );
-  return ids.map((id) => got.get(id)!);
+  return urls.map((url) => got.get(url)!);
 }
 
 interface Row {
@@ -158,6 +168,7 @@ async function row(url: string): Promise<Row | null> {
 
 interface StoredPage {
   url: string;
+  deviceType: string | null;
   statusCode: number | null;
   contentType: string | null;
   body: unknown;
@@ -165,14 +176,19 @@ interface StoredPage {
   renderedAt: number;
 }
 
+/** The desktop page of `url`, which carries its URL and device. */
 async function storedPage(url: string): Promise<StoredPage | undefined> {
   const r = (await h.operation({
     operation: 'search_by_id',
     database: 'render_queue',
     table: 'RenderedPage',
-    ids: [url],
+    ids: [key(url)],
     get_attributes: ['*'],
   })) as StoredPage[];
+  if (r[0]) {
+    assert.equal(r[0].url, url, 'the page carries its URL');
+    assert.equal(r[0].deviceType, 'desktop', 'and its device');
+  }
   return r[0];
 }
 
@@ -232,7 +248,7 @@ test('a job claimed while render.callbackOrigin is unset carries the origin deri
   assert.equal(derivedJob.deviceType, 'desktop');
 });
 
-test('render.callbackOrigin drops a trailing slash and refuses a path; render.deviceType reaches every job', async (t) => {
+test('render.callbackOrigin drops a trailing slash and refuses a path; render.deviceTypes reaches every job', async (t) => {
   const slash = await h.fetch('/prerender_admin/config', {
     body: { render: { callbackOrigin: `${origin}/` } },
   });
@@ -248,15 +264,15 @@ test('render.callbackOrigin drops a trailing slash and refuses a path; render.de
   const now = await h.fetch('/prerender_admin/config');
   assert.equal(now.json.render?.callbackOrigin, origin, 'the refused value changed nothing');
 
-  await configForTest(t, h, { render: { deviceType: 'mobile' } });
+  await configForTest(t, h, { render: { deviceTypes: ['mobile'] } });
   const urls = ['https://pf.example.com/device/0', 'https://pf.example.com/device/1'];
   await fileDue(t, urls);
-  const jobs = await claimJobs(workerA, urls);
+  const jobs = await claimJobs(workerA, urls, undefined, 'mobile');
   for (const j of jobs) {
     assert.equal(j.deviceType, 'mobile');
     assert.equal(j.callbackOrigin, origin);
   }
-  for (const j of jobs) assertAnswered(await workerA.report(j, rendered(), page(j.id)), 'applied', j.id);
+  for (const j of jobs) assertAnswered(await workerA.report(j, rendered(), page(j.url)), 'applied', j.id);
 });
 
 // ------------------------------------------------------------------ the fleet's round trip
@@ -287,7 +303,7 @@ test('an unchanged prerender fleet finds the node over MQTT, claims, and reports
       'the fleet dials the node that granted it',
     );
     assert.equal(j.deviceType, 'desktop');
-    assert.equal(j.url, j.id);
+    assert.equal(j.id, key(j.url), 'the job is the desktop row of its URL');
     assert.equal(typeof j.isFromSitemap, 'boolean');
     assert.ok(j.expiresAt - Date.now() > 30_000, 'the fleet renders only a job with 30 s of lease left');
   }
@@ -302,12 +318,12 @@ test('an unchanged prerender fleet finds the node over MQTT, claims, and reports
   };
   const at = Date.now();
   for (const j of jobs) {
-    const encoding = j.id.endsWith('/gzip') ? 'gzip' : 'br';
+    const encoding = j.url.endsWith('/gzip') ? 'gzip' : 'br';
     // A header outside the fleet's list must not reach the stored page either.
     const a = await workerA.report(
       j,
       rendered({ headers: { ...originHeaders, 'x-cache': 'HIT' } }),
-      page(j.id),
+      page(j.url),
       encoding,
     );
     assertAnswered(a, 'applied', `${encoding} result`);
@@ -438,7 +454,7 @@ test('decompression bombs (gzip to 240 MiB, br to 1 GiB) are answered promptly w
   const peakBefore = peakRss(h.pid);
   const at = Date.now();
   for (const j of jobs) {
-    const encoding = j.id.endsWith('/gzip') ? 'gzip' : 'br';
+    const encoding = j.url.endsWith('/gzip') ? 'gzip' : 'br';
     const a = await workerA.reportBytes(j, rendered(), bombs[encoding], encoding);
     assertAnswered(a, 'too_large', `${encoding} bomb`);
     assert.ok(a.ms < 5000, `${encoding} bomb answered in ${a.ms} ms`);
@@ -650,7 +666,7 @@ test('queue_keeper_prerender_results_total counts each x-result-status', async (
   await send(workerA, applied!, rendered(), html('counted'), 'identity');
   await send(workerA, applied!, rendered(), html('counted'), 'identity');
   await send(workerB, superseded!, rendered(), html('not yours'), 'identity');
-  const del = await h.fetch('/render_queue/targets', { method: 'DELETE', body: { urls: [gone!.id] } });
+  const del = await h.fetch('/render_queue/targets', { method: 'DELETE', body: { urls: [gone!.url] } });
   assert.equal(del.json.deleted, 1, del.text);
   await send(workerA, gone!, rendered(), html('gone'), 'identity');
   // Past render.maxBodyBytes, yet inside the request limit (maxBodyBytes + 64 KiB).
@@ -666,7 +682,7 @@ test('queue_keeper_prerender_results_total counts each x-result-status', async (
     assert.equal(d, 1, `queue_keeper_prerender_results_total{result="${result}"} moved by ${d}`);
   }
   // The row of the too-large page took a strike.
-  assert.equal((await row(large!.id))?.strikes, 1);
+  assert.equal((await row(large!.url))?.strikes, 1);
 });
 
 test('a queue.jobLeaseTime of 30 s is accepted, and the config answer warns of the fleet rule that skips jobs with under 30 s of lease left', async (t) => {

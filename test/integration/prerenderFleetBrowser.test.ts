@@ -24,6 +24,7 @@ import {
 } from '../prerenderFleet.js';
 import { sleep, until } from '../wait.js';
 import { builtText, jsPage, serveJsSite } from '../jsSite.js';
+import { key } from '../rowKeys.js';
 
 const MIN = 60_000;
 /** The pages' cadence: a rendered row comes due again this far out. */
@@ -148,6 +149,7 @@ test(
             return;
           }
           assert.equal(job.deviceType, 'desktop');
+          assert.equal(job.id, key(job.url), 'the job is the desktop row of its URL');
           const r = await render(job);
           const meta = {
             statusCode: r.statusCode,
@@ -155,7 +157,7 @@ test(
             renderTime: r.renderTime,
             outcome: 'rendered',
           };
-          answers.set(job.id, await worker.report(job, meta, r.content, 'gzip'));
+          answers.set(job.url, await worker.report(job, meta, r.content, 'gzip'));
         }),
       );
     }
@@ -177,9 +179,10 @@ test(
         operation: 'search_by_id',
         database: 'render_queue',
         table: 'RenderedPage',
-        ids: [url],
+        ids: [key(url)],
         get_attributes: ['*'],
-      })) as Array<{ body: unknown; statusCode: number | null; headers?: unknown }>;
+      })) as Array<{ url: string; body: unknown; statusCode: number | null; headers?: unknown }>;
+      assert.equal(stored[0]?.url, url, 'the page carries its URL');
       const body = String(stored[0]?.body);
       assert.ok(body.includes(`<p id="built">${builtText(ids[i]!)}</p>`), body.slice(0, 500));
       assert.ok(body.includes(`<h1>page ${ids[i]}</h1>`), body.slice(0, 500));

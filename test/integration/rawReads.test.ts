@@ -81,7 +81,7 @@ test('a claim refuses a row rescheduled and a row deleted after the keeper publi
     const staleBefore = await staleCount();
     const r = await h.fetch('/render_queue/claim', { body: { limit: 25 }, auth: fleet });
     assert.equal(r.status, 200, r.text);
-    const granted = (r.json as Array<{ id: string }>).map((j) => j.id);
+    const granted = (r.json as Array<{ url: string }>).map((j) => j.url);
     assert.ok(!granted.includes(later) && !granted.includes(gone), `granted ${granted.join(', ')}`);
     if ((await keeper()).lastPublish.at !== published) continue; // the set was replaced meanwhile: again
     // Both entries were taken from the set and refused on the row as stored now.

@@ -14,6 +14,7 @@ import { startHarper, type Credentials, type HarperInstance } from '../harness.j
 import { configForTest, fileTargets, postConfig } from '../api.js';
 import { PrerenderFleetWorker, type PrerenderJob } from '../prerenderFleet.js';
 import { sleep, until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 const MIN = 60_000;
 const HOST = 'serve.example.com';
@@ -72,13 +73,15 @@ function crawl(url: string, headers: Record<string, string> = {}, method = 'GET'
   return h.fetch(`/p/${url}`, { auth: null, headers, method });
 }
 
-/** Claims until `url` is handed out. */
+/** Claims until `url` is handed out: its desktop row. */
 async function claimOf(url: string): Promise<PrerenderJob> {
-  return until(`a claim of ${url}`, async () => {
+  const job = await until(`a claim of ${url}`, async () => {
     const r = await worker.claim('127.0.0.1', 25);
     assert.equal(r.status, 200, r.text);
-    return r.jobs?.find((j) => j.id === url);
+    return r.jobs?.find((j) => j.url === url);
   });
+  assert.equal(job.id, key(url), 'the job is the desktop row of its URL');
+  return job;
 }
 
 /** Files the URL due now, claims it and reports it rendered through the prerender fleet protocol. */
@@ -93,23 +96,26 @@ async function render(url: string, body: string, headers: Record<string, string>
   assert.equal(a.status, 204, a.text);
 }
 
-/** Writes fields of a schedule row directly (the operations API), as another writer of the row would. */
+/**
+ * Writes fields of `url`'s desktop row directly (the operations API), as another writer of the row would.
+ */
 async function setRow(url: string, fields: Record<string, unknown>) {
   const r = await h.operation({
     operation: 'update',
     database: 'render_schedule',
     table: 'RenderSchedule',
-    records: [{ cacheKey: url, ...fields }],
+    records: [{ cacheKey: key(url), ...fields }],
   });
   assert.ok(r.update_hashes?.length === 1, JSON.stringify(r));
 }
 
+/** `url`'s desktop row as stored. */
 async function rowOf(url: string): Promise<Record<string, unknown> | undefined> {
   const r = (await h.operation({
     operation: 'search_by_id',
     database: 'render_schedule',
     table: 'RenderSchedule',
-    ids: [url],
+    ids: [key(url)],
     get_attributes: ['*'],
   })) as Array<Record<string, unknown>>;
   return r[0];

@@ -8,6 +8,7 @@ import { postConfig } from '../api.js';
 import { startHarper, type HarperInstance } from '../harness.js';
 import { SitemapSite, sitemapIndex, urlset, type UrlEntry } from '../sitemapSite.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 const site = new SitemapSite();
@@ -275,11 +276,12 @@ test('a lastmod newer than the last render makes the row due now, once per new l
   assert.equal((await h.fetch('/prerender_admin/revalidate', { body: { url: page } })).status, 200);
   const job = await until('the page to be claimable', async () => {
     const c = await h.fetch('/render_queue/claim', { body: { limit: 100 } });
-    return (c.json as Array<{ id: string; leaseToken: string }>).find((j) => j.id === page);
+    return (c.json as Array<{ id: string; url: string; leaseToken: string }>).find((j) => j.url === page);
   });
+  assert.equal(job.id, key(page), 'the job is the desktop row of its URL');
   const res = await h.fetch('/render_queue/job_result', {
     body: {
-      id: page,
+      id: key(page),
       leaseToken: job.leaseToken,
       outcome: 'rendered',
       statusCode: 200,

@@ -9,6 +9,7 @@ import { startHarper, type Credentials, type HarperInstance } from '../harness.j
 import { fileTargets, postConfig } from '../api.js';
 import { PrerenderFleetWorker, resultStatus } from '../prerenderFleet.js';
 import { until } from '../wait.js';
+import { key } from '../rowKeys.js';
 
 let h: HarperInstance;
 let fleet: PrerenderFleetWorker;
@@ -22,7 +23,7 @@ interface Job {
   callbackOrigin: string;
 }
 
-/** Jobs claimed for URLs not asked for yet (every row here is due at once). */
+/** Jobs claimed for URLs not asked for yet (every row here is due at once), by URL. */
 const claimed = new Map<string, Job>();
 
 before(async () => {
@@ -63,7 +64,10 @@ async function claim(url: string, asFleet = false): Promise<Job> {
         assert.equal(r.status, 200, r.text);
         jobs = r.json as Job[];
       }
-      for (const j of jobs) claimed.set(j.id, j);
+      for (const j of jobs) {
+        assert.equal(j.id, key(j.url), 'a job is the desktop row of its URL');
+        claimed.set(j.url, j);
+      }
       return claimed.has(url);
     },
     15_000,
@@ -87,18 +91,28 @@ async function row(url: string) {
   } | null;
 }
 
+/** Whether `url`'s desktop page is stored. */
 async function hasPage(url: string): Promise<boolean> {
   const r = (await h.operation({
     operation: 'sql',
-    sql: `SELECT COUNT(*) AS c FROM render_queue.RenderedPage WHERE id = '${url}'`,
+    sql: `SELECT COUNT(*) AS c FROM render_queue.RenderedPage WHERE id = '${key(url)}'`,
   })) as Array<{ c: number }>;
   return (r[0]?.c ?? 0) > 0;
 }
 
+/** The retired list: every entry here is a desktop row's. */
 async function retired(): Promise<Array<{ url: string; reason: string; lastStatusCode: number | null }>> {
   const r = await h.fetch('/prerender_admin/retired');
   assert.equal(r.status, 200, r.text);
-  return r.json.rows;
+  const rows = r.json.rows as Array<{
+    url: string;
+    deviceType: string;
+    reason: string;
+    lastStatusCode: number | null;
+  }>;
+  for (const e of rows)
+    assert.equal(e.deviceType, 'desktop', `the retired entry of ${e.url} names its device`);
+  return rows;
 }
 
 /** Reports through the token protocol; answers the result's answer. */
