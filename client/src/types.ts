@@ -4,7 +4,7 @@
 
 /** One job under an exclusive lease, as `claim`, `/render_queue/next` and the channel hand it out. */
 export interface Job {
-  /** The row key (the URL as filed). */
+  /** The row key, `<url>|<deviceType>`: send it back unchanged. */
   id: string;
   url: string;
   /** The queue (route) the row belongs to. */

@@ -17,6 +17,7 @@ import type { LeaseTable } from '../../util/leases/table.js';
 import { EdgeDetector, type EdgeRow, type QueueDueCounts } from '../../util/notify/edges.js';
 import type { Duty } from '../../util/duties/scheduler.js';
 import type { Wake, WakeJob, WakeReason } from './dispatcher.js';
+import { urlOfKey } from '../../util/schedule/rowKey.js';
 
 /** What the service needs of the dispatcher (services/notify/dispatcher.ts). */
 export interface WakeSink {
@@ -49,8 +50,9 @@ export interface NotifyDeps {
   log: { info: (...args: unknown[]) => void; warn: (...args: unknown[]) => void };
 }
 
+/** A wake names the row's key as the job's id and its URL as the job's url, as a claimed job does. */
 function wakeJob(row: EdgeRow): WakeJob {
-  return { id: row.key, url: row.key, dueAt: row.dueMs, fromSitemap: row.fromSitemap };
+  return { id: row.key, url: urlOfKey(row.key), dueAt: row.dueMs, fromSitemap: row.fromSitemap };
 }
 
 export class NotifyService {

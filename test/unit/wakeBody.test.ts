@@ -13,13 +13,13 @@ import {
   wakeBody,
 } from '../../util/notify/wakeBody.js';
 
-const worst = (url: string, queue: string, fleet: string) =>
+const worst = (url: string, queue: string, fleet: string, device = '') =>
   Buffer.byteLength(
     wakeBody({
       reason: 'requeued',
       queue,
       fleet,
-      job: { id: url, url, dueAt: 9_999_999_999_999, fromSitemap: false },
+      job: { id: device ? `${url}|${device}` : url, url, dueAt: 9_999_999_999_999, fromSitemap: false },
       attempt: 10,
       createdAt: 9_999_999_999_999,
     }),
@@ -34,8 +34,46 @@ test('the worst-case wake (1,900-byte URL twice, longest names, largest numbers)
   assert.equal(fleetNameProblem(fleet), null);
   const bytes = worst(url, queue, fleet);
   assert.ok(bytes <= MAX_WAKE_BODY_BYTES, `${bytes} bytes`);
-  // The bound is tight: one more byte of name would not fit, so the limits are not arbitrary.
-  assert.ok(worst(url, queue, fleet + 'ff') > MAX_WAKE_BODY_BYTES);
+  // The bound is tight: one more byte of name would not fit, so the limits are not arbitrary (the body
+  // builder then cuts the fleet name, as the next test shows).
+  assert.equal(worst(url, queue, fleet + 'ff'), MAX_WAKE_BODY_BYTES);
+});
+
+test('a key with the longest device name still makes a wake of at most 4 KiB: the fleet name is cut to fit', () => {
+  const url = 'https://a.example/' + 'x'.repeat(MAX_URL_BYTES - 18);
+  const device = 'd'.repeat(32);
+  const fleet = 'f'.repeat(MAX_FLEET_NAME_BYTES - 4) + 'éé';
+  assert.equal(fleetNameProblem(fleet), null);
+  assert.ok(worst(url, 'q'.repeat(MAX_QUEUE_NAME_CHARS), fleet, device) <= MAX_WAKE_BODY_BYTES);
+  const body = JSON.parse(
+    wakeBody({
+      reason: 'requeued',
+      queue: 'q'.repeat(MAX_QUEUE_NAME_CHARS),
+      fleet,
+      job: { id: `${url}|${device}`, url, dueAt: 1, fromSitemap: false },
+      attempt: 1,
+      createdAt: 1,
+    }),
+  );
+  assert.ok(
+    fleet.startsWith(body.fleet) && body.fleet.length < fleet.length,
+    'the fleet name is cut, whole characters',
+  );
+  assert.equal(body.job.id, `${url}|${device}`, 'the job is whole');
+  // A short wake keeps its fleet name.
+  assert.equal(
+    JSON.parse(
+      wakeBody({
+        reason: 'created',
+        queue: 'q',
+        fleet,
+        job: { id: 'https://a/|d', url: 'https://a/', dueAt: 1, fromSitemap: false },
+        attempt: 1,
+        createdAt: 1,
+      }),
+    ).fleet,
+    fleet,
+  );
 });
 
 test('the characters JSON escapes are refused in URLs and fleet names, so escaping can never grow a wake', () => {

@@ -1,6 +1,7 @@
 // The body of a notify wake (docs/wakes.md, "What a delivery looks like") and the name bounds that keep it
-// inside 4 KiB. A wake names one URL twice (job.id and job.url), so its size is set by the longest URL
-// we accept, and the budget left over is what queue (route) and fleet names may use. Pure.
+// inside 4 KiB. A wake names one URL twice (job.id, the row's key `<url>|<device>`, and job.url), so its
+// size is set by the longest URL we accept, and the budget left over is what queue (route) and fleet names
+// may use. Pure.
 
 /** A wake body is never larger than this: small enough for any receiver's request limit. */
 export const MAX_WAKE_BODY_BYTES = 4096;
@@ -17,6 +18,8 @@ export const QUEUE_NAME = new RegExp(`^[A-Za-z0-9_.-]{1,${MAX_QUEUE_NAME_CHARS}}
  * The budget: the body with a 1,900-byte URL (no escaped characters: util/schedule/targetChecks.ts refuses them)
  * twice, 13-digit `dueAt` and `createdAt`, `attempt` 10 (notify.maxAttempts is at most 10), reason
  * `requeued` and empty names is 3,971 bytes, which leaves 125 bytes for the two names: 64 + 60 = 124.
+ * A device suffix on the key (up to 33 bytes, util/schedule/rowKey.ts) can take the worst case past the
+ * limit by those bytes: the fleet name, a label for people, is then cut to fit (wakeBody).
  * test/unit/wakeBody.test.ts builds that worst case and checks it fits.
  */
 export const MAX_FLEET_NAME_BYTES = 60;
@@ -43,15 +46,27 @@ export interface WakeBodyInput {
   createdAt: number;
 }
 
-/** The JSON body of one attempt, fields in the order docs/wakes.md shows them. */
+/**
+ * The JSON body of one attempt, fields in the order docs/wakes.md shows them. Over MAX_WAKE_BODY_BYTES
+ * (a longest URL under a long device name, with the longest names) the fleet name is cut to fit.
+ */
 export function wakeBody(w: WakeBodyInput): string {
-  return JSON.stringify({
-    type: 'render.ready',
-    reason: w.reason,
-    queue: w.queue,
-    fleet: w.fleet,
-    job: { id: w.job.id, url: w.job.url, dueAt: w.job.dueAt, fromSitemap: w.job.fromSitemap },
-    attempt: w.attempt,
-    createdAt: w.createdAt,
-  });
+  const body = (fleet: string) =>
+    JSON.stringify({
+      type: 'render.ready',
+      reason: w.reason,
+      queue: w.queue,
+      fleet,
+      job: { id: w.job.id, url: w.job.url, dueAt: w.job.dueAt, fromSitemap: w.job.fromSitemap },
+      attempt: w.attempt,
+      createdAt: w.createdAt,
+    });
+  const whole = body(w.fleet);
+  const over = Buffer.byteLength(whole) - MAX_WAKE_BODY_BYTES;
+  if (over <= 0) return whole;
+  // Fleet names are never escaped in JSON (fleetNameProblem), so each character costs its UTF-8 bytes.
+  const chars = [...w.fleet];
+  let cut = 0;
+  while (chars.length > 0 && cut < over) cut += Buffer.byteLength(chars.pop()!);
+  return body(chars.join(''));
 }

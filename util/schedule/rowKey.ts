@@ -21,7 +21,7 @@ export function rowKeys(url: string, devices: readonly string[]): string[] {
 
 /**
  * A key's URL and device, or null when the key carries no device (a row of the layout before devices,
- * keyed by the bare URL, which the upgrade moves: services/schedule/upgrade.ts).
+ * keyed by the bare URL, which the upgrade moves: services/devices/duties.ts).
  */
 export function splitRowKey(key: string): { url: string; device: string } | null {
   const bar = key.lastIndexOf('|');
