@@ -221,6 +221,15 @@ const EP: Endpoint[] = [
     ok: [400, 404],
   },
   { method: 'DELETE', path: (r) => `/prerender_admin/hooks/${r}`, who: [], body: 'empty', ok: [400, 404] },
+  // A device's removal: a random name is a 400, a path with more segments a 404, a listed device 409; a
+  // well-formed name out of the list starts a removal (202) that deletes nothing, as no row has it.
+  {
+    method: 'DELETE',
+    path: (r) => `/prerender_admin/devices/${r.length % 5 === 0 ? 'desktop' : r}`,
+    who: [],
+    body: 'empty',
+    ok: [202, 400, 404, 409],
+  },
   { method: 'POST', path: () => '/render_queue/sitemaps', who: ['feeder'], body: 'sitemap', ok: [400] },
   {
     method: 'GET',

@@ -51,8 +51,18 @@ let site: http.Server | undefined;
 let siteBase = '';
 const dataHits = new Map<string, number>();
 
+/** /viewport/<n>: a page whose script writes the window's width, so a stored page tells its device. */
+const viewportPage = (n: string) =>
+  `<!doctype html><html><body><h1>viewport ${n}</h1><script>const p = document.createElement('p');` +
+  `p.id = 'width'; p.textContent = String(window.innerWidth); document.body.append(p);</script></body></html>`;
+
 function serveSite(req: http.IncomingMessage, res: http.ServerResponse): void {
   if (serveJsSite(req, res, dataHits, PAGE_HEADERS)) return;
+  const vp = /^\/viewport\/(\w+)$/.exec(req.url ?? '');
+  if (vp) {
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(viewportPage(vp[1]!));
+    return;
+  }
   res.writeHead(404, { 'content-type': 'text/plain' }).end('not here');
 }
 
@@ -206,5 +216,62 @@ test(
     }
     // With every row rendered, the node tells the fleet there is nothing left.
     await until('the node to report empty over MQTT', () => watch.hosts.get('127.0.0.1')?.status === 'empty');
+  },
+);
+
+test(
+  'with render.deviceTypes [desktop, mobile] the Chromium fleet renders every due URL once per device, each in its viewport, and each page is stored as its device',
+  { timeout: 120_000 },
+  async (t) => {
+    await postConfig(h!, { render: { deviceTypes: ['desktop', 'mobile'] } });
+    t.after(() => postConfig(h!, { render: { deviceTypes: ['desktop'] } }));
+    const worker = new PrerenderFleetWorker(fleetUser, 'pfb-worker-devices', h!.ports.http!);
+    const urls = ['a', 'b'].map((n) => `${siteBase}/viewport/${n}`);
+    await fileTargets(
+      h!,
+      urls.map((url) => ({ url, cadenceMs: CADENCE, dueAt: Date.now() - MIN })),
+    );
+    const want = urls.flatMap((u) => [`${u}|desktop`, `${u}|mobile`]);
+    const reported = new Map<string, FleetAnswer>();
+    const deadline = Date.now() + 90_000;
+    while (!want.every((id) => reported.has(id))) {
+      assert.ok(Date.now() < deadline, `only ${[...reported.keys()].join(', ')} reported in time`);
+      const claimed = await worker.claim('127.0.0.1', 4);
+      assert.equal(claimed.status, 200, claimed.text);
+      const jobs = (claimed.jobs ?? []).filter((j) => want.includes(j.id));
+      if (jobs.length === 0) {
+        await sleep(100);
+        continue;
+      }
+      await Promise.all(
+        jobs.map(async (job) => {
+          assert.ok(!reported.has(job.id), `${job.id} is granted once`);
+          assert.equal(job.id, `${job.url}|${job.deviceType}`);
+          const r = await render(job);
+          const meta = {
+            statusCode: r.statusCode,
+            headers: r.headers,
+            renderTime: r.renderTime,
+            outcome: 'rendered',
+          };
+          reported.set(job.id, await worker.report(job, meta, r.content, 'gzip'));
+        }),
+      );
+    }
+    for (const [id, a] of reported) assert.equal(resultStatus(a), 'applied', `${id}: ${a.status} ${a.text}`);
+    for (const url of urls) {
+      for (const device of ['desktop', 'mobile']) {
+        const stored = (await h!.operation({
+          operation: 'search_by_id',
+          database: 'render_queue',
+          table: 'RenderedPage',
+          ids: [`${url}|${device}`],
+          get_attributes: ['*'],
+        })) as Array<{ url: string; deviceType: string; body: unknown }>;
+        assert.deepEqual([stored[0]?.url, stored[0]?.deviceType], [url, device]);
+        const width = /<p id="width">(\d+)<\/p>/.exec(String(stored[0]?.body))?.[1];
+        assert.equal(Number(width), DEVICES[device]!.width, `${url} rendered as ${device}`);
+      }
+    }
   },
 );
