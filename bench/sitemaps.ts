@@ -6,13 +6,20 @@
 //      longest answer of a health probe every 50 ms (a proxy for event-loop holds), claim latency during it;
 //   3. a refresh where nothing changed (every file 304) and one where one child changed.
 // Prints each run and the medians, with the machine's load. Run: npm run build && node dist/bench/sitemaps.js
+// PROFILE=1: a scratch copy of the component whose workers sample themselves during the first walk of each
+// run; each worker's summary (areas, self and inclusive top 25) is printed and its profile kept.
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fleetClient, loadavg, machine, median, rssKb, sleep, summarize, until } from './lib.js';
 import { startHarper, type HarperInstance } from '../test/harness.js';
 import { SitemapSite, sitemapIndex, urlset } from '../test/sitemapSite.js';
+import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
 
 const CHILDREN = Number(process.env.CHILDREN ?? 20);
 const PER_CHILD = Number(process.env.PER_CHILD ?? 50_000);
 const RUNS = Number(process.env.RUNS ?? 3);
+const PROFILE = process.env.PROFILE === '1';
 /** The keeper's share of private memory per held row (docs/sizing.md "Per row": 210–230 B). */
 const KEEPER_BYTES_PER_ROW = 230;
 
@@ -115,7 +122,9 @@ async function oneRun(run: number) {
   const children = Array.from({ length: CHILDREN }, (_, k) => `/s${k}.xml.gz`);
   site.set('/index.xml', sitemapIndex(children.map((c) => site.url(c))));
   children.forEach((c, k) => site.set(c, child(k, site)));
-  const h = await startHarper({ logLevel: 'warn' });
+  const profileDir = PROFILE ? mkdtempSync(join(tmpdir(), 'qk-sitemap-profiles-')) : undefined;
+  const component = profileDir ? scratchComponent({ keeper: true, profileDir }) : undefined;
+  const h = await startHarper({ logLevel: 'warn', ...(component ? { componentDir: component } : {}) });
   try {
     const cfg = await h.fetch('/prerender_admin/config', {
       body: {
@@ -147,7 +156,10 @@ async function oneRun(run: number) {
     const reg = await h.fetch('/render_queue/sitemaps', { body: { url: site.url('/index.xml') } });
     if (reg.status !== 202) throw new Error(reg.text);
     const id = (reg.json as Sitemap).id;
-    const first = await walkEnd(h, id, undefined);
+    const first = profileDir
+      ? await profiledRun(profileDir, `walk-${run}`, () => walkEnd(h, id, undefined), 25)
+      : await walkEnd(h, id, undefined);
+    if (profileDir) console.log(`profiles kept in ${profileDir}`);
     const busy = await busyLoop.stop();
     const hold = await probe.stop();
     sampling = false;
@@ -193,6 +205,7 @@ async function oneRun(run: number) {
   } finally {
     await h.destroy();
     await site.stop();
+    if (component) removeScratch(component);
   }
 }
 

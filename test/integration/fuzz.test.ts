@@ -222,7 +222,8 @@ const EP: Endpoint[] = [
   },
   { method: 'DELETE', path: (r) => `/prerender_admin/hooks/${r}`, who: [], body: 'empty', ok: [400, 404] },
   // A device's removal: a random name is a 400, a path with more segments a 404, a listed device 409; a
-  // well-formed name out of the list starts a removal (202) that deletes nothing, as no row has it.
+  // well-formed name out of the list starts a removal (202) that deletes nothing, as no row has it. A body
+  // other than an empty object is a 400 before the name is looked at.
   {
     method: 'DELETE',
     path: (r) => `/prerender_admin/devices/${r.length % 5 === 0 ? 'desktop' : r}`,
@@ -268,6 +269,7 @@ const KNOWN: Array<[string, RegExp]> = [
   ['DELETE', /^\/prerender_admin\/fleets\/.+/],
   ['POST', /^\/prerender_admin\/hooks\/.+/],
   ['DELETE', /^\/prerender_admin\/hooks\/.+/],
+  ['DELETE', /^\/prerender_admin\/devices\/.+/],
   ['GET', /^\/prerender_admin\/console\/.+/],
   ['GET', /^\/prerender_admin\/(failing|retired)\/?(\?.*)?$/],
   ['GET', /^\/prerender_admin\/(live|ready)\/?$/],

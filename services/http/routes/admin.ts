@@ -37,6 +37,8 @@ const CONFIG_BODY = requestShape('updateConfig', 'body');
 /** The pause bodies as docs/openapi.yaml describes them; a bad `scope` has its own code. */
 const PAUSE_BODY = requestShape('pause', 'body', { scope: 'invalid_scope' });
 const RESUME_BODY = requestShape('resume', 'body', { scope: 'invalid_scope' });
+/** A device's removal takes no body, or an empty object. */
+const DEVICE_REMOVAL_BODY = requestShape('deleteDevice', 'body');
 
 /** An ignored-keys header stays this small whatever the request held (clients cap headers at 16 KiB). */
 const MAX_IGNORED_HEADER_BYTES = 1024;
@@ -224,6 +226,10 @@ async function explain(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
  */
 async function removeDevice(deps: AdminDeps, req: ApiRequest): Promise<ApiResponse> {
   if (req.params.length !== 1) throw new HttpError(404, 'not_found', `no endpoint at ${echo(req.path)}`);
+  if (req.body !== undefined) {
+    const problem = DEVICE_REMOVAL_BODY.check(req.body);
+    if (problem) throw answerOf(problem);
+  }
   const name = req.params[0]!;
   if (!isDeviceName(name))
     throw new HttpError(
