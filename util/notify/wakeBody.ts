@@ -5,6 +5,8 @@
 
 /** A wake body is never larger than this: small enough for any receiver's request limit. */
 export const MAX_WAKE_BODY_BYTES = 4096;
+/** The most a row key's device suffix adds to job.id: `|` and a 32-character device name. */
+const DEVICE_SUFFIX_BYTES = 33;
 
 /** Route names are queue names: letters, digits, '_', '.', '-' — no byte of them is JSON-escaped. */
 export const MAX_QUEUE_NAME_CHARS = 64;
@@ -63,7 +65,9 @@ export function wakeBody(w: WakeBodyInput): string {
     });
   const whole = body(w.fleet);
   const over = Buffer.byteLength(whole) - MAX_WAKE_BODY_BYTES;
-  if (over <= 0) return whole;
+  // Only what a device suffix can add is cut; anything larger is a body the bounds never allow, which the
+  // dispatcher refuses to send (a fault of ours, services/notify/dispatcher.ts).
+  if (over <= 0 || over > DEVICE_SUFFIX_BYTES) return whole;
   // Fleet names are never escaped in JSON (fleetNameProblem), so each character costs its UTF-8 bytes.
   const chars = [...w.fleet];
   let cut = 0;
