@@ -111,7 +111,13 @@ import { RenderNowWaiters } from './services/serving/renderNow.js';
 import { PageServing } from './services/serving/service.js';
 import { MinuteBudget, NodeSlots } from './util/serving/nodeCounters.js';
 import { rowKeys, splitRowKey } from './util/schedule/rowKey.js';
-import { DeviceDuties, deviceDutyViews, requestDeviceRemoval } from './services/devices/duties.js';
+import {
+  DeviceDuties,
+  deviceDutyViews,
+  requestDeviceRemoval,
+  upgradingTo,
+} from './services/devices/duties.js';
+import { upgradeDevice } from './util/schedule/deviceDuties.js';
 
 // Longer than any replication lag we expect between the page and schedule databases after a reconnect.
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
@@ -208,6 +214,7 @@ const schedule = new ScheduleOwner({
   sleep,
   read: readScheduleRow,
   groupCommitWaitMs: groupCommitWaitMs ?? GROUP_COMMIT_WAIT_MS,
+  upgradeDevice: () => upgradingTo(upgradeDevice(config())),
 });
 
 // ------------------------------------------------------------------ notify (the keeper's events go here)

@@ -56,6 +56,16 @@ export function deviceDutyViews(): DeviceDutyView[] {
   return out;
 }
 
+/**
+ * The device the upgrade moves bare-URL rows to while it still walks the rows on this node (`device`, the
+ * one it will use, before it has started); null once the rows are moved.
+ */
+export function upgradingTo(device: string): string | null {
+  const r = dutyRecord('upgrade');
+  if (r === undefined) return device;
+  return r.phase === 'rows' ? (r.device ?? device) : null;
+}
+
 /** Asks this node's worker 0 to delete every row and page of `device` (the route checks the name first). */
 export async function requestDeviceRemoval(device: string, now: number): Promise<DeviceDutyView> {
   const r: DutyRecord = {

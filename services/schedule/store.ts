@@ -141,6 +141,13 @@ export interface ScheduleOwnerDeps {
   read?: (key: string) => ScheduleRow | undefined;
   /** The group commit's wait (ms); GROUP_COMMIT_WAIT_MS unless resources.ts hands in another. */
   groupCommitWaitMs?: number;
+  /**
+   * While the upgrade to device keys runs (services/devices/duties.ts), the device it moves bare-URL rows
+   * to; null once it is done. A write that finds no row under `<url>|<that device>` reads the bare row
+   * instead, so a feeder filing (or a walk listing) a URL the upgrade has not reached yet keeps its
+   * history; the upgrade then finds the device row written and only drops the bare one.
+   */
+  upgradeDevice?: () => string | null;
 }
 
 /**
@@ -156,6 +163,7 @@ export class ScheduleOwner {
     this.read = deps.read ?? readRow;
     const store: ScheduleStore = {
       read: (key) => this.read(key),
+      bareRow: (key) => this.bareRow(key),
       keysOfUrl,
       locked: async (keys, fn) => {
         const r = await withKeyLocks(schedule().primaryStore, 'schedule', keys, LOCK_WAIT_MS, fn);
@@ -177,6 +185,16 @@ export class ScheduleOwner {
       setTimer: (fn, ms) => deps.timer.set(fn, ms),
       clearTimer: (handle) => deps.timer.clear(handle),
     });
+  }
+
+  /** The bare-URL row a device key stands for while the upgrade has not moved it (deps.upgradeDevice). */
+  private bareRow(key: string): ScheduleRow | undefined {
+    const device = this.deps.upgradeDevice?.() ?? null;
+    if (device === null) return undefined;
+    const parts = splitRowKey(key);
+    if (parts === null || parts.device !== device) return undefined;
+    const bare = this.read(parts.url);
+    return bare === undefined ? undefined : { ...bare, cacheKey: key };
   }
 
   /** Files verified targets; entries for one URL within a batch apply in order (last wins). */

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { defaultConfig } from '../../util/config/schema.js';
 import type { ScheduleRow } from '../../util/schedule/rules.js';
+import { scheduleRow } from '../scheduleRow.js';
 import { ScheduleWrites, type ScheduleStore, type ScheduleWrite } from '../../util/schedule/writes.js';
 import { rowKey, splitRowKey } from '../../util/schedule/rowKey.js';
 
@@ -28,6 +29,14 @@ class FakeSchedule implements ScheduleStore {
 
   keysOfUrl(url: string): string[] {
     return [...this.rows.keys()].filter((k) => splitRowKey(k)?.url === url);
+  }
+
+  /** Bare-URL rows the upgrade has not moved yet (moved to `desktop`). */
+  readonly bare = new Map<string, ScheduleRow>();
+  bareRow(key: string): ScheduleRow | undefined {
+    const parts = splitRowKey(key);
+    const row = parts?.device === 'desktop' ? this.bare.get(parts.url) : undefined;
+    return row && { ...row, cacheKey: key };
   }
 
   async locked<T>(keys: readonly string[], fn: () => Promise<T>): Promise<T> {
@@ -336,4 +345,30 @@ test("an added device's row is made from another device's row: same minute, cade
     [3_600_000, true, true, 's1', 5, 0, null],
   );
   assert.equal(await w.fileDeviceRows([{ key: rowKey(url, 'tablet'), source }]), 0, 'never over a row');
+});
+
+test("while the upgrade has not moved a URL's bare row, filing it writes the device row from that row and keeps its history", async () => {
+  // Without the fallback, a feeder filing the URL mid-upgrade writes a fresh row and the upgrade then
+  // keeps that one: the failure history of the bare row is lost.
+  const { store, w } = twoDevices();
+  const url = 'https://example.com/old-layout';
+  const bare = {
+    ...scheduleRow(url, NOW + 86_400_000),
+    strikes: 3,
+    lastOutcome: 'failed',
+    failingSince: NOW - 1000,
+  };
+  store.bare.set(url, bare);
+  await w.fileTargets([{ url, cadenceMs: 3_600_000 }], NOW);
+  const d = store.rows.get(rowKey(url, 'desktop'))!;
+  assert.deepEqual(
+    [d.cacheKey, d.strikes, d.lastOutcome, d.failingSince],
+    [rowKey(url, 'desktop'), 3, 'failed', NOW - 1000],
+  );
+  assert.equal(d.effectiveInterval, 3_600_000, "the feeder's change applies on top");
+  assert.equal(
+    store.rows.get(rowKey(url, 'mobile'))!.strikes,
+    0,
+    'only the device the upgrade moves to stands for it',
+  );
 });

@@ -53,6 +53,11 @@ export interface ScheduleStore {
    */
   keysOfUrl(url: string): string[];
   /**
+   * While the upgrade to device keys has not moved a URL's bare row, the row a device key without a row
+   * of its own stands for (the bare row, under this key), so a write keeps its history; else undefined.
+   */
+  bareRow?(key: string): ScheduleRow | undefined;
+  /**
    * Runs `fn` holding the lock of every key (distinct, in one global order so two chunks never wait
    * on each other), with reads refreshed after the locks were taken; `fn`'s commit completes before
    * the locks are released.
@@ -153,7 +158,7 @@ export class ScheduleWrites {
       await this.store.locked(chunk, async () => {
         const writes: ScheduleWrite[] = [];
         for (const key of chunk) {
-          const current = this.store.read(key);
+          const current = this.store.read(key) ?? this.store.bareRow?.(key);
           const decided = decide(key, current);
           if (decided === undefined) continue;
           // Rules build rows from the URL; the row is stored under its device's key.
