@@ -2,8 +2,8 @@
 // (docs/sizing.md). The URLs are scale-mix.ts's (20 queues, cadences 1 h–30 d, 10 % due, URLs of 60–200
 // bytes), filed with render.deviceTypes set to the first DEVICES names of DEVICE_NAMES, so each URL is
 // DEVICES rows (`<url>|<device>`) and every per-row figure divides by N × DEVICES. Per N, in one run:
-//   bullmq    BullMQ's addBulk of the same N × DEVICES jobs (one queue per our queue, delay = dueAt − now, 10,000
-//             per batch) on a private durable Redis (AOF everysec, noeviction), stopped before Harper
+//   bullmq    BullMQ's addBulk of the same N × DEVICES jobs (one queue per our queue, delay = dueAt − now,
+//             10,000 URLs per batch) on a private durable Redis (AOF everysec, noeviction), stopped before Harper
 //             boots (BULL=0 skips it);
 //   filing    FILE=api (default): POST /render_queue/targets, one client, batches of 10,000, rows/s;
 //             FILE=seed: the seed probe route files the same rows in-process through the same validation
@@ -28,11 +28,11 @@
 //             least DUTY_SECONDS): every hold of worker 0's event loop ≥ 50 ms since the restart, by the
 //             duties whose run overlapped it (scale-probe.ts), and each duty's longest run;
 //   mid-load  kill -9 half way through the keeper's load after a restart, restart again: rows lost
-//             (rows in the record store and held by the keeper, against N).
+//             (rows in the record store and held by the keeper, against N × DEVICES).
 // Every phase prints one JSON line with the 1-minute load average before and after it.
 // Run: npm run build && flock /work/bench.lock node dist/bench/scale.js 100000 1000000 3000000
-//   env: DEVICES (1), FILE (api|seed), BULL (1), KILL_FILING (1), MAX_HEAP_MB (Harper's threads.maxHeapMemory; unset:
-//   Harper's default), DRAIN (8000), CLIENTS (24), PUBLISH_SECONDS (60), OP_SAMPLES (200),
+//   env: DEVICES (1), FILE (api|seed), BULL (1), KILL_FILING (1), MAX_HEAP_MB (Harper's
+//   threads.maxHeapMemory; unset: Harper's default), DRAIN (8000), CLIENTS (24), PUBLISH_SECONDS (60), OP_SAMPLES (200),
 //   DUTY_SECONDS (90)
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
