@@ -3,8 +3,8 @@
 // bytes), filed with render.deviceTypes set to the first DEVICES names of DEVICE_NAMES, so each URL is
 // DEVICES rows (`<url>|<device>`) and every per-row figure divides by N × DEVICES. Per N, in one run:
 //   bullmq    BullMQ's addBulk of the same N × DEVICES jobs (one queue per our queue, delay = dueAt − now,
-//             10,000 URLs per batch) on a private durable Redis (AOF everysec, noeviction), stopped before Harper
-//             boots (BULL=0 skips it);
+//             10,000 URLs per batch) on a private durable Redis (AOF everysec, noeviction), stopped
+//             before Harper boots (BULL=0 skips it);
 //   filing    FILE=api (default): POST /render_queue/targets, one client, batches of 10,000, rows/s;
 //             FILE=seed: the seed probe route files the same rows in-process through the same validation
 //             and schedule write, without HTTP or JSON (two requests at a time), which is the floor under
@@ -32,8 +32,8 @@
 // Every phase prints one JSON line with the 1-minute load average before and after it.
 // Run: npm run build && flock /work/bench.lock node dist/bench/scale.js 100000 1000000 3000000
 //   env: DEVICES (1), FILE (api|seed), BULL (1), KILL_FILING (1), MAX_HEAP_MB (Harper's
-//   threads.maxHeapMemory; unset: Harper's default), DRAIN (8000), CLIENTS (24), PUBLISH_SECONDS (60), OP_SAMPLES (200),
-//   DUTY_SECONDS (90)
+//   threads.maxHeapMemory; unset: Harper's default), DRAIN (8000), CLIENTS (24), PUBLISH_SECONDS (60),
+//   OP_SAMPLES (200), DUTY_SECONDS (90)
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
