@@ -12,6 +12,8 @@ const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;
 
 export const SCALE_QUEUES = 20;
+/** The devices a run lists, in order (render.deviceTypes): a run with N devices takes the first N. */
+export const DEVICE_NAMES = ['desktop', 'mobile', 'tablet', 'd4', 'd5', 'd6', 'd7', 'd8'];
 export const DUE_SHARE = 0.1;
 export const URL_MIN = 60;
 export const URL_MAX = 200;

@@ -5,8 +5,10 @@
 //
 // On every worker, written under `dir`:
 //   stalls-<threadId>.jsonl  each time the event loop was held ≥ STALL_MS (a 5 ms timer that fired late):
-//                            when, how long, the duties whose run overlapped the hold, and the GC time
-//                            of this worker inside it;
+//                            when, how long, the duties whose run overlapped the hold, the GC time of
+//                            this worker inside it, and the thread's time on a CPU and waiting for one
+//                            over the hold (/proc/thread-self/schedstat): on a loaded machine a hold's
+//                            wall time is partly the machine's, its CPU time is the thread's own;
 //   duties-<threadId>.json   per duty name: runs, the longest run's wall ms, and the longest first
 //                            synchronous slice (runOnce up to its first await), every 2 s;
 //   heap-<threadId>.json     v8 heap statistics, the worker index and the event loop delay max, every 2 s.
@@ -16,7 +18,7 @@
 //                                        /render_queue/targets, 10,000 per write, without HTTP or JSON;
 //   GET  /prerender_admin/bench-storage  the lmdb statistics of the schedule's stores (record, audit
 //                                        log, failing list) and of its database file.
-import { writeFileSync, appendFileSync } from 'node:fs';
+import { writeFileSync, appendFileSync, readFileSync } from 'node:fs';
 import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import { getHeapStatistics } from 'node:v8';
 import { threadId } from 'node:worker_threads';
@@ -93,9 +95,23 @@ if (dir) {
 
   const delay = monitorEventLoopDelay({ resolution: 10 });
   delay.enable();
+  /** The thread's ns on a CPU and waiting for one, so far. */
+  const sched = (): [number, number] => {
+    try {
+      const f = readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ');
+      return [Number(f[0]), Number(f[1])];
+    } catch {
+      return [NaN, NaN];
+    }
+  };
   let last = performance.now();
+  let lastSched = sched();
   const tick = setInterval(() => {
     const t = performance.now();
+    const now = sched();
+    const cpuMs = (now[0] - lastSched[0]) / 1e6;
+    const waitMs = (now[1] - lastSched[1]) / 1e6;
+    lastSched = now;
     const held = t - last - TICK_MS;
     if (held >= STALL_MS) {
       const from = last + TICK_MS;
@@ -114,6 +130,8 @@ if (dir) {
             ms: Math.round(held),
             duties,
             gcMs: Math.round(gcMs),
+            cpuMs: Math.round(cpuMs),
+            waitMs: Math.round(waitMs),
           }) + '\n',
         );
       }, 200).unref();

@@ -1,9 +1,10 @@
-// One node at N rows (2 worker threads), for each N given: the figures of the sizing table
-// (docs/sizing.md). The rows are scale-mix.ts's (20 queues, cadences 1 h–30 d, 10 % due, URLs of 60–200
-// bytes). Per N, in one run:
-//   bullmq    BullMQ's addBulk of the same N jobs (one queue per our queue, delay = dueAt − now, 10,000
-//             per batch) on a private durable Redis (AOF everysec, noeviction), stopped before Harper
-//             boots (BULL=0 skips it);
+// One node at N URLs (2 worker threads), for each N given: the figures of the sizing table
+// (docs/sizing.md). The URLs are scale-mix.ts's (20 queues, cadences 1 h–30 d, 10 % due, URLs of 60–200
+// bytes), filed with render.deviceTypes set to the first DEVICES names of DEVICE_NAMES, so each URL is
+// DEVICES rows (`<url>|<device>`) and every per-row figure divides by N × DEVICES. Per N, in one run:
+//   bullmq    BullMQ's addBulk of the same N × DEVICES jobs (one queue per our queue, delay = dueAt − now,
+//             10,000 URLs per batch) on a private durable Redis (AOF everysec, noeviction), stopped
+//             before Harper boots (BULL=0 skips it);
 //   filing    FILE=api (default): POST /render_queue/targets, one client, batches of 10,000, rows/s;
 //             FILE=seed: the seed probe route files the same rows in-process through the same validation
 //             and schedule write, without HTTP or JSON (two requests at a time), which is the floor under
@@ -27,12 +28,12 @@
 //             least DUTY_SECONDS): every hold of worker 0's event loop ≥ 50 ms since the restart, by the
 //             duties whose run overlapped it (scale-probe.ts), and each duty's longest run;
 //   mid-load  kill -9 half way through the keeper's load after a restart, restart again: rows lost
-//             (rows in the record store and held by the keeper, against N).
+//             (rows in the record store and held by the keeper, against N × DEVICES).
 // Every phase prints one JSON line with the 1-minute load average before and after it.
 // Run: npm run build && flock /work/bench.lock node dist/bench/scale.js 100000 1000000 3000000
-//   env: FILE (api|seed), BULL (1), KILL_FILING (1), MAX_HEAP_MB (Harper's threads.maxHeapMemory; unset:
-//   Harper's default), DRAIN (8000), CLIENTS (24), PUBLISH_SECONDS (60), OP_SAMPLES (200),
-//   DUTY_SECONDS (90)
+//   env: DEVICES (1), FILE (api|seed), BULL (1), KILL_FILING (1), MAX_HEAP_MB (Harper's
+//   threads.maxHeapMemory; unset: Harper's default), DRAIN (8000), CLIENTS (24), PUBLISH_SECONDS (60),
+//   OP_SAMPLES (200), DUTY_SECONDS (90)
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -52,7 +53,23 @@ import {
   summarize,
   until,
 } from './lib.js';
-import { queueName, scaleRoutes, scaleTarget, scaleTargets, scaleUrl, SCALE_QUEUES } from './scale-mix.js';
+import {
+  readStalls,
+  dutyFigures,
+  keeperLive,
+  stallSummary,
+  storage,
+  type HeapReport,
+} from './probe-files.js';
+import {
+  DEVICE_NAMES,
+  queueName,
+  scaleRoutes,
+  scaleTarget,
+  scaleTargets,
+  scaleUrl,
+  SCALE_QUEUES,
+} from './scale-mix.js';
 import { removeScratch, scratchComponent } from './scratch-component.js';
 
 const SIZES = process.argv.slice(2).map(Number);
@@ -67,14 +84,17 @@ const PUBLISH_SECONDS = Number(process.env.PUBLISH_SECONDS ?? 60);
 const OP_SAMPLES = Number(process.env.OP_SAMPLES ?? 200);
 const DUTY_SECONDS = Number(process.env.DUTY_SECONDS ?? 90);
 const BATCH = 10_000;
+const DEVICES = Number(process.env.DEVICES ?? 1);
+if (!Number.isInteger(DEVICES) || DEVICES < 1 || DEVICES > DEVICE_NAMES.length)
+  throw new Error(`DEVICES must be a whole number from 1 to ${DEVICE_NAMES.length}`);
 const CONFIG = {
-  render: { routes: scaleRoutes() },
+  render: { routes: scaleRoutes(), deviceTypes: DEVICE_NAMES.slice(0, DEVICES) },
   queue: { keeper: { publishInterval: 1000 } },
 };
 const fleet: Credentials = { username: 'bench-fleet', password: 'bench-fleet-pass' };
 
 function emit(phase: string, rows: number, data: Record<string, unknown>): void {
-  console.log(JSON.stringify({ phase, rows, ...data }));
+  console.log(JSON.stringify({ phase, rows, urls: rows / DEVICES, devices: DEVICES, ...data }));
 }
 
 /** Runs one phase between two load-average readings. */
@@ -100,16 +120,18 @@ async function bullAddBulk(rows: number) {
   try {
     const now = Date.now();
     const t0 = performance.now();
-    for (let i = 0; i < rows; i += BATCH) {
+    const urls = rows / DEVICES;
+    for (let i = 0; i < urls; i += BATCH) {
       const byQueue: Array<Array<{ name: string; data: unknown; opts: Record<string, unknown> }>> =
         queues.map(() => []);
-      for (let k = i; k < Math.min(rows, i + BATCH); k++) {
+      for (let k = i; k < Math.min(urls, i + BATCH); k++) {
         const t = scaleTarget(k, now);
-        byQueue[k % SCALE_QUEUES]!.push({
-          name: 'render',
-          data: { url: t.url, cadenceMs: t.cadenceMs, fromSitemap: t.fromSitemap },
-          opts: { jobId: `r${k}`, delay: Math.max(0, t.dueAt - now) },
-        });
+        for (const device of CONFIG.render.deviceTypes)
+          byQueue[k % SCALE_QUEUES]!.push({
+            name: 'render',
+            data: { url: t.url, deviceType: device, cadenceMs: t.cadenceMs, fromSitemap: t.fromSitemap },
+            opts: { jobId: DEVICES === 1 ? `r${k}` : `r${k}|${device}`, delay: Math.max(0, t.dueAt - now) },
+          });
       }
       await Promise.all(queues.map((q, n) => (byQueue[n]!.length ? q.addBulk(byQueue[n]!) : null)));
     }
@@ -150,26 +172,6 @@ function startOptions(node: Node, componentDir: string): StartOptions {
   };
 }
 
-async function keeperLive(h: HarperInstance, rows: number, timeoutMs = 1_200_000) {
-  return until(
-    'the keeper live with every row',
-    async () => {
-      const o = await overview(h).catch(() => undefined);
-      const k = o?.keeper;
-      return k?.phase === 'live' && Number(k.stats?.rows ?? 0) >= rows ? k : undefined;
-    },
-    timeoutMs,
-    100,
-  );
-}
-
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-async function storage(h: HarperInstance): Promise<any> {
-  const r = await h.fetch('/prerender_admin/bench-storage');
-  if (r.status !== 200) throw new Error(`bench-storage: ${r.status} ${r.text.slice(0, 200)}`);
-  return r.json;
-}
-
 /** Allocated bytes of every file under `dir`, and the biggest files. */
 function diskUse(dir: string) {
   const files: Array<[string, number]> = [];
@@ -183,14 +185,6 @@ function diskUse(dir: string) {
   walk(dir);
   files.sort((a, b) => b[1] - a[1]);
   return { bytes: files.reduce((s, [, b]) => s + b, 0), top: files.slice(0, 6) };
-}
-
-interface HeapReport {
-  threadId: number;
-  workerIndex: number | null;
-  usedHeapBytes: number;
-  heapLimitBytes: number;
-  at: number;
 }
 
 /** Worker 0's latest heap figures (the probe writes them every 2 s). */
@@ -211,66 +205,6 @@ async function worker0Heap(probeDir: string, after: number): Promise<HeapReport>
     30_000,
     250,
   );
-}
-
-/** Every recorded hold of the event loop (removing the files), by worker index. */
-function readStalls(probeDir: string) {
-  const workers = new Map<string, number | null>();
-  for (const f of readdirSync(probeDir).filter((n) => n.startsWith('heap-'))) {
-    try {
-      const r = JSON.parse(readFileSync(join(probeDir, f), 'utf8')) as HeapReport;
-      workers.set(String(r.threadId), r.workerIndex);
-    } catch {
-      // being rewritten
-    }
-  }
-  const stalls: Array<{ worker: number | null; at: number; ms: number; duties: string[]; gcMs: number }> = [];
-  for (const f of readdirSync(probeDir).filter((n) => n.startsWith('stalls-'))) {
-    const tid = f.slice('stalls-'.length, -'.jsonl'.length);
-    for (const line of readFileSync(join(probeDir, f), 'utf8').split('\n'))
-      if (line) stalls.push({ worker: workers.get(tid) ?? null, ...JSON.parse(line) });
-    rmSync(join(probeDir, f));
-  }
-  return stalls;
-}
-
-function dutyFigures(probeDir: string) {
-  const out: Record<string, unknown> = {};
-  for (const f of readdirSync(probeDir).filter((n) => n.startsWith('duties-'))) {
-    const tid = f.slice('duties-'.length, -'.json'.length);
-    try {
-      const heap = JSON.parse(readFileSync(join(probeDir, `heap-${tid}.json`), 'utf8')) as HeapReport;
-      out[`worker${heap.workerIndex}`] = JSON.parse(readFileSync(join(probeDir, f), 'utf8'));
-    } catch {
-      // a file of an earlier process
-    }
-  }
-  return out;
-}
-
-/** Worker 0's holds: the longest, by duty (a hold with no duty running is `none`), and counts. */
-function stallSummary(stalls: ReturnType<typeof readStalls>) {
-  const w0 = stalls.filter((s) => s.worker === 0);
-  const byDuty: Record<string, { maxMs: number; over100: number; maxGcMs: number }> = {};
-  for (const s of w0) {
-    for (const d of s.duties.length ? s.duties : ['none']) {
-      const e = (byDuty[d] ??= { maxMs: 0, over100: 0, maxGcMs: 0 });
-      if (s.ms > e.maxMs) {
-        e.maxMs = s.ms;
-        e.maxGcMs = s.gcMs;
-      }
-      if (s.ms > 100) e.over100++;
-    }
-  }
-  const top = [...w0].sort((a, b) => b.ms - a.ms).slice(0, 8);
-  return {
-    holds: w0.length,
-    over100: w0.filter((s) => s.ms > 100).length,
-    maxMs: top[0]?.ms ?? 0,
-    byDuty,
-    top,
-    otherWorkersMaxMs: Math.max(0, ...stalls.filter((s) => s.worker !== 0).map((s) => s.ms)),
-  };
 }
 
 async function configure(h: HarperInstance, body: unknown) {
@@ -366,7 +300,7 @@ async function publishSamples(h: HarperInstance, probeDir: string) {
   };
 }
 
-async function operatorLatency(h: HarperInstance, rows: number) {
+async function operatorLatency(h: HarperInstance, urls: number) {
   const out: Record<string, unknown> = {};
   const time = async (fn: () => Promise<{ status: number }>) => {
     const t: number[] = [];
@@ -382,7 +316,7 @@ async function operatorLatency(h: HarperInstance, rows: number) {
   out.overview = await time(() => h.fetch('/prerender_admin/overview'));
   out.metrics = await time(() => h.fetch('/prerender_admin/metrics'));
   out.explain = await time(() =>
-    h.fetch('/prerender_admin/explain', { body: { url: scaleUrl(Math.floor(Math.random() * rows)) } }),
+    h.fetch('/prerender_admin/explain', { body: { url: scaleUrl(Math.floor(Math.random() * urls)) } }),
   );
   return out;
 }
@@ -430,7 +364,9 @@ async function dutyWindow(h: HarperInstance, probeDir: string, since: number) {
   };
 }
 
-async function oneSize(rows: number) {
+/** One run at `urls` URLs: urls × DEVICES rows. */
+async function oneSize(urls: number) {
+  const rows = urls * DEVICES;
   if (BULL) await timed('bullmq', rows, () => bullAddBulk(rows));
   const probeDir = mkdtempSync(join(tmpdir(), 'qk-scale-probe-'));
   const node: Node = {
@@ -451,9 +387,10 @@ async function oneSize(rows: number) {
       const t0 = performance.now();
       let downMs = 0;
       let killed: Record<string, unknown> | null = null;
-      if (FILE === 'seed') await fileSeed(h!, rows, now);
-      else if (KILL_FILING && rows >= 2 * BATCH) {
-        const half = Math.floor(rows / 2 / BATCH) * BATCH;
+      if (FILE === 'seed') await fileSeed(h!, urls, now);
+      else if (KILL_FILING && urls >= 2 * BATCH) {
+        const half = Math.floor(urls / 2 / BATCH) * BATCH;
+        const halfRows = half * DEVICES;
         await fileApi(h!, 0, half, now);
         // The batch that crosses the half, killed while it is in flight.
         const inFlight = h!
@@ -466,23 +403,29 @@ async function oneSize(rows: number) {
         const answer = await inFlight;
         h = await startHarper(startOptions(node, node.on));
         const s = await storage(h);
-        const k = await keeperLive(h, half);
+        const k = await keeperLive(h, halfRows);
         downMs = performance.now() - d0;
         const first = await h.fetch('/prerender_admin/explain', { body: { url: scaleUrl(0) } });
         const last = await h.fetch('/prerender_admin/explain', { body: { url: scaleUrl(half - 1) } });
         killed = {
-          acknowledged: half,
+          acknowledged: halfRows,
           inFlightAnswer: answer,
           recordEntries: s.record.entries,
           keeperRows: k.stats.rows,
-          lost: Math.max(0, half - s.record.entries),
+          lost: Math.max(0, halfRows - s.record.entries),
           firstAndLastAckedHeld: Boolean(first.json?.row) && Boolean(last.json?.row),
           restartToLiveMs: ms(downMs),
         };
-        await fileApi(h, half, rows, now);
-      } else await fileApi(h!, 0, rows, now);
+        await fileApi(h, half, urls, now);
+      } else await fileApi(h!, 0, urls, now);
       const elapsed = performance.now() - t0 - downMs;
-      return { path: FILE, rowsPerSec: ms((rows / elapsed) * 1000), seconds: ms(elapsed / 1000), killed };
+      return {
+        path: FILE,
+        rowsPerSec: ms((rows / elapsed) * 1000),
+        urlsPerSec: ms((urls / elapsed) * 1000),
+        seconds: ms(elapsed / 1000),
+        killed,
+      };
     });
     await keeperLive(h, rows);
 
@@ -561,7 +504,7 @@ async function oneSize(rows: number) {
     const restartedAt = Date.now();
 
     await timed('publish', rows, () => publishSamples(h!, probeDir));
-    await timed('operator', rows, () => operatorLatency(h!, rows));
+    await timed('operator', rows, () => operatorLatency(h!, urls));
     await timed('claims', rows, () => claimDrain(h!));
     await timed('duties', rows, () => dutyWindow(h!, probeDir, restartedAt));
 
@@ -610,6 +553,7 @@ console.log(
   JSON.stringify({
     bench: 'scale',
     ...machine(),
+    devices: CONFIG.render.deviceTypes,
     uptime: execFileSync('uptime', { encoding: 'utf8' }).trim(),
     file: FILE,
     bull: BULL,
@@ -619,7 +563,7 @@ console.log(
     df: dfLine(),
   }),
 );
-for (const rows of SIZES) await oneSize(rows);
+for (const urls of SIZES) await oneSize(urls);
 console.log(
   JSON.stringify({ done: true, df: dfLine(), uptime: execFileSync('uptime', { encoding: 'utf8' }).trim() }),
 );

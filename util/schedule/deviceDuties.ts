@@ -4,7 +4,8 @@ import type { QueueKeeperConfig } from '../config/schema.js';
 
 /**
  * Keys a slice of a duty's walk reads: a slice is a key range read, a point read per key and one
- * chunked write, a few milliseconds at most (bench/devices.ts measures the longest).
+ * chunked write, a few milliseconds at most. bench/devices.ts measures worker 0's holds while the duties
+ * run; 250-key slices there held it no shorter and filed 30 % slower.
  */
 export const SLICE_KEYS = 500;
 
