@@ -118,6 +118,7 @@ type BodyKind =
   | 'fleet'
   | 'hook'
   | 'sitemap'
+  | 'extend'
   | 'empty';
 
 interface Endpoint {
@@ -168,6 +169,8 @@ const EP: Endpoint[] = [
     body: 'results',
     ok: [200, 400],
   },
+  // No row here was ever granted: a well-formed extension is 409 superseded, never a change.
+  { method: 'POST', path: () => '/render_queue/extend', who: ['fleet'], body: 'extend', ok: [400, 409] },
   ...[
     'queue-state',
     'overview',
@@ -251,6 +254,7 @@ const KNOWN: Array<[string, RegExp]> = [
   ['POST', /^\/render_queue\/targets\/?$/],
   ['DELETE', /^\/render_queue\/targets\/?$/],
   ['POST', /^\/render_queue\/(discover|claim|job_result|job_results)\/?$/],
+  ['POST', /^\/render_queue\/extend\/?$/],
   [
     'GET',
     /^\/prerender_admin\/(queue-state|overview|config|metrics|fleets|hooks|stall-ledger|health|console)\/?$/,
@@ -405,6 +409,36 @@ function shapedBody(kind: BodyKind): fc.Arbitrary<{ value: unknown; ok?: number[
         v(fc.record({ results: fc.array(result, { minLength: 101, maxLength: 103 }) }), [400]),
       );
     }
+    case 'extend':
+      return fc.oneof(
+        v(
+          fc.record(
+            {
+              id: fc.oneof(badUrl, hostileString, fc.constant('https://fuzz.example.com/p/1|desktop')),
+              leaseToken: fc.oneof(hostileString, fc.constant('0'.repeat(28))),
+              byMs: fc.integer({ min: 1, max: 604_800_000 }),
+            },
+            { requiredKeys: ['id', 'byMs'] },
+          ),
+          [400, 409],
+        ),
+        v(
+          fc.record({
+            id: fc.constant('https://fuzz.example.com/p/1'),
+            byMs: fc.oneof(
+              fc.integer({ max: 0 }),
+              fc.double(),
+              hostileString,
+              fc.integer({ min: 604_800_001 }),
+            ),
+          }),
+          [400],
+        ),
+        v(
+          fc.record({ id: fc.constant('https://fuzz.example.com/p/1'), byMs: fc.constant(1000), x: anyJson }),
+          [400],
+        ),
+      );
     case 'url':
       return fc.oneof(
         v(fc.record({ url: badUrl })),
@@ -694,6 +728,7 @@ const requestArb: fc.Arbitrary<Req> = fc
           path.startsWith('/prerender_admin/') ||
           path.startsWith('/render_queue/sitemaps') ||
           /claim$/.test(path) ||
+          /extend$/.test(path) ||
           /job_result$/.test(path)
             ? [413]
             : [400];
