@@ -14,6 +14,8 @@ import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
 import { registerProbes } from './services/http/routes/probes.js';
 import { registerQueue } from './services/http/routes/queue.js';
+import { registerRows } from './services/http/routes/rows.js';
+import { GrantHolders } from './util/leases/holders.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, RuntimeConfig } from './services/runtime/config.js';
 import { registerSitemaps } from './services/http/routes/sitemaps.js';
@@ -78,6 +80,7 @@ import {
   moveBareRows,
   readRow,
   scheduleKeysAfter,
+  scheduleKeysInRange,
   retiredEntries,
   readServingRow,
   ScheduleOwner,
@@ -317,7 +320,10 @@ const fleetScope = new FleetScope({
   versionWord: () => new Int32Array(sharedBuffer('fleet-version', 8).buffer, 0, 1),
   now,
 });
+// The names of this worker's lease holders, for the rows view (the lease slot keeps only their hashes).
+const grantHolders = new GrantHolders(2 * config().queue.maxLeases);
 const claims = new ClaimService({
+  holders: grantHolders,
   readySet,
   leases: leaseTable,
   readRow: readClaimRow,
@@ -475,6 +481,22 @@ registerAdmin(router, {
   leases: leaseTable,
   nodeStatus: (at) => serving.status(at),
   workersReady: () => buffers.workersReady(),
+});
+registerRows(router, {
+  walkKeys: (range) => scheduleKeysInRange(range),
+  readRow,
+  failingEntries,
+  keysOfUrl,
+  leases: leaseTable,
+  holders: grantHolders,
+  routes: () => config().render.routes,
+  renderNow: async (keys, at) => (await schedule.revalidateKeys(keys, at)).length,
+  deleteRows: async (keys) => {
+    const deleted = await schedule.deleteKeys(keys);
+    await deletePages(keys);
+    return deleted;
+  },
+  log,
 });
 registerQueue(router, {
   render: () => config().render,

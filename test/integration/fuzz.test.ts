@@ -119,6 +119,7 @@ type BodyKind =
   | 'hook'
   | 'sitemap'
   | 'extend'
+  | 'rowUrls'
   | 'empty';
 
 interface Endpoint {
@@ -208,6 +209,23 @@ const EP: Endpoint[] = [
     body: 'none',
     ok: [200, 400],
   })),
+  {
+    method: 'GET',
+    path: (r) =>
+      `/prerender_admin/rows?state=${encodeURIComponent(['due', 'leased', 'failing', 'all', r][r.length % 5]!)}&prefix=${encodeURIComponent(r)}&cursor=${encodeURIComponent(r.slice(1))}&limit=${r.length % 600}`,
+    who: [],
+    body: 'none',
+    ok: [200, 400],
+  },
+  // Only URLs and keys of no row, or refused entries: nothing the fuzz sends may change a row.
+  ...(['/rows/render-now', '/rows/release'] as const).map((p): Endpoint => ({
+    method: 'POST',
+    path: () => `/prerender_admin${p}`,
+    who: [],
+    body: 'rowUrls',
+    ok: [200, 400],
+  })),
+  { method: 'DELETE', path: () => '/prerender_admin/rows', who: [], body: 'rowUrls', ok: [200, 400] },
   { method: 'POST', path: () => '/prerender_admin/explain', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/revalidate', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/pause', who: [], body: 'scope', ok: [400] },
@@ -265,6 +283,9 @@ const KNOWN: Array<[string, RegExp]> = [
   ['DELETE', /^\/prerender_admin\/hooks\/.+/],
   ['GET', /^\/prerender_admin\/console\/.+/],
   ['GET', /^\/prerender_admin\/(failing|retired)\/?(\?.*)?$/],
+  ['GET', /^\/prerender_admin\/rows\/?(\?.*)?$/],
+  ['DELETE', /^\/prerender_admin\/rows\/?(\?.*)?$/],
+  ['POST', /^\/prerender_admin\/rows\/(render-now|release)\/?$/],
   ['GET', /^\/prerender_admin\/(live|ready)\/?$/],
   ['HEAD', /^\/prerender_admin\/(live|ready)\/?$/],
   ['POST', /^\/render_queue\/sitemaps\/?(\?.*)?$/],
@@ -438,6 +459,25 @@ function shapedBody(kind: BodyKind): fc.Arbitrary<{ value: unknown; ok?: number[
           fc.record({ id: fc.constant('https://fuzz.example.com/p/1'), byMs: fc.constant(1000), x: anyJson }),
           [400],
         ),
+      );
+    case 'rowUrls':
+      return fc.oneof(
+        v(fc.record({ urls: fc.array(badUrl, { minLength: 1, maxLength: 5 }) }), [400]),
+        v(
+          fc.record({
+            urls: fc.array(
+              fc.constantFrom(
+                'https://fuzz.example.com/never-filed',
+                'https://fuzz.example.com/never-filed|desktop',
+              ),
+              { minLength: 1, maxLength: 3 },
+            ),
+          }),
+          [200],
+        ),
+        v(fc.record({ urls: anyJson.filter((x) => !Array.isArray(x)) }), [400]),
+        v(fc.record({ urls: fc.constant([]) }), [400]),
+        v(fc.record({ urls: fc.constant(['https://fuzz.example.com/never-filed']), extra: anyJson }), [400]),
       );
     case 'url':
       return fc.oneof(
