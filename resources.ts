@@ -491,6 +491,7 @@ registerRows(router, {
   holders: grantHolders,
   routes: () => config().render.routes,
   renderNow: async (keys, at) => (await schedule.revalidateKeys(keys, at)).length,
+  touchRows: (keys) => schedule.touchKeys(keys),
   deleteRows: async (keys) => {
     const deleted = await schedule.deleteKeys(keys);
     await deletePages(keys);

@@ -232,6 +232,11 @@ export class ScheduleOwner {
     return this.writes.revalidate(url, now);
   }
 
+  /** Rewrites rows unchanged, so the keeper looks again at leases released early (the rows view's release). */
+  touchKeys(keys: readonly string[]): Promise<number> {
+    return this.writes.touchKeys(keys);
+  }
+
   /** The rows of these keys due now and urgent (the rows view's render-now); a key with no row is passed. */
   revalidateKeys(keys: readonly string[], now: number): Promise<ScheduleRow[]> {
     return this.writes.revalidateKeys(keys, now);

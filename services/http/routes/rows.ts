@@ -35,6 +35,8 @@ export interface RowsDeps {
   routes: () => readonly RouteConfig[];
   /** The rows due now and urgent (the schedule owner's revalidate by key); answers how many were. */
   renderNow: (keys: string[], now: number) => Promise<number>;
+  /** Rewrites rows unchanged, so the keeper sees their released leases at once (ScheduleOwner.touchKeys). */
+  touchRows: (keys: string[]) => Promise<number>;
   /** Deletes the rows and their pages; answers how many rows there were. */
   deleteRows: (keys: string[]) => Promise<number>;
   log: { info: (...args: unknown[]) => void };
@@ -172,13 +174,16 @@ async function release(deps: RowsDeps, req: ApiRequest): Promise<ApiResponse> {
   const keys = actionKeys(deps, req, 'release');
   const now = Date.now();
   const leases = deps.leases();
-  let released = 0;
+  const released: string[] = [];
   for (const key of keys) {
     const lease = leases.lookup(key, now);
-    if (lease.state === 'leased' && lease.token !== null && leases.release(key, lease.token, now)) released++;
+    if (lease.state === 'leased' && lease.token !== null && leases.release(key, lease.token, now))
+      released.push(key);
   }
-  deps.log.info(`rows: ${who(req)} released ${released} lease(s) (${keys.length} row(s) named)`);
-  return reply({ released });
+  // The keeper set each leased row aside until its lease's end; a write of the row has it look again.
+  if (released.length > 0) await deps.touchRows(released);
+  deps.log.info(`rows: ${who(req)} released ${released.length} lease(s) (${keys.length} row(s) named)`);
+  return reply({ released: released.length });
 }
 
 /** `DELETE /prerender_admin/rows`: the named rows and their pages. */
