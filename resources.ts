@@ -16,6 +16,7 @@ import { registerProbes } from './services/http/routes/probes.js';
 import { registerQueue } from './services/http/routes/queue.js';
 import { registerRows } from './services/http/routes/rows.js';
 import { GrantHolders } from './util/leases/holders.js';
+import { HolderDirectory } from './services/leases/holderAsks.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, RuntimeConfig } from './services/runtime/config.js';
 import { registerSitemaps } from './services/http/routes/sitemaps.js';
@@ -322,6 +323,7 @@ const fleetScope = new FleetScope({
 });
 // The names of this worker's lease holders, for the rows view (the lease slot keeps only their hashes).
 const grantHolders = new GrantHolders(2 * config().queue.maxLeases);
+const holderDirectory = new HolderDirectory(grantHolders, sleep);
 const claims = new ClaimService({
   holders: grantHolders,
   readySet,
@@ -488,7 +490,7 @@ registerRows(router, {
   failingEntries,
   keysOfUrl,
   leases: leaseTable,
-  holders: grantHolders,
+  holdersOf: (pairs) => holderDirectory.holdersOf(pairs),
   routes: () => config().render.routes,
   renderNow: async (keys, at) => (await schedule.revalidateKeys(keys, at)).length,
   touchRows: (keys) => schedule.touchKeys(keys),
@@ -592,6 +594,7 @@ async function start(): Promise<void> {
   // Pauses are followed before anything is served — on worker 0 too, before it waits for leadership.
   await control.start();
   leadership.listenForHeldAsks();
+  holderDirectory.listen();
   if (workerIndex() === 0) {
     const envOrigin = process.env[CALLBACK_ORIGIN_ENV];
     if (envOrigin !== undefined && envOrigin !== '' && environmentOrigin() === null)

@@ -4,7 +4,7 @@
 // pages follow `next` without overlap; the actions are super_user only.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startHarper, type Credentials, type HarperInstance } from '../harness.js';
+import { ADMIN_USER, startHarper, type Credentials, type HarperInstance } from '../harness.js';
 import { fileTargets, postConfig, type Job } from '../api.js';
 import { until } from '../wait.js';
 
@@ -23,8 +23,9 @@ interface RowEntry {
 
 before(
   async () => {
-    // One worker thread: the holder's names are known to the thread that granted the lease.
-    h = await startHarper({ threads: 1 });
+    // Two worker threads: the holder's names are noted by the thread that granted the lease, and a rows
+    // page on the other asks it.
+    h = await startHarper({ threads: 2 });
     await h.addUser(fleet.username, fleet.password, 'render_fleet');
     await postConfig(h, {
       queue: { keeper: { publishInterval: 200, stateInterval: 1000 }, jobLeaseTime: 60_000 },
@@ -43,8 +44,8 @@ after(async () => {
   await h?.destroy();
 });
 
-async function rows(query: string): Promise<{ rows: RowEntry[]; next: string | null }> {
-  const r = await h.fetch(`/prerender_admin/rows?${query}`);
+async function rows(query: string, fresh = false): Promise<{ rows: RowEntry[]; next: string | null }> {
+  const r = await h.fetch(`/prerender_admin/rows?${query}`, { fresh });
   assert.equal(r.status, 200, r.text);
   return r.json as { rows: RowEntry[]; next: string | null };
 }
@@ -74,19 +75,24 @@ test('an operator finds a row by prefix, sees its holder, releases it (the old r
     return got.some((j) => j.id === target) ? got : undefined;
   });
   const job = jobs.find((j) => j.id === target)!;
-  const leased = await rows(`state=leased&prefix=${encodeURIComponent(`${BASE}/a/1`)}`);
-  const row = leased.rows.find((r) => r.key === target);
-  assert.equal(row?.state, 'leased');
-  assert.equal(row?.lease?.state, 'leased');
-  assert.equal(row?.lease?.expiresAt, job.expiresAt);
-  assert.deepEqual(row?.lease?.holder, { user: fleet.username, workerId: 'w1' });
+  // On fresh connections, so on either worker: the one that granted it and the one that asks it.
+  for (let i = 0; i < 6; i++) {
+    const leased = await rows(`state=leased&prefix=${encodeURIComponent(`${BASE}/a/1`)}`, true);
+    const row = leased.rows.find((r) => r.key === target);
+    assert.equal(row?.state, 'leased');
+    assert.equal(row?.lease?.state, 'leased');
+    assert.equal(row?.lease?.expiresAt, job.expiresAt);
+    assert.deepEqual(row?.lease?.holder, { user: fleet.username, workerId: 'w1' });
+  }
 
   const denied = await h.fetch('/prerender_admin/rows/release', { body: { urls: [target] }, auth: fleet });
   assert.equal(denied.status, 403, denied.text);
   const released = await h.fetch('/prerender_admin/rows/release', { body: { urls: [target] } });
   assert.equal(released.status, 200, released.text);
   assert.deepEqual(released.json, { released: 1 });
-  assert.ok(h.output().includes('released 1 lease(s)'), 'the release is logged');
+  await until('the release logged with who did it', () =>
+    h.output().includes(`rows: ${ADMIN_USER} released 1 lease(s)`),
+  );
   const late = await h.fetch('/render_queue/job_result', {
     auth: fleet,
     headers: { 'x-worker-id': 'w1' },

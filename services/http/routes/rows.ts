@@ -2,7 +2,7 @@
 // pages of bounded cost, and the three actions on them (render now, release the lease, delete), each
 // super_user only and logged with who did it. The page rules are util/schedule/rowsQuery.ts.
 import type { LeaseTable, LeaseView } from '../../../util/leases/table.js';
-import type { GrantHolders } from '../../../util/leases/holders.js';
+import type { Holder } from '../../../util/leases/holders.js';
 import { failingPage, parseFailingQuery, type FailingEntry } from '../../../util/schedule/failing.js';
 import { queueOf, type ScheduleRow } from '../../../util/schedule/rules.js';
 import type { RouteConfig } from '../../../util/config/shape.js';
@@ -30,8 +30,8 @@ export interface RowsDeps {
   /** The stored keys of every row of a URL, whatever its device. */
   keysOfUrl: (url: string) => string[];
   leases: () => Pick<LeaseTable, 'lookup' | 'release'>;
-  /** The names of the holders of this worker's grants (util/leases/holders.ts). */
-  holders: Pick<GrantHolders, 'of'>;
+  /** The names of the holders of these grants (key, token), noted by any worker of this node. */
+  holdersOf: (pairs: ReadonlyArray<[string, string]>) => Promise<Map<string, Holder>>;
   routes: () => readonly RouteConfig[];
   /** The rows due now and urgent (the schedule owner's revalidate by key); answers how many were. */
   renderNow: (keys: string[], now: number) => Promise<number>;
@@ -42,20 +42,19 @@ export interface RowsDeps {
   log: { info: (...args: unknown[]) => void };
 }
 
-/** A lease as the rows view shows it: its state, end, and holder by name when this worker granted it. */
-function leaseOf(deps: RowsDeps, key: string, lease: LeaseView) {
+/** A lease as the rows view shows it: its state and end (its holder is filled in by `named`). */
+function leaseOf(lease: LeaseView) {
   if (lease.state === 'none' || lease.state === 'released' || lease.state === 'expired') return null;
-  const holder = deps.holders.of(key, lease.token);
   return {
     state: lease.state,
     expiresAt: lease.expiresAt,
-    holder: holder === null ? null : { user: holder.user, workerId: holder.workerId },
+    holder: null as { user: string; workerId: string } | null,
+    token: lease.token,
   };
 }
 
 function rowEntry(deps: RowsDeps, key: string, row: ScheduleRow, now: number) {
-  const lease = deps.leases().lookup(key, now);
-  const shown = leaseOf(deps, key, lease);
+  const shown = leaseOf(deps.leases().lookup(key, now));
   const url = urlOfKey(key);
   return {
     key,
@@ -73,6 +72,19 @@ function rowEntry(deps: RowsDeps, key: string, row: ScheduleRow, now: number) {
 }
 
 type RowEntry = ReturnType<typeof rowEntry>;
+
+/** The page as answered: each lease's holder named where a worker of this node noted it, no token shown. */
+async function named(deps: RowsDeps, rows: RowEntry[]) {
+  const pairs: Array<[string, string]> = [];
+  for (const r of rows) if (r.lease?.token) pairs.push([r.key, r.lease.token]);
+  const names = pairs.length > 0 ? await deps.holdersOf(pairs) : new Map<string, Holder>();
+  return rows.map((r) => {
+    if (r.lease === null) return r;
+    const { token: _token, ...lease } = r.lease;
+    const h = names.get(r.key);
+    return { ...r, lease: { ...lease, holder: h ? { user: h.user, workerId: h.workerId } : null } };
+  });
+}
 
 /** Whether a row entry is in the state asked for. */
 function inState(e: RowEntry, state: string): boolean {
@@ -109,7 +121,7 @@ async function listRows(deps: RowsDeps, req: ApiRequest): Promise<ApiResponse> {
         return row && row.strikes > 0 ? rowEntry(deps, e.key, row, now) : undefined;
       },
     );
-    return reply({ rows: page, next });
+    return reply({ rows: await named(deps, page), next });
   }
   const range = prefixRange(q.prefix);
   const after = q.cursor === null ? null : orRefuse(decodeKeyCursor(q.cursor));
@@ -129,7 +141,7 @@ async function listRows(deps: RowsDeps, req: ApiRequest): Promise<ApiResponse> {
     const e = rowEntry(deps, key, row, now);
     return inState(e, q.state) ? e : undefined;
   });
-  return reply({ rows: page, next });
+  return reply({ rows: await named(deps, page), next });
 }
 
 /** The row keys an action's entries name: a row key as it is, a URL as every stored row of it. */
