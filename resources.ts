@@ -491,6 +491,7 @@ registerRows(router, {
   keysOfUrl,
   leases: leaseTable,
   holdersOf: (pairs) => holderDirectory.holdersOf(pairs),
+  allNoted: () => holderDirectory.allNoted(),
   routes: () => config().render.routes,
   renderNow: async (keys, at) => (await schedule.revalidateKeys(keys, at)).length,
   touchRows: (keys) => schedule.touchKeys(keys),

@@ -12,7 +12,7 @@ export const HOLDER_ASK_TIMEOUT_MS = 500;
 const MAX_ASK_PAIRS = 1000;
 
 interface Ask {
-  found: Map<string, Holder>;
+  found: Array<[string, Holder]>;
   waiting: number;
   done: () => void;
 }
@@ -25,7 +25,7 @@ export class HolderDirectory {
   private listening = false;
 
   constructor(
-    private readonly local: Pick<GrantHolders, 'of'>,
+    private readonly local: Pick<GrantHolders, 'of' | 'entries'>,
     private readonly sleep: (ms: number) => Promise<void>,
   ) {}
 
@@ -34,8 +34,13 @@ export class HolderDirectory {
     if (this.listening) return;
     this.listening = true;
     const ports = threads();
-    ports.onMessageByType?.(HOLDER_ASK, (msg: { id?: unknown; pairs?: unknown }, port) => {
-      if (typeof msg.id !== 'number' || !Array.isArray(msg.pairs)) return;
+    ports.onMessageByType?.(HOLDER_ASK, (msg: { id?: unknown; pairs?: unknown; all?: unknown }, port) => {
+      if (typeof msg.id !== 'number') return;
+      if (msg.all === true) {
+        port?.postMessage({ type: HOLDER_REPLY, id: msg.id, found: [...this.local.entries()] });
+        return;
+      }
+      if (!Array.isArray(msg.pairs)) return;
       const found: Array<[string, Holder]> = [];
       for (const p of msg.pairs.slice(0, MAX_ASK_PAIRS) as unknown[]) {
         if (!Array.isArray(p) || typeof p[0] !== 'string' || typeof p[1] !== 'string') continue;
@@ -47,8 +52,7 @@ export class HolderDirectory {
     ports.onMessageByType?.(HOLDER_REPLY, (msg: { id?: unknown; found?: unknown }) => {
       const ask = typeof msg.id === 'number' ? this.asks.get(msg.id) : undefined;
       if (!ask) return;
-      if (Array.isArray(msg.found))
-        for (const [key, h] of msg.found as Array<[string, Holder]>) ask.found.set(key, h);
+      if (Array.isArray(msg.found)) for (const e of msg.found as Array<[string, Holder]>) ask.found.push(e);
       if (--ask.waiting <= 0) ask.done();
     });
   }
@@ -62,9 +66,25 @@ export class HolderDirectory {
       if (h) found.set(key, h);
       else missing.push([key, token]);
     }
+    if (missing.length > 0)
+      for (const [key, h] of await this.ask({ pairs: missing.slice(0, MAX_ASK_PAIRS) })) found.set(key, h);
+    return found;
+  }
+
+  /**
+   * Every grant some worker of this node noted lately, with its holder (a key may come twice, from two
+   * grants: the lease table says which one is live).
+   */
+  async allNoted(): Promise<Array<[string, Holder]>> {
+    return [...this.local.entries(), ...(await this.ask({ all: true }))];
+  }
+
+  /** Asks every other worker; answers what the replies held once all came or the wait is over. */
+  private async ask(body: { pairs: Pair[] } | { all: true }): Promise<Array<[string, Holder]>> {
     // The main thread (no threadId) runs no worker of ours and never answers.
     const workers = threads().filter((p) => p.threadId !== undefined);
-    if (missing.length === 0 || workers.length === 0) return found;
+    const found: Array<[string, Holder]> = [];
+    if (workers.length === 0) return found;
     this.listen();
     const id = ++this.seq;
     await new Promise<void>((resolve) => {
@@ -74,8 +94,7 @@ export class HolderDirectory {
       this.asks.set(id, { found, waiting: workers.length, done: finish });
       // A one-shot timeout, not a duty: whichever comes first, the last reply or the wait, answers.
       void this.sleep(HOLDER_ASK_TIMEOUT_MS).then(finish);
-      for (const port of workers)
-        port.postMessage({ type: HOLDER_ASK, id, pairs: missing.slice(0, MAX_ASK_PAIRS) });
+      for (const port of workers) port.postMessage({ type: HOLDER_ASK, id, ...body });
     });
     return found;
   }

@@ -85,6 +85,15 @@ test('an operator finds a row by prefix, sees its holder, releases it (the old r
     assert.deepEqual(row?.lease?.holder, { user: fleet.username, workerId: 'w1' });
   }
 
+  // Without a prefix, `leased` lists the node's leases soonest end first, whichever worker granted them.
+  const out = (await rows('state=leased', true)).rows;
+  assert.ok(out.some((r) => r.key === target));
+  assert.ok(out.every((r) => r.lease !== null && r.lease.holder?.user === fleet.username));
+  const order = out.map((r) => [r.lease!.expiresAt, r.key] as const);
+  assert.deepEqual(
+    order,
+    [...order].sort((a, b) => a[0] - b[0] || (a[1] < b[1] ? -1 : 1)),
+  );
   const denied = await h.fetch('/prerender_admin/rows/release', { body: { urls: [target] }, auth: fleet });
   assert.equal(denied.status, 403, denied.text);
   const released = await h.fetch('/prerender_admin/rows/release', { body: { urls: [target] } });

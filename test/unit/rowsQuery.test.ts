@@ -6,6 +6,7 @@ import {
   decodeKeyCursor,
   encodeKeyCursor,
   keyWalkPage,
+  leasedPage,
   parseRowsQuery,
   prefixRange,
   rowStateOf,
@@ -99,4 +100,21 @@ test("a holder's names are shown only for the token they were noted with, and th
   h.note('c', { token: 't4', user: 'fleet-b', workerId: '' });
   assert.equal(h.of('a', 't1'), null);
   assert.equal(h.size, 2);
+});
+
+test('leases come soonest end first, then by key, in pages that follow the cursor without overlap', () => {
+  const c = [
+    { key: 'c', expiresAt: 3000 },
+    { key: 'a', expiresAt: 5000 },
+    { key: 'b', expiresAt: 3000 },
+    { key: 'd', expiresAt: 1000 },
+  ];
+  const keep = (x: { key: string }) => (x.key === 'a' ? undefined : x.key);
+  const first = leasedPage(c, 2, null, keep);
+  assert.ok(!(first instanceof Problem));
+  assert.deepEqual(first.page, ['d', 'b']);
+  const second = leasedPage(c, 2, first.next, keep);
+  assert.ok(!(second instanceof Problem));
+  assert.deepEqual(second, { page: ['c'], next: null });
+  assert.ok(leasedPage(c, 2, 'nonsense', keep) instanceof Problem);
 });

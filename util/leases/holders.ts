@@ -30,6 +30,11 @@ export class GrantHolders {
     return h !== undefined && token !== null && h.token === token ? h : null;
   }
 
+  /** Every note, oldest first: what this thread granted lately (the rows view's `leased` list). */
+  *entries(): Generator<[string, Holder]> {
+    yield* this.byKey;
+  }
+
   get size(): number {
     return this.byKey.size;
   }

@@ -140,3 +140,54 @@ export function checkRowTargets(body: unknown): Checked<RowTarget[]> {
   }
   return out;
 }
+
+/** A lease the rows view lists for `leased`: its row key and when it ends. */
+export interface LeasedPlace {
+  key: string;
+  expiresAt: number;
+}
+
+const compareLeased = (a: LeasedPlace, b: LeasedPlace): number =>
+  a.expiresAt - b.expiresAt || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+
+function decodeLeasedCursor(cursor: string): Checked<LeasedPlace> {
+  let v: unknown;
+  try {
+    v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    v = null;
+  }
+  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
+    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+  return { expiresAt: v[0], key: v[1] };
+}
+
+/**
+ * A page of leases, soonest end first (then by key), after the cursor's place. The candidates are the
+ * node's noted grants (util/leases/holders.ts), at most a few per lease slot: a page costs a sort of
+ * those, never a walk of the schedule. `accept` turns a candidate into an entry or passes it over.
+ */
+export function leasedPage<T>(
+  candidates: readonly LeasedPlace[],
+  limit: number,
+  cursor: string | null,
+  accept: (c: LeasedPlace) => T | undefined,
+): Checked<{ page: T[]; next: string | null }> {
+  const after = cursor === null ? null : decodeLeasedCursor(cursor);
+  if (after instanceof Problem) return after;
+  const sorted = candidates.filter((c) => after === null || compareLeased(c, after) > 0).sort(compareLeased);
+  const page: T[] = [];
+  let last: LeasedPlace | null = null;
+  let i = 0;
+  for (; i < sorted.length && page.length < limit; i++) {
+    const e = accept(sorted[i]!);
+    if (e === undefined) continue;
+    page.push(e);
+    last = sorted[i]!;
+  }
+  const more = i < sorted.length && last !== null;
+  return {
+    page,
+    next: more ? Buffer.from(JSON.stringify([last!.expiresAt, last!.key])).toString('base64url') : null,
+  };
+}

@@ -11,6 +11,7 @@ import {
   checkRowTargets,
   decodeKeyCursor,
   keyWalkPage,
+  leasedPage,
   parseRowsQuery,
   prefixRange,
   rowStateOf,
@@ -32,6 +33,8 @@ export interface RowsDeps {
   leases: () => Pick<LeaseTable, 'lookup' | 'release'>;
   /** The names of the holders of these grants (key, token), noted by any worker of this node. */
   holdersOf: (pairs: ReadonlyArray<[string, string]>) => Promise<Map<string, Holder>>;
+  /** Every grant a worker of this node noted lately, with its holder (the `leased` list's candidates). */
+  allNoted: () => Promise<Array<[string, Holder]>>;
   routes: () => readonly RouteConfig[];
   /** The rows due now and urgent (the schedule owner's revalidate by key); answers how many were. */
   renderNow: (keys: string[], now: number) => Promise<number>;
@@ -120,6 +123,27 @@ async function listRows(deps: RowsDeps, req: ApiRequest): Promise<ApiResponse> {
         const row = deps.readRow(e.key);
         return row && row.strikes > 0 ? rowEntry(deps, e.key, row, now) : undefined;
       },
+    );
+    return reply({ rows: await named(deps, page), next });
+  }
+  if (q.state === 'leased') {
+    // The node's noted grants, soonest end first: a page costs a sort of the leases, not a schedule walk.
+    const leases = deps.leases();
+    const live = new Map<string, { key: string; expiresAt: number; holder: Holder }>();
+    for (const [key, holder] of await deps.allNoted()) {
+      if (live.has(key) || !fits(urlOfKey(key))) continue;
+      const lease = leases.lookup(key, now);
+      if (lease.token !== holder.token || lease.expiresAt === null) continue;
+      if (lease.state !== 'leased' && lease.state !== 'grace' && lease.state !== 'held') continue;
+      live.set(key, { key, expiresAt: lease.expiresAt, holder });
+    }
+    const { page, next } = orRefuse(
+      leasedPage([...live.values()], q.limit, q.cursor, (c) => {
+        const row = deps.readRow(c.key);
+        if (!row) return undefined;
+        const e = rowEntry(deps, c.key, row, now);
+        return e.lease === null ? undefined : e;
+      }),
     );
     return reply({ rows: await named(deps, page), next });
   }
