@@ -492,6 +492,7 @@ registerRows(router, {
   leases: leaseTable,
   holdersOf: (pairs) => holderDirectory.holdersOf(pairs),
   allNoted: () => holderDirectory.allNoted(),
+  readyTop: () => readySet().peek(0, Infinity)?.entries ?? [],
   routes: () => config().render.routes,
   renderNow: async (keys, at) => (await schedule.revalidateKeys(keys, at)).length,
   touchRows: (keys) => schedule.touchKeys(keys),

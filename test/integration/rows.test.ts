@@ -69,6 +69,17 @@ test('an operator finds a row by prefix, sees its holder, releases it (the old r
   assert.equal(found.next, null);
   assert.ok(found.rows.every((r) => r.state === 'due' && r.lease === null));
 
+  // `due` with no prefix is the keeper's ready set, best score first, and reading it takes nothing.
+  const dueKeys = [1, 2, 3].flatMap((i) => [`${BASE}/a/${i}|desktop`, `${BASE}/a/${i}|mobile`]);
+  const ranked = await until('the due rows published', async () => {
+    const page = (await rows('state=due&limit=500')).rows as Array<RowEntry & { score?: number }>;
+    return dueKeys.every((k) => page.some((r) => r.key === k)) ? page : undefined;
+  });
+  assert.ok(ranked.every((r) => typeof r.score === 'number' && r.state === 'due'));
+  assert.deepEqual(
+    ranked.map((r) => r.score),
+    ranked.map((r) => r.score).sort((x, y) => y! - x!),
+  );
   const target = `${BASE}/a/1|desktop`;
   const jobs = await until('a grant of a/1 desktop', async () => {
     const got = await claim();

@@ -5,6 +5,7 @@ import {
   checkRowTargets,
   decodeKeyCursor,
   encodeKeyCursor,
+  duePage,
   keyWalkPage,
   leasedPage,
   parseRowsQuery,
@@ -117,4 +118,20 @@ test('leases come soonest end first, then by key, in pages that follow the curso
   assert.ok(!(second instanceof Problem));
   assert.deepEqual(second, { page: ['c'], next: null });
   assert.ok(leasedPage(c, 2, 'nonsense', keep) instanceof Problem);
+});
+
+test('due rows come best score first, then by key, each once, in pages that follow the cursor', () => {
+  const ranked = [
+    { key: 'b', score: 5 },
+    { key: 'a', score: 5 },
+    { key: 'c', score: 9 },
+    { key: 'a', score: 5 },
+    { key: 'd', score: 1 },
+  ];
+  const first = duePage(ranked, 2, null, (c) => c.key);
+  assert.ok(!(first instanceof Problem));
+  assert.deepEqual(first.page, ['c', 'a']);
+  const second = duePage(ranked, 5, first.next, (c) => (c.key === 'd' ? undefined : c.key));
+  assert.deepEqual(second, { page: ['b'], next: null });
+  assert.ok(duePage(ranked, 2, 'x', (c) => c) instanceof Problem);
 });

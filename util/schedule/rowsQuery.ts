@@ -191,3 +191,59 @@ export function leasedPage<T>(
     next: more ? Buffer.from(JSON.stringify([last!.expiresAt, last!.key])).toString('base64url') : null,
   };
 }
+
+/** A due row as the ready set ranks it: its key and score (higher is handed out first). */
+export interface DuePlace {
+  key: string;
+  score: number;
+}
+
+function decodeDueCursor(cursor: string): Checked<DuePlace> {
+  let v: unknown;
+  try {
+    v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    v = null;
+  }
+  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
+    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+  return { score: v[0], key: v[1] };
+}
+
+/** Best score first, then by key: the order of the `due` list. */
+const compareDue = (a: DuePlace, b: DuePlace): number =>
+  b.score - a.score || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+
+/**
+ * A page of the `due` list from the keeper's published ready set (its best rows, at most ~1.5 × its
+ * capacity), best score first, after the cursor's place. A publish between two pages re-ranks rows, so a
+ * row may show twice or not at all across pages; no page ever lists one twice.
+ */
+export function duePage<T>(
+  ranked: readonly DuePlace[],
+  limit: number,
+  cursor: string | null,
+  accept: (c: DuePlace) => T | undefined,
+): Checked<{ page: T[]; next: string | null }> {
+  const after = cursor === null ? null : decodeDueCursor(cursor);
+  if (after instanceof Problem) return after;
+  const seen = new Set<string>();
+  const sorted = ranked.filter((c) => after === null || compareDue(c, after) > 0).sort(compareDue);
+  const page: T[] = [];
+  let last: DuePlace | null = null;
+  let i = 0;
+  for (; i < sorted.length && page.length < limit; i++) {
+    const c = sorted[i]!;
+    if (seen.has(c.key)) continue;
+    seen.add(c.key);
+    const e = accept(c);
+    if (e === undefined) continue;
+    page.push(e);
+    last = c;
+  }
+  const more = i < sorted.length && last !== null;
+  return {
+    page,
+    next: more ? Buffer.from(JSON.stringify([last!.score, last!.key])).toString('base64url') : null,
+  };
+}

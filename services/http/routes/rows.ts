@@ -10,6 +10,7 @@ import { urlOfKey, deviceOfKey } from '../../../util/schedule/rowKey.js';
 import {
   checkRowTargets,
   decodeKeyCursor,
+  duePage,
   keyWalkPage,
   leasedPage,
   parseRowsQuery,
@@ -33,6 +34,8 @@ export interface RowsDeps {
   leases: () => Pick<LeaseTable, 'lookup' | 'release'>;
   /** The names of the holders of these grants (key, token), noted by any worker of this node. */
   holdersOf: (pairs: ReadonlyArray<[string, string]>) => Promise<Map<string, Holder>>;
+  /** The keeper's published ready set, best first, without taking from it (ReadySet.peek). */
+  readyTop: () => Array<{ key: string; score: number }>;
   /** Every grant a worker of this node noted lately, with its holder (the `leased` list's candidates). */
   allNoted: () => Promise<Array<[string, Holder]>>;
   routes: () => readonly RouteConfig[];
@@ -123,6 +126,19 @@ async function listRows(deps: RowsDeps, req: ApiRequest): Promise<ApiResponse> {
         const row = deps.readRow(e.key);
         return row && row.strikes > 0 ? rowEntry(deps, e.key, row, now) : undefined;
       },
+    );
+    return reply({ rows: await named(deps, page), next });
+  }
+  if (q.state === 'due' && q.prefix === null) {
+    // The keeper's best due rows, best score first; a prefix walks the schedule instead (below).
+    const { page, next } = orRefuse(
+      duePage(deps.readyTop(), q.limit, q.cursor, (c) => {
+        if (!fits(urlOfKey(c.key))) return undefined;
+        const row = deps.readRow(c.key);
+        if (!row) return undefined;
+        const e = rowEntry(deps, c.key, row, now);
+        return e.state === 'due' ? { ...e, score: c.score } : undefined;
+      }),
     );
     return reply({ rows: await named(deps, page), next });
   }
