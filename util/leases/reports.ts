@@ -178,10 +178,12 @@ const EXTEND_ENDED: ExtendResult = { ok: false, reason: 'ended' };
  * is not extended: a grant may already be free to hand the key out again.
  *
  * Exclusivity. The lease blocked its key when this read it and blocks it for longer after the write, so
- * a grant that scanned after the write refuses. A grant whose clock had already passed the old end may
- * have scanned before and published on another slot; as a grant does after its publish, the extension
- * then rescans the window: of two such writers at least one sees the other (util/leases/grant.ts), and
- * an extension that sees a rival puts the old end back and answers `superseded`.
+ * a grant that scans after the write refuses. A grant whose clock has already passed the old end takes
+ * the key's own latest slot, which is this lease's (util/leases/grantScan.ts decideGrant): it and this
+ * write meet on that slot's CAS, one wins, and the other reads the window again (the property test in
+ * test/unit/leaseExtend.test.ts interleaves them). Should a grant ever publish on another slot instead,
+ * the rescan after the write sees it, as a grant's rescan does (util/leases/grant.ts), and puts the old
+ * end back and answers `superseded`; the grant rules today leave no path to it.
  */
 export function extend(
   mem: SlotMemory,
