@@ -443,3 +443,47 @@ test('the rows view finds a URL by prefix and shows its lease; release and rende
     await page.close();
   }
 });
+
+test('the rows view filters by state, pages with next and first, and deletes the rows ticked', async () => {
+  const base = 'https://console.example.com/pages/';
+  // 55 URLs due tomorrow: more than one page of 50.
+  const targets = Array.from({ length: 55 }, (_, i) => ({
+    url: `${base}${String(i).padStart(2, '0')}`,
+    dueAt: Date.now() + 24 * HOUR,
+  }));
+  const filed = await h.fetch('/render_queue/targets', { body: { targets } });
+  assert.equal(filed.status, 200, filed.text);
+  const { page, problems } = await openConsole();
+  page.on('dialog', (d) => void d.accept());
+  try {
+    await byTestId(page, 'rows-prefix').fill(base);
+    await byTestId(page, 'rows-search').click();
+    await byTestId(page, 'rows-row', `[data-key="${base}00|desktop"]`).waitFor({ timeout: 10_000 });
+    assert.equal(await byTestId(page, 'rows-row').count(), 50);
+    await byTestId(page, 'rows-next').click();
+    await byTestId(page, 'rows-row', `[data-key="${base}50|desktop"]`).waitFor({ timeout: 10_000 });
+    assert.equal(await byTestId(page, 'rows-row').count(), 5);
+    assert.equal(await byTestId(page, 'rows-next').isDisabled(), true);
+    await byTestId(page, 'rows-first').click();
+    await byTestId(page, 'rows-row', `[data-key="${base}00|desktop"]`).waitFor({ timeout: 10_000 });
+
+    // None of them is due: the due filter under this prefix lists none.
+    await byTestId(page, 'rows-state').selectOption('due');
+    await byTestId(page, 'rows-search').click();
+    await byTestId(page, 'rows-note', ':text-matches("^0 row")').waitFor({ timeout: 10_000 });
+    await byTestId(page, 'rows-state').selectOption('all');
+    await byTestId(page, 'rows-search').click();
+
+    const gone = byTestId(page, 'rows-row', `[data-key="${base}01|desktop"]`);
+    await gone.waitFor({ timeout: 10_000 });
+    await gone.locator('[data-testid="rows-pick"]').check();
+    await byTestId(page, 'rows-delete').click();
+    await byTestId(page, 'rows-message', ':text-matches("^delete: 1 of 1")').waitFor({ timeout: 10_000 });
+    await gone.waitFor({ state: 'detached', timeout: 10_000 });
+    const r = await h.fetch(`/prerender_admin/rows?prefix=${encodeURIComponent(`${base}01`)}`);
+    assert.deepEqual((r.json as { rows: unknown[] }).rows, []);
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});
