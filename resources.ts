@@ -14,6 +14,9 @@ import { registerFeeding } from './services/http/routes/feeding.js';
 import { registerNotify } from './services/http/routes/notify.js';
 import { registerProbes } from './services/http/routes/probes.js';
 import { registerQueue } from './services/http/routes/queue.js';
+import { registerRows } from './services/http/routes/rows.js';
+import { GrantHolders } from './util/leases/holders.js';
+import { HolderDirectory } from './services/leases/holderAsks.js';
 import { registerStall } from './services/http/routes/stall.js';
 import { componentDir, RuntimeConfig } from './services/runtime/config.js';
 import { registerSitemaps } from './services/http/routes/sitemaps.js';
@@ -78,6 +81,7 @@ import {
   moveBareRows,
   readRow,
   scheduleKeysAfter,
+  scheduleKeysInRange,
   retiredEntries,
   readServingRow,
   ScheduleOwner,
@@ -324,7 +328,11 @@ const fleetScope = new FleetScope({
   versionWord: () => new Int32Array(sharedBuffer('fleet-version', 8).buffer, 0, 1),
   now,
 });
+// The names of this worker's lease holders, for the rows view (the lease slot keeps only their hashes).
+const grantHolders = new GrantHolders(2 * config().queue.maxLeases);
+const holderDirectory = new HolderDirectory(grantHolders, sleep);
 const claims = new ClaimService({
+  holders: grantHolders,
   readySet,
   leases: leaseTable,
   readRow: readClaimRow,
@@ -483,6 +491,25 @@ registerAdmin(router, {
   nodeStatus: (at) => serving.status(at),
   workersReady: () => buffers.workersReady(),
 });
+registerRows(router, {
+  walkKeys: (range) => scheduleKeysInRange(range),
+  readRow,
+  failingEntries,
+  keysOfUrl,
+  leases: leaseTable,
+  holdersOf: (pairs) => holderDirectory.holdersOf(pairs),
+  allNoted: () => holderDirectory.allNoted(),
+  readyTop: () => readySet().peek(0, Infinity)?.entries ?? [],
+  routes: () => config().render.routes,
+  renderNow: async (keys, at) => (await schedule.revalidateKeys(keys, at)).length,
+  touchRows: (keys) => schedule.touchKeys(keys),
+  deleteRows: async (keys) => {
+    const deleted = await schedule.deleteKeys(keys);
+    await deletePages(keys);
+    return deleted;
+  },
+  log,
+});
 registerQueue(router, {
   render: () => config().render,
   claims,
@@ -576,6 +603,7 @@ async function start(): Promise<void> {
   // Pauses are followed before anything is served — on worker 0 too, before it waits for leadership.
   await control.start();
   leadership.listenForHeldAsks();
+  holderDirectory.listen();
   if (workerIndex() === 0) {
     const envOrigin = process.env[CALLBACK_ORIGIN_ENV];
     if (envOrigin !== undefined && envOrigin !== '' && environmentOrigin() === null)

@@ -847,6 +847,112 @@ async function setPaused(paused) {
   await tick();
 }
 
+// ---------- rows one by one ----------
+
+/** The rows view's search: its query, and the cursor of the page shown (null: the first). */
+const rowsView = { query: null, cursor: null, next: null };
+
+function leaseText(lease) {
+  if (!lease) return '';
+  const who = lease.holder
+    ? ` by ${lease.holder.user}${lease.holder.workerId ? ` (${lease.holder.workerId})` : ''}`
+    : '';
+  return `${lease.state}${who}, ends ${fmtAgo(lease.expiresAt)}`;
+}
+
+/** Lists a page of rows (GET /prerender_admin/rows); refreshed only when asked, so a selection stays. */
+async function loadRows(cursor) {
+  const q = new URLSearchParams(rowsView.query);
+  if (cursor) q.set('cursor', cursor);
+  const r = await call(`/prerender_admin/rows?${q}`);
+  const rows = r.ok && r.body && Array.isArray(r.body.rows) ? r.body.rows : null;
+  markUnavailable('rows', !rows);
+  rowsView.cursor = cursor;
+  rowsView.next = rows ? r.body.next : null;
+  byId('rows-next').disabled = !rowsView.next;
+  byId('rows-first').disabled = !cursor;
+  byId('rows-all').checked = false;
+  byId('rows-note').textContent = rows
+    ? `${rows.length} row(s)${rowsView.next ? '; more on the next page' : ''}.`
+    : `unavailable: ${r.error}`;
+  fillTable(
+    'rows-table',
+    rows
+      ? rows.map((row) => {
+          const tr = document.createElement('tr');
+          tr.setAttribute('data-testid', 'rows-row');
+          tr.setAttribute('data-key', row.key);
+          const pick = document.createElement('input');
+          pick.type = 'checkbox';
+          pick.value = row.key;
+          pick.setAttribute('aria-label', `select ${row.key}`);
+          pick.setAttribute('data-testid', 'rows-pick');
+          const td = document.createElement('td');
+          td.appendChild(pick);
+          tr.appendChild(td);
+          cell(tr, row.url, 'mono');
+          cell(tr, row.deviceType ?? '');
+          cell(tr, row.queue);
+          cell(tr, row.state, row.state === 'leased' ? 'warn' : '');
+          cell(tr, fmtAgo(row.nextRenderTime));
+          cell(tr, fmtCount(row.strikes), row.strikes > 0 ? 'num warn' : 'num');
+          cell(tr, leaseText(row.lease)).setAttribute('data-testid', 'rows-lease');
+          return tr;
+        })
+      : null,
+    8,
+    'no rows here',
+  );
+}
+
+function searchRows() {
+  const query = { state: byId('rows-state').value };
+  const queue = byId('rows-queue').value.trim();
+  const prefix = byId('rows-prefix').value.trim();
+  if (queue) query.queue = queue;
+  if (prefix) query.prefix = prefix;
+  rowsView.query = query;
+  void loadRows(null);
+}
+
+/** One action on the checked rows (by row key); the page is listed again after it. */
+async function rowsAction(label, path, method, answerKey) {
+  const keys = [...document.querySelectorAll('[data-testid="rows-pick"]:checked')].map((b) => b.value);
+  const msg = byId('rows-message');
+  if (keys.length === 0) {
+    msg.textContent = 'select rows first';
+    return;
+  }
+  msg.textContent = `${label}…`;
+  const r = await call(path, method, { urls: keys });
+  msg.textContent = r.ok
+    ? `${label}: ${r.body[answerKey]} of ${keys.length} at ${new Date().toLocaleTimeString()}`
+    : `${label} failed: ${r.error}`;
+  if (rowsView.query) await loadRows(rowsView.cursor);
+}
+
+byId('rows-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  searchRows();
+});
+byId('rows-next').addEventListener('click', () => void loadRows(rowsView.next));
+byId('rows-first').addEventListener('click', () => void loadRows(null));
+byId('rows-all').addEventListener('change', (e) => {
+  for (const b of document.querySelectorAll('[data-testid="rows-pick"]')) b.checked = e.target.checked;
+});
+byId('rows-render-now').addEventListener(
+  'click',
+  () => void rowsAction('render now', '/prerender_admin/rows/render-now', 'POST', 'rows'),
+);
+byId('rows-release').addEventListener(
+  'click',
+  () => void rowsAction('release', '/prerender_admin/rows/release', 'POST', 'released'),
+);
+byId('rows-delete').addEventListener('click', () => {
+  if (window.confirm('Delete the selected rows and their pages?'))
+    void rowsAction('delete', '/prerender_admin/rows', 'DELETE', 'deleted');
+});
+
 byId('pause-button').addEventListener('click', () => void setPaused(true));
 byId('resume-button').addEventListener('click', () => void setPaused(false));
 document.addEventListener('visibilitychange', () => {

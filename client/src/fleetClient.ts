@@ -14,7 +14,7 @@ import {
   type FleetSnapshot,
   type FleetState,
 } from './fleetOptions.js';
-import { Renders } from './renders.js';
+import { Renders, type ExtendAnswer } from './renders.js';
 import { ResultOutbox, type Pending } from './resultOutbox.js';
 import { resultOrigin, type ResultRoute } from './resultRoutes.js';
 import { ChannelLink } from './channelLink.js';
@@ -149,7 +149,28 @@ export class FleetClient {
         this.outbox.add(wire, localExpiry, now, route);
         this.waker.wake();
       },
+      extend:
+        opts.extendLeases === false ? undefined : (job, byMs, route) => this.extendLease(job, byMs, route),
     });
+  }
+
+  /** One extension of a running render's lease, at the node its result goes to (docs/fleets.md). */
+  private async extendLease(job: Job, byMs: number, route: ResultRoute): Promise<ExtendAnswer> {
+    try {
+      const a = await this.transport.post(
+        '/render_queue/extend',
+        { id: job.id, leaseToken: job.leaseToken, byMs: Math.max(1, Math.round(byMs)) },
+        route.origin,
+      );
+      const expiresAt = (a.json as { expiresAt?: unknown } | undefined)?.expiresAt;
+      if (a.status === 200 && typeof expiresAt === 'number') return expiresAt;
+      if (a.status === 409) return 'refused';
+      this.log.warn(`extending the lease of ${job.id} answered ${a.status}`);
+      return 'failed';
+    } catch (e) {
+      this.log.warn(`extending the lease of ${job.id} failed: ${describeError(e)}`);
+      return 'failed';
+    }
   }
 
   /** Where the client claims from (the base URL). */

@@ -39,6 +39,11 @@ export interface FleetClientOptions {
    * lease; default 10 s, and never more than a quarter of the lease.
    */
   leaseMarginMs?: number;
+  /**
+   * A render still running at half its lease asks the node for a longer one (`/render_queue/extend`),
+   * again at half of each new one; default true. The node caps how long a lease may last.
+   */
+  extendLeases?: boolean;
   /** Per request (headers and body each); default 30 s. */
   requestTimeoutMs?: number;
   /** Results per round trip are also capped by their size on the wire; default 32 MiB. */

@@ -202,7 +202,8 @@ test('a render that would outlive its lease is aborted before expiry minus the m
       seenSignal = signal;
       return never(_job, signal); // ignores the signal: the report must not wait for it
     },
-    { concurrency: 1, leaseMarginMs: 10_000 },
+    // No extension asked for: the abort at the lease's end is what is under test (leaseExtension.test.ts).
+    { concurrency: 1, leaseMarginMs: 10_000, extendLeases: false },
   );
   t.after(r.close);
   r.server.handler = (req, i) =>

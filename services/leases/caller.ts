@@ -13,6 +13,9 @@ export interface Caller {
   /** nameHash of the request's `x-worker-id` ("" when it has none). */
   worker: number;
   superUser: boolean;
+  /** The names the hashes come from, when known (the rows view shows a lease's holder by them). */
+  userName?: string;
+  workerId?: string;
 }
 
 export function callerOf(user: HarperUser | undefined, workerId?: string | null): Caller {
@@ -20,5 +23,7 @@ export function callerOf(user: HarperUser | undefined, workerId?: string | null)
     user: nameHash(user?.username ?? ''),
     worker: nameHash(workerId ?? ''),
     superUser: user?.role?.permission?.super_user === true,
+    userName: user?.username ?? '',
+    workerId: workerId ?? '',
   };
 }

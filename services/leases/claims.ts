@@ -1,6 +1,7 @@
 // Where a lease is granted, on every worker, with no mutex: the ready set hands out candidates,
 // the lease table decides exclusivity, the row decides whether the work is still due. Results are
 // applied in results.ts; the claim marks the stall sweep reads are written by claimMarks.ts.
+import type { GrantHolders } from '../../util/leases/holders.js';
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
 import { nameHash } from '../../util/leases/token.js';
 import type { Caller } from './caller.js';
@@ -86,6 +87,8 @@ export interface ClaimDeps {
   jobTarget: () => JobTarget;
   count: (name: MetricName, n: number) => void;
   log: { warn: (...args: unknown[]) => void };
+  /** Where each grant's holder is noted by name (the rows view, util/leases/holders.ts). */
+  holders?: Pick<GrantHolders, 'note'>;
 }
 
 /** How a claim's take went: entries taken off the set, and whether it found the set used up. */
@@ -314,6 +317,11 @@ export class ClaimService {
       }
       return false;
     }
+    this.deps.holders?.note(entry.key, {
+      token: g.token,
+      user: caller.userName ?? '',
+      workerId: caller.workerId ?? '',
+    });
     t.queues.add(route);
     t.jobs.push({
       id: entry.key,

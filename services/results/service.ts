@@ -2,6 +2,7 @@
 // the lease table admits the first copy, the schedule's owner rewrites the row
 // (services/schedule/store.ts applyResults), the page is stored, and the lease is released once.
 import type { QueueKeeperConfig } from '../../util/config/schema.js';
+import { leaseLimits } from '../../util/config/leaseLimits.js';
 import { HttpError } from '../runtime/httpError.js';
 import { echo } from '../../util/text.js';
 import { isProblem, type Checked } from '../../util/problem.js';
@@ -57,7 +58,7 @@ function answerOf(id: string, a: ReportAnswer, duplicate: boolean): ResultAnswer
 }
 
 export interface ResultDeps {
-  leases: () => Pick<LeaseTable, 'beginReport' | 'finishReport' | 'abortReport' | 'grantOf'>;
+  leases: () => Pick<LeaseTable, 'beginReport' | 'finishReport' | 'abortReport' | 'grantOf' | 'extend'>;
   /** The schedule owner's result write: reschedules rows, leaves a deleted row deleted. */
   applyResults: (results: readonly ResultWrite[]) => Promise<ResultApplied[]>;
   storePages: (pages: PageWrite[]) => Promise<void>;
@@ -74,6 +75,23 @@ export interface ResultDeps {
   countResult: (queue: string, outcome: Outcome, renderMs: number | null) => void;
   log: { warn: (...args: unknown[]) => void };
 }
+
+/** What an extension came to: the lease's new end, or a 409's code. */
+export type ExtendAnswer =
+  { ok: true; expiresAt: number } | { ok: false; code: 'superseded' | 'lease_ended'; error: string };
+
+const EXTEND_REFUSALS = {
+  superseded: {
+    ok: false,
+    code: 'superseded',
+    error: 'the lease is not the latest grant for this job, or not yours',
+  },
+  ended: {
+    ok: false,
+    code: 'lease_ended',
+    error: 'the lease has ended or its result has come; it cannot be extended',
+  },
+} as const;
 
 /** The lastError name a page that could not be stored leaves on its row. */
 const PAGE_ERROR_NAMES = { too_large: 'PageTooLarge', undecodable: 'PageUndecodable' } as const;
@@ -203,6 +221,29 @@ export class ResultService {
     if (a!.duplicate) return 'duplicate';
     if (!a!.accepted) return a!.code === 'unknown_job' ? 'unknown_job' : 'superseded';
     return refused ?? 'applied';
+  }
+
+  /**
+   * Extends the lease of job `id` by `byMs` from now, clamped to queue.maxLeaseExtension and never past
+   * the grant plus queue.maxLeaseTime, under its result's fencing: with a token, the token protocol's
+   * (latest grant, its grantee or a super_user); without one, the prerender protocol's (the key's latest
+   * grant went to this user and this `x-worker-id`, as applyFleet finds it).
+   */
+  extend(id: string, leaseToken: string | undefined, byMs: number, caller: Caller): ExtendAnswer {
+    const leases = this.deps.leases();
+    const token = leaseToken ?? leases.grantOf(id, caller);
+    if (token === null) return EXTEND_REFUSALS.superseded;
+    const limits = leaseLimits(this.deps.config().queue);
+    // A token found by grantOf is this caller's own grant, whatever its super_user flag says.
+    const reporter = leaseToken === undefined ? { user: caller.user, superUser: true } : caller;
+    const r = leases.extend(
+      id,
+      token,
+      reporter,
+      { byMs: Math.min(byMs, limits.maxExtensionMs), maxLeaseMs: limits.maxLeaseMs },
+      this.deps.now(),
+    );
+    return r.ok ? r : EXTEND_REFUSALS[r.reason];
   }
 
   private warnPage(id: string, detail: string): void {

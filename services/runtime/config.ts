@@ -7,6 +7,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, sep } from 'node:path';
 import { componentDir } from './componentDir.js';
 import { parse as parseYaml } from 'yaml';
+import { leaseLimitsProblem } from '../../util/config/leaseLimits.js';
 import {
   applyValues,
   changedPaths,
@@ -248,10 +249,16 @@ export class RuntimeConfig {
 
   /** Computes the effective config from file options and overrides. */
   private compute(): QueueKeeperConfig {
-    return applyValues(
+    const cfg = applyValues(
       applyValues(defaultConfig(), this.storedValues(this.fileOptions, 'config.yaml')),
       this.storedValues(this.overrides, 'stored overrides'),
     );
+    // Stored sources that disagree (one layer's jobLeaseTime raised past another's maxLeaseTime) keep the
+    // node running on the derived limit rather than refusing every lease extension or failing to start.
+    const conflict = leaseLimitsProblem(cfg.queue);
+    if (conflict === null) return cfg;
+    log.error(`invalid ${COMPONENT_KEY} configuration: ${conflict.message}; using its default instead`);
+    return { ...cfg, queue: { ...cfg.queue, maxLeaseTime: null } };
   }
 
   private setCurrent(next: QueueKeeperConfig): void {
@@ -295,6 +302,8 @@ export class RuntimeConfig {
             applyValues(defaultConfig(), fileValues),
             checkPartial(nextOverrides).values,
           );
+          const conflict = leaseLimitsProblem(merged.queue);
+          if (conflict !== null) throw conflict;
           await overrideTable().put(
             OVERRIDE_ID,
             { id: OVERRIDE_ID, overrides: JSON.stringify(nextOverrides), updatedAt: Date.now() },

@@ -250,6 +250,16 @@ export class ScheduleOwner {
     return this.writes.revalidate(url, now);
   }
 
+  /** Rewrites rows unchanged, so the keeper looks again at leases released early (the rows view's release). */
+  touchKeys(keys: readonly string[]): Promise<number> {
+    return this.writes.touchKeys(keys);
+  }
+
+  /** The rows of these keys due now and urgent (the rows view's render-now); a key with no row is passed. */
+  revalidateKeys(keys: readonly string[], now: number): Promise<ScheduleRow[]> {
+    return this.writes.revalidateKeys(keys, now);
+  }
+
   /** One row by key due now and urgent (serving's render-now); undefined when there is none. */
   async revalidateKey(key: string, now: number): Promise<ScheduleRow | undefined> {
     return (await this.writes.revalidateKeys([key], now))[0];
@@ -363,6 +373,22 @@ export async function deleteScheduleRowAt(key: string, version: number): Promise
     return true;
   });
   return r.locked && r.value;
+}
+
+/** The schedule's keys from `start` (after it when `exclusive`) below `end`, at most `limit`, in key order. */
+export function* scheduleKeysInRange(range: {
+  start?: string;
+  end?: string;
+  exclusive: boolean;
+  limit: number;
+}): Generator<string> {
+  for (const key of schedule().primaryStore.getKeys({
+    start: range.start,
+    end: range.end,
+    exclusiveStart: range.exclusive && range.start !== undefined,
+    limit: range.limit,
+  }))
+    if (typeof key === 'string') yield key;
 }
 
 /** The schedule's keys after `after` (all from the start when undefined), at most `limit`, in key order. */

@@ -368,3 +368,124 @@ test('the console lists the sitemaps with their state, and a failed last walk wi
     await site.stop();
   }
 });
+
+test('the rows view finds a URL by prefix and shows its lease; release and render now both take effect', async () => {
+  const base = 'https://console.example.com/rows/';
+  const cfg = await h.fetch('/prerender_admin/config', {
+    body: {
+      render: {
+        routes: [
+          { name: 'products', match: 'prefix', path: '/p/' },
+          { name: 'console-rows', match: 'prefix', path: '/rows/' },
+        ],
+      },
+    },
+  });
+  assert.equal(cfg.status, 200, cfg.text);
+  const filed = await h.fetch('/render_queue/targets', {
+    body: {
+      targets: [
+        { url: `${base}1`, dueAt: Date.now() - MIN },
+        { url: `${base}2`, dueAt: Date.now() + 24 * HOUR },
+      ],
+    },
+  });
+  assert.equal(filed.status, 200, filed.text);
+  const claimRows = async () => {
+    const c = await h.fetch('/render_queue/claim', { body: { limit: 25, queues: ['console-rows'] } });
+    assert.equal(c.status, 200, c.text);
+    return c.json as Array<{ id: string; leaseToken: string }>;
+  };
+  const leasedKey = `${base}1|desktop`;
+  const job = await until('rows/1 claimed', async () => (await claimRows()).find((j) => j.id === leasedKey));
+  const { page, problems } = await openConsole();
+  try {
+    await byTestId(page, 'rows-prefix').fill(base);
+    await byTestId(page, 'rows-search').click();
+    const leasedRow = byTestId(page, 'rows-row', `[data-key="${leasedKey}"]`);
+    await leasedRow.waitFor({ timeout: 10_000 });
+    assert.match((await leasedRow.locator('[data-testid="rows-lease"]').textContent()) ?? '', /^leased/);
+    assert.equal(await byTestId(page, 'rows-row').count(), 2);
+
+    await leasedRow.locator('[data-testid="rows-pick"]').check();
+    await byTestId(page, 'rows-release').click();
+    await byTestId(page, 'rows-message', ':text-matches("^release: 1 of 1")').waitFor({ timeout: 10_000 });
+    const late = await h.fetch('/render_queue/job_result', {
+      body: {
+        id: job.id,
+        leaseToken: job.leaseToken,
+        outcome: 'rendered',
+        statusCode: 200,
+        body: '<p>x</p>',
+      },
+    });
+    assert.equal(late.status, 409, late.text);
+    assert.equal((late.json as { code: string }).code, 'superseded');
+
+    const laterKey = `${base}2|desktop`;
+    const laterRow = byTestId(page, 'rows-row', `[data-key="${laterKey}"]`);
+    const stateOf = async (row: typeof laterRow) => (await row.locator('td').nth(4).textContent()) ?? '';
+    assert.equal(await stateOf(laterRow), 'scheduled');
+    await laterRow.locator('[data-testid="rows-pick"]').check();
+    await byTestId(page, 'rows-render-now').click();
+    await byTestId(page, 'rows-message', ':text-matches("^render now: 1 of 1")').waitFor({ timeout: 10_000 });
+    await until('rows/2 shown due', async () => (await stateOf(laterRow)) === 'due');
+    // Both take effect: the released row and the row rendered now are granted.
+    const granted = new Set<string>();
+    await until(
+      'both rows granted',
+      async () => {
+        for (const j of await claimRows()) granted.add(j.id);
+        return granted.has(leasedKey) && granted.has(laterKey);
+      },
+      20_000,
+    );
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test('the rows view filters by state, pages with next and first, and deletes the rows ticked', async () => {
+  const base = 'https://console.example.com/pages/';
+  // 55 URLs due tomorrow: more than one page of 50.
+  const targets = Array.from({ length: 55 }, (_, i) => ({
+    url: `${base}${String(i).padStart(2, '0')}`,
+    dueAt: Date.now() + 24 * HOUR,
+  }));
+  const filed = await h.fetch('/render_queue/targets', { body: { targets } });
+  assert.equal(filed.status, 200, filed.text);
+  const { page, problems } = await openConsole();
+  page.on('dialog', (d) => void d.accept());
+  try {
+    await byTestId(page, 'rows-prefix').fill(base);
+    await byTestId(page, 'rows-search').click();
+    await byTestId(page, 'rows-row', `[data-key="${base}00|desktop"]`).waitFor({ timeout: 10_000 });
+    assert.equal(await byTestId(page, 'rows-row').count(), 50);
+    await byTestId(page, 'rows-next').click();
+    await byTestId(page, 'rows-row', `[data-key="${base}50|desktop"]`).waitFor({ timeout: 10_000 });
+    assert.equal(await byTestId(page, 'rows-row').count(), 5);
+    assert.equal(await byTestId(page, 'rows-next').isDisabled(), true);
+    await byTestId(page, 'rows-first').click();
+    await byTestId(page, 'rows-row', `[data-key="${base}00|desktop"]`).waitFor({ timeout: 10_000 });
+
+    // None of them is due: the due filter under this prefix lists none.
+    await byTestId(page, 'rows-state').selectOption('due');
+    await byTestId(page, 'rows-search').click();
+    await byTestId(page, 'rows-note', ':text-matches("^0 row")').waitFor({ timeout: 10_000 });
+    await byTestId(page, 'rows-state').selectOption('all');
+    await byTestId(page, 'rows-search').click();
+
+    const gone = byTestId(page, 'rows-row', `[data-key="${base}01|desktop"]`);
+    await gone.waitFor({ timeout: 10_000 });
+    await gone.locator('[data-testid="rows-pick"]').check();
+    await byTestId(page, 'rows-delete').click();
+    await byTestId(page, 'rows-message', ':text-matches("^delete: 1 of 1")').waitFor({ timeout: 10_000 });
+    await gone.waitFor({ state: 'detached', timeout: 10_000 });
+    const r = await h.fetch(`/prerender_admin/rows?prefix=${encodeURIComponent(`${base}01`)}`);
+    assert.deepEqual((r.json as { rows: unknown[] }).rows, []);
+    assert.deepEqual(problems, []);
+  } finally {
+    await page.close();
+  }
+});

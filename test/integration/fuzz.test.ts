@@ -118,6 +118,8 @@ type BodyKind =
   | 'fleet'
   | 'hook'
   | 'sitemap'
+  | 'extend'
+  | 'rowUrls'
   | 'empty';
 
 interface Endpoint {
@@ -168,6 +170,8 @@ const EP: Endpoint[] = [
     body: 'results',
     ok: [200, 400],
   },
+  // No row here was ever granted: a well-formed extension is 409 superseded, never a change.
+  { method: 'POST', path: () => '/render_queue/extend', who: ['fleet'], body: 'extend', ok: [400, 409] },
   ...[
     'queue-state',
     'overview',
@@ -205,6 +209,23 @@ const EP: Endpoint[] = [
     body: 'none',
     ok: [200, 400],
   })),
+  {
+    method: 'GET',
+    path: (r) =>
+      `/prerender_admin/rows?state=${encodeURIComponent(['due', 'leased', 'failing', 'all', r][r.length % 5]!)}&prefix=${encodeURIComponent(r)}&cursor=${encodeURIComponent(r.slice(1))}&limit=${r.length % 600}`,
+    who: [],
+    body: 'none',
+    ok: [200, 400],
+  },
+  // Only URLs and keys of no row, or refused entries: nothing the fuzz sends may change a row.
+  ...(['/rows/render-now', '/rows/release'] as const).map((p): Endpoint => ({
+    method: 'POST',
+    path: () => `/prerender_admin${p}`,
+    who: [],
+    body: 'rowUrls',
+    ok: [200, 400],
+  })),
+  { method: 'DELETE', path: () => '/prerender_admin/rows', who: [], body: 'rowUrls', ok: [200, 400] },
   { method: 'POST', path: () => '/prerender_admin/explain', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/revalidate', who: [], body: 'url', ok: [400] },
   { method: 'POST', path: () => '/prerender_admin/pause', who: [], body: 'scope', ok: [400] },
@@ -261,6 +282,7 @@ const KNOWN: Array<[string, RegExp]> = [
   ['POST', /^\/render_queue\/targets\/?$/],
   ['DELETE', /^\/render_queue\/targets\/?$/],
   ['POST', /^\/render_queue\/(discover|claim|job_result|job_results)\/?$/],
+  ['POST', /^\/render_queue\/extend\/?$/],
   [
     'GET',
     /^\/prerender_admin\/(queue-state|overview|config|metrics|fleets|hooks|stall-ledger|health|console)\/?$/,
@@ -272,6 +294,9 @@ const KNOWN: Array<[string, RegExp]> = [
   ['DELETE', /^\/prerender_admin\/devices\/.+/],
   ['GET', /^\/prerender_admin\/console\/.+/],
   ['GET', /^\/prerender_admin\/(failing|retired)\/?(\?.*)?$/],
+  ['GET', /^\/prerender_admin\/rows\/?(\?.*)?$/],
+  ['DELETE', /^\/prerender_admin\/rows\/?(\?.*)?$/],
+  ['POST', /^\/prerender_admin\/rows\/(render-now|release)\/?$/],
   ['GET', /^\/prerender_admin\/(live|ready)\/?$/],
   ['HEAD', /^\/prerender_admin\/(live|ready)\/?$/],
   ['POST', /^\/render_queue\/sitemaps\/?(\?.*)?$/],
@@ -416,6 +441,55 @@ function shapedBody(kind: BodyKind): fc.Arbitrary<{ value: unknown; ok?: number[
         v(fc.record({ results: fc.array(result, { minLength: 101, maxLength: 103 }) }), [400]),
       );
     }
+    case 'extend':
+      return fc.oneof(
+        v(
+          fc.record(
+            {
+              id: fc.oneof(badUrl, hostileString, fc.constant('https://fuzz.example.com/p/1|desktop')),
+              leaseToken: fc.oneof(hostileString, fc.constant('0'.repeat(28))),
+              byMs: fc.integer({ min: 1, max: 604_800_000 }),
+            },
+            { requiredKeys: ['id', 'byMs'] },
+          ),
+          [400, 409],
+        ),
+        v(
+          fc.record({
+            id: fc.constant('https://fuzz.example.com/p/1'),
+            byMs: fc.oneof(
+              fc.integer({ max: 0 }),
+              fc.double(),
+              hostileString,
+              fc.integer({ min: 604_800_001 }),
+            ),
+          }),
+          [400],
+        ),
+        v(
+          fc.record({ id: fc.constant('https://fuzz.example.com/p/1'), byMs: fc.constant(1000), x: anyJson }),
+          [400],
+        ),
+      );
+    case 'rowUrls':
+      return fc.oneof(
+        v(fc.record({ urls: fc.array(badUrl, { minLength: 1, maxLength: 5 }) }), [400]),
+        v(
+          fc.record({
+            urls: fc.array(
+              fc.constantFrom(
+                'https://fuzz.example.com/never-filed',
+                'https://fuzz.example.com/never-filed|desktop',
+              ),
+              { minLength: 1, maxLength: 3 },
+            ),
+          }),
+          [200],
+        ),
+        v(fc.record({ urls: anyJson.filter((x) => !Array.isArray(x)) }), [400]),
+        v(fc.record({ urls: fc.constant([]) }), [400]),
+        v(fc.record({ urls: fc.constant(['https://fuzz.example.com/never-filed']), extra: anyJson }), [400]),
+      );
     case 'url':
       return fc.oneof(
         v(fc.record({ url: badUrl })),
@@ -705,6 +779,7 @@ const requestArb: fc.Arbitrary<Req> = fc
           path.startsWith('/prerender_admin/') ||
           path.startsWith('/render_queue/sitemaps') ||
           /claim$/.test(path) ||
+          /extend$/.test(path) ||
           /job_result$/.test(path)
             ? [413]
             : [400];

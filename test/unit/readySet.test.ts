@@ -810,3 +810,16 @@ test('over random interleavings of section takes and publishes, each section is 
     { numRuns: 1000 },
   );
 });
+
+test('peek reads the active top in order without taking: the cursor stays and a take still gets the head', () => {
+  const [keeper, worker] = twoViews(8);
+  keeper.publish(entries('p', 5), NOW);
+  const seen = worker.peek(0, Infinity);
+  const k = (i: number) => `https://ex.test/p/${i}`;
+  assert.deepEqual(seen && keysOf(seen.entries), [0, 1, 2, 3, 4].map(k));
+  assert.deepEqual(keysOf(worker.peek(1, 3)!.entries), [k(1), k(2)]);
+  assert.equal(worker.cursorPosition(), 0);
+  assert.deepEqual(keysOf(worker.take(2)), [k(0), k(1)]);
+  // Taken entries stay in the set: peek still shows the whole published top.
+  assert.equal(worker.peek(0, Infinity)!.entries.length, 5);
+});

@@ -662,3 +662,42 @@ test('each result applied to its row is counted once by queue and outcome, with 
   assert.equal(await w.results.applyFleet(fleet, W1), 'applied');
   assert.deepEqual(w.outcomes[1], ['unrouted', 'redirected', 2250]);
 });
+
+test('an extension with a token is clamped to queue.maxLeaseExtension and capped at the grant plus queue.maxLeaseTime', () => {
+  const w = world();
+  const token = w.grant(KEY, NOW, { leaseMs: 600_000 });
+  w.clock.now = NOW + 300_000;
+  // byMs far past the default extension (jobLeaseTime, 10 min): clamped to it.
+  assert.deepEqual(w.results.extend(KEY, token, 86_400_000, FLEET), { ok: true, expiresAt: NOW + 900_000 });
+  // Near the hour the cap (max(1 h, jobLeaseTime) from the grant) holds.
+  let last = 0;
+  for (let at = NOW + 800_000; at < NOW + 3_600_000; at += 500_000) {
+    w.clock.now = at;
+    const r = w.results.extend(KEY, token, 600_000, FLEET);
+    assert.equal(r.ok, true);
+    last = r.ok ? r.expiresAt : 0;
+  }
+  assert.equal(last, NOW + 3_600_000);
+  assert.equal(w.results.extend(KEY, token, 600_000, OTHER).ok, false);
+  assert.deepEqual(w.results.extend(KEY, token, 600_000, OTHER), {
+    ok: false,
+    code: 'superseded',
+    error: 'the lease is not the latest grant for this job, or not yours',
+  });
+});
+
+test("an extension without a token is the prerender protocol's: only the latest grant's user and worker id", () => {
+  const w = world();
+  w.grant(KEY, NOW, { leaseMs: 60_000, worker: W1.worker });
+  w.clock.now = NOW + 30_000;
+  assert.equal(w.results.extend(KEY, undefined, 60_000, W2).ok, false);
+  assert.equal(
+    w.results.extend(KEY, undefined, 60_000, { ...OTHER, worker: W1.worker, superUser: true }).ok,
+    false,
+  );
+  assert.deepEqual(w.results.extend(KEY, undefined, 60_000, W1), { ok: true, expiresAt: NOW + 90_000 });
+  // Past its end the lease is not revived.
+  w.clock.now = NOW + 90_000;
+  assert.equal(w.results.extend(KEY, undefined, 60_000, W1).ok === false, true);
+  assert.deepEqual((w.results.extend(KEY, undefined, 60_000, W1) as { code: string }).code, 'lease_ended');
+});

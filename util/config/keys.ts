@@ -96,6 +96,28 @@ export const CONFIG_KEYS: readonly ConfigKey[] = [
     description: 'Lease length of a claimed job (ms).',
   },
   {
+    path: 'queue.maxLeaseExtension',
+    kind: 'int',
+    default: null,
+    min: 1000,
+    max: DAY,
+    effect: 'live',
+    description:
+      'Longest one extension of a lease may reach past its call (ms; POST /render_queue/extend clamps byMs to it); ' +
+      'null is queue.jobLeaseTime.',
+  },
+  {
+    path: 'queue.maxLeaseTime',
+    kind: 'int',
+    default: null,
+    min: 5000,
+    max: 7 * DAY,
+    effect: 'live',
+    description:
+      'Longest a lease may last from its grant, extensions included (ms); null is the larger of 1 h and ' +
+      'queue.jobLeaseTime. A value below queue.jobLeaseTime is refused.',
+  },
+  {
     path: 'queue.maxClaimLimit',
     kind: 'int',
     default: 25,

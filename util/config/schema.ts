@@ -87,6 +87,8 @@ function checkValue(k: ConfigKey, v: unknown): unknown {
   switch (k.kind) {
     case 'int':
     case 'number': {
+      // A number whose default is null (queue.maxLeaseTime: derived from another key) may be set back to null.
+      if (v === null && k.default === null) return null;
       if (typeof v !== 'number' || !Number.isFinite(v))
         throw new ConfigError(k.path, `${k.path} must be a number`);
       if (k.kind === 'int' && !Number.isInteger(v))

@@ -54,6 +54,10 @@ export interface QueueKeeperConfig {
     };
     ready: { capacity: number; sitemapBoost: number; urgentHeadStart: number; changedHeadStart: number };
     jobLeaseTime: number;
+    /** Longest one extension reaches past its call (ms); null is jobLeaseTime (util/config/leaseLimits.ts). */
+    maxLeaseExtension: number | null;
+    /** Longest a lease lasts from its grant (ms); null is max(1 h, jobLeaseTime). */
+    maxLeaseTime: number | null;
     maxClaimLimit: number;
     maxLeases: number;
     statusSyncInterval: number;

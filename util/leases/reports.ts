@@ -4,8 +4,8 @@
 // BUSY (SlotMemory.rewrite) from the state word that walk read it under, so a slot that changed since
 // fails the CAS; a CAS that loses to another writer reads the window again. Each reads into
 // the views its caller passes (`view`, and `latest` with `scratch` for a walk that keeps its latest grant).
-import { MINUTE_MS } from '../time.js';
-import { Report, State } from './slots.js';
+import { fromSharedSeconds, MINUTE_MS, sharedSecondsAtOrAfter, sharedSecondsAtOrBefore } from '../time.js';
+import { Report, S, State, blocks, nextWord } from './slots.js';
 import { MAX_ATTEMPTS, type KeyRef, type SlotMemory, type SlotView } from './memory.js';
 import { grantSlot, latestGrant, latestToken } from './lookups.js';
 import { formatToken, type TokenParts } from './token.js';
@@ -152,4 +152,89 @@ export function grantOf(
   if (!latestGrant(mem, ref, latest, scratch)) return null;
   if (latest.user !== grantee.user || latest.worker !== grantee.worker) return null;
   return formatToken({ grantedAt: latest.token, randHi: latest.randHi, randLo: latest.randLo });
+}
+
+/** What an extension came to: the lease's new end, or why it was refused (nothing changed then). */
+export type ExtendResult =
+  | { ok: true; expiresAt: number }
+  /** `superseded`: not the key's latest grant, or not this caller's; `ended`: past its end or reported. */
+  | { ok: false; reason: 'superseded' | 'ended' };
+
+/** How far an extension may move a lease's end. */
+export interface ExtendTerms {
+  /** The new end is this long after `now` (the caller clamps it to its own maximum first). */
+  byMs: number;
+  /** The end never passes the grant instant plus this. */
+  maxLeaseMs: number;
+}
+
+const EXTEND_SUPERSEDED: ExtendResult = { ok: false, reason: 'superseded' };
+const EXTEND_ENDED: ExtendResult = { ok: false, reason: 'ended' };
+
+/**
+ * Moves the end of the live lease `parts` names to `byMs` after `now`, never past its grant plus
+ * `maxLeaseMs` and never earlier than it is. The same fencing as its result (beginReport): only the
+ * key's latest grant, by its grantee or a super_user. A lease past its end, or whose result has started,
+ * is not extended: a grant may already be free to hand the key out again.
+ *
+ * Exclusivity. The lease blocked its key when this read it and blocks it for longer after the write, so
+ * a grant that scans after the write refuses. A grant whose clock has already passed the old end takes
+ * the key's own latest slot, which is this lease's (util/leases/grantScan.ts decideGrant): it and this
+ * write meet on that slot's CAS, one wins, and the other reads the window again (the property test in
+ * test/unit/leaseExtend.test.ts interleaves them). Should a grant ever publish on another slot instead,
+ * the rescan after the write sees it, as a grant's rescan does (util/leases/grant.ts), and puts the old
+ * end back and answers `superseded`; the grant rules today leave no path to it.
+ */
+export function extend(
+  mem: SlotMemory,
+  ref: KeyRef,
+  parts: TokenParts,
+  caller: ReportCaller,
+  terms: ExtendTerms,
+  now: number,
+  view: SlotView,
+): ExtendResult {
+  const a = mem.words;
+  for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+    if (latestToken(mem, ref, view) !== parts.grantedAt) return EXTEND_SUPERSEDED;
+    const base = grantSlot(mem, ref, parts.grantedAt, view);
+    if (base < 0 || !sameGrant(view, ref, parts)) return EXTEND_SUPERSEDED;
+    if (!caller.superUser && view.user !== 0 && view.user !== caller.user) return EXTEND_SUPERSEDED;
+    const word = view.word;
+    const was = view.expiry;
+    if ((word & State.MASK) !== State.LEASED || view.report !== Report.NONE) return EXTEND_ENDED;
+    if (fromSharedSeconds(was) <= now) return EXTEND_ENDED;
+    // Rounded up as every end is (S.EXPIRY), except at the cap, which rounds down so it is never passed.
+    const wanted = sharedSecondsAtOrAfter(now + Math.max(0, terms.byMs));
+    const cap = sharedSecondsAtOrBefore(parts.grantedAt + terms.maxLeaseMs);
+    const until = Math.max(was, Math.min(wanted, cap));
+    if (until === was) return { ok: true, expiresAt: fromSharedSeconds(was) };
+    const busy = nextWord(word, State.BUSY);
+    if (Atomics.compareExchange(a, base, word, busy) !== word) continue;
+    a[base + S.EXPIRY] = until;
+    const published = nextWord(busy, State.LEASED);
+    Atomics.store(a, base, published);
+    if (rivalOf(mem, ref, base, now, view)) {
+      // Nothing but this call changes a live lease's end; a report or release that got in since keeps it.
+      const back = nextWord(published, State.BUSY);
+      if (Atomics.compareExchange(a, base, published, back) === published) {
+        a[base + S.EXPIRY] = was;
+        Atomics.store(a, base, nextWord(back, State.LEASED));
+      }
+      return EXTEND_SUPERSEDED;
+    }
+    return { ok: true, expiresAt: fromSharedSeconds(until) };
+  }
+  return EXTEND_SUPERSEDED;
+}
+
+/** Does a slot of `ref`'s window other than `own` block the key at `now` (a grant that raced)? */
+function rivalOf(mem: SlotMemory, ref: KeyRef, own: number, now: number, view: SlotView): boolean {
+  for (let k = 0, n = mem.window(ref); k < n; k++) {
+    const base = mem.windowBase(ref, k);
+    if (base === own) continue;
+    const state = mem.read(base, false, view) & State.MASK;
+    if (view.holds(ref) && blocks(state, view.expiry, now)) return true;
+  }
+  return false;
 }

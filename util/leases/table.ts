@@ -18,9 +18,12 @@ import {
   beginReport,
   check,
   endReport,
+  extend,
   grantOf,
   release,
   type Grantee,
+  type ExtendResult,
+  type ExtendTerms,
   type ReportAnswer,
   type ReportCaller,
   type ReportStart,
@@ -34,7 +37,15 @@ export { MAX_REACH, PROBE_WINDOW, RELEASE_GRACE_MS } from './slots.js';
 export { DEAD_SLOT_RETENTION_MS, type ReconcileResult, type StoredReconcile } from './upkeep.js';
 export type { GrantOptions, GrantResult } from './grantScan.js';
 export type { GrantStep } from './grant.js';
-export type { Grantee, ReportAnswer, ReportCaller, ReportStart, TokenCheck } from './reports.js';
+export type {
+  ExtendResult,
+  ExtendTerms,
+  Grantee,
+  ReportAnswer,
+  ReportCaller,
+  ReportStart,
+  TokenCheck,
+} from './reports.js';
 export type { LeaseState, LeaseView } from './lookups.js';
 
 export interface LeaseTableOptions {
@@ -126,6 +137,17 @@ export class LeaseTable {
     const parts = parseToken(token);
     if (!parts) return { kind: 'superseded' };
     return beginReport(this.mem, this.refOf(key), parts, caller, this.view);
+  }
+
+  /**
+   * Moves the end of the live lease `token` names to `terms.byMs` after `now` (never past its grant plus
+   * `terms.maxLeaseMs`, never earlier than it is), with the fencing of its result: only the key's latest
+   * grant, by its grantee or a super_user (util/leases/reports.ts extend).
+   */
+  extend(key: string, token: unknown, caller: ReportCaller, terms: ExtendTerms, now: number): ExtendResult {
+    const parts = parseToken(token);
+    if (!parts) return { ok: false, reason: 'superseded' };
+    return extend(this.mem, this.refOf(key), parts, caller, terms, now, this.view);
   }
 
   /**

@@ -288,6 +288,21 @@ export class ScheduleWrites {
     return this.revalidateKeys(this.keysOfUrls([url]), now);
   }
 
+  /**
+   * Rewrites rows as they are: the keeper takes the write as its cue to ask the lease table afresh about a
+   * row it set aside as leased until the lease's end (the rows view's release frees a lease early).
+   * Counts the rows there were.
+   */
+  async touchKeys(keys: readonly string[]): Promise<number> {
+    let touched = 0;
+    await this.update(keys, (_key, current) => {
+      if (current === undefined) return undefined;
+      touched++;
+      return current;
+    });
+    return touched;
+  }
+
   /** Rows by key due now and urgent (serving's render-now asks one device's row); absent keys are skipped. */
   async revalidateKeys(keys: readonly string[], now: number): Promise<ScheduleRow[]> {
     const out: ScheduleRow[] = [];

@@ -154,6 +154,27 @@ export class ReadySet {
     return this.sections.view(queue);
   }
 
+  /**
+   * The active set's global top from position `from` (0 is the best) to `to`, without taking anything:
+   * no cursor moves, so claims are not affected (the rows view lists due rows by it). Null when every
+   * read was overtaken by a publish.
+   */
+  peek(from: number, to: number): { generation: number; entries: ReadyEntry[] } | null {
+    return runToEnd(readActiveSlot(this.buf.header, (read) => this.peekAttempt(read, from, to)));
+  }
+
+  // A generator only to share readActiveSlot's retry loop with the takes; it has no step of its own.
+  private *peekAttempt(
+    read: SlotRead,
+    from: number,
+    to: number,
+  ): Generator<TakeStep, { generation: number; entries: ReadyEntry[] } | typeof RETRY, void> {
+    const count = Atomics.load(this.buf.header, read.at + S_COUNT);
+    const out = this.buf.readEntries(read, Math.max(0, from), Math.min(to, count), (i) => i);
+    if (out === null || !unchanged(this.buf.header, read)) return RETRY;
+    return { generation: read.generation, entries: out };
+  }
+
   snapshot(): ReadySnapshot {
     const h = this.buf.header;
     let count = 0;

@@ -47,6 +47,7 @@ const FLEET_CODES = { limit: 'invalid_limit', queues: 'invalid_queues' } as cons
 const CLAIM_BODY = requestShape('claim', 'body', FLEET_CODES);
 const NEXT_BODY = requestShape('reportAndClaim', 'body', FLEET_CODES);
 const RESULTS_BODY = requestShape('reportResults', 'body');
+const EXTEND_BODY = requestShape('extendLease', 'body');
 
 /** A claim body once its shape is checked: an absent body claims the default from every queue. */
 interface ClaimFields {
@@ -204,6 +205,21 @@ async function jobResults(deps: QueueRouteDeps, req: ApiRequest): Promise<ApiRes
   });
 }
 
+/** `POST /render_queue/extend`: a running render's lease set to end later (docs/fleets.md, "Longer leases"). */
+async function extendLease(deps: QueueRouteDeps, req: ApiRequest): Promise<ApiResponse> {
+  const problem = EXTEND_BODY.check(req.body);
+  if (problem) throw answerOf(problem);
+  const body = req.body as { id: string; leaseToken?: string; byMs: number };
+  await deps.scope.checkReporter(req.user?.username);
+  const r = deps.results.extend(
+    body.id,
+    body.leaseToken,
+    body.byMs,
+    callerOf(req.user, req.headers.get('x-worker-id')),
+  );
+  return r.ok ? reply({ expiresAt: r.expiresAt }) : reply({ error: r.error, code: r.code }, 409);
+}
+
 /** `POST /render_queue/next`: report and claim in one round trip, exactly job_results then claim. */
 async function next(deps: QueueRouteDeps, req: ApiRequest): Promise<ApiResponse> {
   const obj = claimFields(NEXT_BODY, req.body);
@@ -324,6 +340,7 @@ const QUEUE_ROUTES: readonly RouteEntry<QueueRouteDeps>[] = [
     handler: timed('job_results', jobResults),
     options: batchLimit,
   },
+  { method: 'POST', path: '/render_queue/extend', caller: 'fleet', handler: extendLease },
   {
     method: 'POST',
     path: '/render_queue/next',
