@@ -66,11 +66,12 @@ export function upgradingTo(device: string): string | null {
   return r.phase === 'rows' ? (r.device ?? device) : null;
 }
 
-/** Asks this node's worker 0 to delete every row and page of `device` (the route checks the name first). */
-export async function requestDeviceRemoval(device: string, now: number): Promise<DeviceDutyView> {
-  const r: DutyRecord = {
-    id: `remove:${device}`,
-    kind: 'remove',
+/** A duty about to start: its record at the first row, nothing done yet. */
+function freshDuty(kind: 'upgrade' | 'add' | 'remove', device: string, now: number): DutyRecord {
+  const id = kind === 'upgrade' ? 'upgrade' : `${kind}:${device}`;
+  return {
+    id,
+    kind,
     device,
     phase: 'rows',
     cursor: null,
@@ -79,7 +80,11 @@ export async function requestDeviceRemoval(device: string, now: number): Promise
     startedAt: now,
     finishedAt: null,
   };
-  await save(r);
+}
+
+/** Asks this node's worker 0 to delete every row and page of `device` (the route checks the name first). */
+export async function requestDeviceRemoval(device: string, now: number): Promise<DeviceDutyView> {
+  await save(freshDuty('remove', device, now));
   return { kind: 'remove', device, phase: 'rows', rows: 0, pages: 0, startedAt: now, finishedAt: null };
 }
 
@@ -159,18 +164,7 @@ export class DeviceDuties {
   private nextDuty(now: number): DutyRecord | null {
     const cfg = this.deps.config();
     const upgrade = dutyRecord('upgrade');
-    if (upgrade === undefined)
-      return {
-        id: 'upgrade',
-        kind: 'upgrade',
-        device: upgradeDevice(cfg),
-        phase: 'rows',
-        cursor: null,
-        rows: 0,
-        pages: 0,
-        startedAt: now,
-        finishedAt: null,
-      };
+    if (upgrade === undefined) return freshDuty('upgrade', upgradeDevice(cfg), now);
     if (upgrade.phase !== 'done') return upgrade;
     for (const { key, value } of duties().primaryStore.getRange({})) {
       const r = value as DutyRecord | null;
@@ -189,17 +183,7 @@ export class DeviceDuties {
       if (filed.includes(device)) continue;
       const r = dutyRecord(`add:${device}`);
       if (r !== undefined && r.phase !== 'done' && r.phase !== 'cancelled') return r;
-      return {
-        id: `add:${device}`,
-        kind: 'add',
-        device,
-        phase: 'rows',
-        cursor: null,
-        rows: 0,
-        pages: 0,
-        startedAt: now,
-        finishedAt: null,
-      };
+      return freshDuty('add', device, now);
     }
     return null;
   }
