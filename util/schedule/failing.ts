@@ -35,40 +35,63 @@ export function compareFailing(a: FailingPlace, b: FailingPlace): number {
   return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 }
 
-export function encodeCursor(e: FailingPlace): string {
-  return Buffer.from(JSON.stringify([e.strikes, e.failingSince, e.key])).toString('base64url');
+/** The refusal of a cursor that is not one this list handed out. */
+export const badCursor = (): Problem =>
+  new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+
+/** A list's cursor: the place of a page's last entry, as a base64url JSON array of its order's fields. */
+export function encodePlace(place: ReadonlyArray<string | number>): string {
+  return Buffer.from(JSON.stringify(place)).toString('base64url');
 }
 
-function decodeCursor(cursor: string): Checked<FailingPlace> {
+/** The fields `encodePlace` wrote, each of the type `types` names in turn; a Problem for anything else. */
+export function decodePlace(
+  cursor: string,
+  types: ReadonlyArray<'number' | 'string'>,
+): Checked<Array<string | number>> {
   let v: unknown;
   try {
     v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
   } catch {
     v = null;
   }
-  if (
-    !Array.isArray(v) ||
-    v.length !== 3 ||
-    typeof v[0] !== 'number' ||
-    typeof v[1] !== 'number' ||
-    typeof v[2] !== 'string'
-  )
-    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
-  return { strikes: v[0], failingSince: v[1], key: v[2] };
+  if (!Array.isArray(v) || v.length !== types.length || types.some((t, i) => typeof v[i] !== t))
+    return badCursor();
+  return v as Array<string | number>;
+}
+
+export function encodeCursor(e: FailingPlace): string {
+  return encodePlace([e.strikes, e.failingSince, e.key]);
+}
+
+function decodeCursor(cursor: string): Checked<FailingPlace> {
+  const v = decodePlace(cursor, ['number', 'number', 'string']);
+  if (v instanceof Problem) return v;
+  return { strikes: v[0] as number, failingSince: v[1] as number, key: v[2] as string };
+}
+
+/** A list's `limit` parameter: `fallback` when absent, else an integer from 1 to `max`, or a Problem. */
+export function parseLimit(raw: string | null, fallback: number, max: number): Checked<number> {
+  if (raw === null) return fallback;
+  const limit = /^\d{1,4}$/.test(raw) ? Number(raw) : NaN;
+  return limit >= 1 && limit <= max
+    ? limit
+    : new Problem('invalid_limit', `limit must be an integer from 1 to ${max}`);
+}
+
+/** A list's `queue` parameter: null when absent, else a queue name of 1 to MAX_QUEUE_CHARS, or a Problem. */
+export function parseQueue(raw: string | null): Checked<string | null> {
+  if (raw !== null && (raw.length === 0 || raw.length > MAX_QUEUE_CHARS))
+    return new Problem('invalid_queue', `queue must be a queue name of 1 to ${MAX_QUEUE_CHARS} characters`);
+  return raw;
 }
 
 /** The query string's `limit`, `queue` and `cursor`; a Problem naming the parameter when one is malformed. */
 export function parseFailingQuery(q: URLSearchParams): Checked<FailingQuery> {
-  const rawLimit = q.get('limit');
-  let limit = DEFAULT_FAILING_LIMIT;
-  if (rawLimit !== null) {
-    limit = /^\d{1,4}$/.test(rawLimit) ? Number(rawLimit) : NaN;
-    if (!(limit >= 1 && limit <= MAX_FAILING_LIMIT))
-      return new Problem('invalid_limit', `limit must be an integer from 1 to ${MAX_FAILING_LIMIT}`);
-  }
-  const queue = q.get('queue');
-  if (queue !== null && (queue.length === 0 || queue.length > MAX_QUEUE_CHARS))
-    return new Problem('invalid_queue', `queue must be a queue name of 1 to ${MAX_QUEUE_CHARS} characters`);
+  const limit = parseLimit(q.get('limit'), DEFAULT_FAILING_LIMIT, MAX_FAILING_LIMIT);
+  if (limit instanceof Problem) return limit;
+  const queue = parseQueue(q.get('queue'));
+  if (queue instanceof Problem) return queue;
   const cursor = q.get('cursor');
   const after = cursor === null || cursor === '' ? null : decodeCursor(cursor);
   return after instanceof Problem ? after : { limit, queue, after };

@@ -2,7 +2,7 @@
 // newest first, in pages of `limit` behind an opaque cursor. Pure: the entries come from the retired
 // table the schedule owner writes with each retirement, so a page costs a walk of that table only.
 import { Problem, type Checked } from '../problem.js';
-import { orderedPage, parseFailingQuery } from './failing.js';
+import { decodePlace, encodePlace, orderedPage, parseFailingQuery } from './failing.js';
 import type { RetiredEntry } from './writes.js';
 
 /** An entry's place in the retired list's order: what a cursor holds. */
@@ -16,25 +16,13 @@ export function compareRetired(a: RetiredPlace, b: RetiredPlace): number {
 }
 
 function encodeCursor(e: RetiredPlace): string {
-  return Buffer.from(JSON.stringify([e.retiredAt, e.url, e.deviceType])).toString('base64url');
+  return encodePlace([e.retiredAt, e.url, e.deviceType]);
 }
 
 function decodeCursor(cursor: string): Checked<RetiredPlace> {
-  let v: unknown;
-  try {
-    v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-  } catch {
-    v = null;
-  }
-  if (
-    !Array.isArray(v) ||
-    v.length !== 3 ||
-    typeof v[0] !== 'number' ||
-    typeof v[1] !== 'string' ||
-    typeof v[2] !== 'string'
-  )
-    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
-  return { retiredAt: v[0], url: v[1], deviceType: v[2] };
+  const v = decodePlace(cursor, ['number', 'string', 'string']);
+  if (v instanceof Problem) return v;
+  return { retiredAt: v[0] as number, url: v[1] as string, deviceType: v[2] as string };
 }
 
 /** One page of the retired list: entries still within the retention, newest first; a Problem naming a bad parameter. */

@@ -7,6 +7,7 @@ import { Problem, type Checked } from '../problem.js';
 import { isWellFormed } from '../text.js';
 import { splitRowKey } from './rowKey.js';
 import { urlProblem } from './targetChecks.js';
+import { badCursor, parseLimit, parseQueue } from './failing.js';
 
 export const ROW_STATES = ['due', 'leased', 'failing', 'suppressed', 'gone', 'all'] as const;
 export type RowStateFilter = (typeof ROW_STATES)[number];
@@ -32,7 +33,6 @@ export const MAX_ROWS_LIMIT = 500;
  */
 export const ROWS_SCAN_LIMIT = 5_000;
 const MAX_PREFIX_CHARS = 2_048;
-const MAX_QUEUE_CHARS = 200;
 const MAX_CURSOR_CHARS = 4_096;
 /** Entries one action takes. */
 export const MAX_ROW_ENTRIES = 1_000;
@@ -42,16 +42,10 @@ export function parseRowsQuery(q: URLSearchParams): Checked<RowsQuery> {
   const state = (q.get('state') ?? 'all') as RowStateFilter;
   if (!ROW_STATES.includes(state))
     return new Problem('invalid_query', `state must be one of ${ROW_STATES.join(', ')}`);
-  const rawLimit = q.get('limit');
-  let limit = DEFAULT_ROWS_LIMIT;
-  if (rawLimit !== null) {
-    limit = /^\d{1,4}$/.test(rawLimit) ? Number(rawLimit) : NaN;
-    if (!(limit >= 1 && limit <= MAX_ROWS_LIMIT))
-      return new Problem('invalid_limit', `limit must be an integer from 1 to ${MAX_ROWS_LIMIT}`);
-  }
-  const queue = q.get('queue');
-  if (queue !== null && (queue.length === 0 || queue.length > MAX_QUEUE_CHARS))
-    return new Problem('invalid_queue', `queue must be a queue name of 1 to ${MAX_QUEUE_CHARS} characters`);
+  const limit = parseLimit(q.get('limit'), DEFAULT_ROWS_LIMIT, MAX_ROWS_LIMIT);
+  if (limit instanceof Problem) return limit;
+  const queue = parseQueue(q.get('queue'));
+  if (queue instanceof Problem) return queue;
   const prefix = q.get('prefix');
   if (prefix !== null && (prefix.length > MAX_PREFIX_CHARS || !isWellFormed(prefix)))
     return new Problem(
@@ -59,8 +53,7 @@ export function parseRowsQuery(q: URLSearchParams): Checked<RowsQuery> {
       `prefix must be well-formed text of at most ${MAX_PREFIX_CHARS} characters`,
     );
   const cursor = q.get('cursor');
-  if (cursor !== null && (cursor.length > MAX_CURSOR_CHARS || !isWellFormed(cursor)))
-    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+  if (cursor !== null && (cursor.length > MAX_CURSOR_CHARS || !isWellFormed(cursor))) return badCursor();
   return {
     state,
     queue,
@@ -81,7 +74,7 @@ export function prefixRange(prefix: string | null): { start: string | undefined;
 export function decodeKeyCursor(cursor: string): Checked<string> {
   const key = Buffer.from(cursor, 'base64url').toString('utf8');
   if (key.length === 0 || Buffer.from(key, 'utf8').toString('base64url') !== cursor || !isWellFormed(key))
-    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+    return badCursor();
   return key;
 }
 
