@@ -114,7 +114,7 @@ import { OriginFetch } from './services/serving/origin.js';
 import { RenderNowWaiters } from './services/serving/renderNow.js';
 import { PageServing } from './services/serving/service.js';
 import { MinuteBudget, NodeSlots } from './util/serving/nodeCounters.js';
-import { rowKeys, splitRowKey } from './util/schedule/rowKey.js';
+import { keysOfUrlAmong, rowKeys, splitRowKey } from './util/schedule/rowKey.js';
 import {
   DeviceDuties,
   deviceDutyViews,
@@ -482,7 +482,7 @@ registerAdmin(router, {
   control,
   settings,
   readRow,
-  rowKeysOf: (url) => [...new Set([...rowKeys(url, config().render.deviceTypes), ...keysOfUrl(url)])],
+  rowKeysOf: (url) => keysOfUrlAmong(url, config().render.deviceTypes, keysOfUrl(url)),
   removeDevice: requestDeviceRemoval,
   filing,
   failingEntries,

@@ -40,6 +40,14 @@ export function deviceOfKey(key: string): string | null {
   return splitRowKey(key)?.device ?? null;
 }
 
+/**
+ * Every key a URL-wide act (delete, revalidate, explain, unlink) covers: the configured devices' keys in
+ * their order, then the other devices' keys stored for the URL (`stored`), each once.
+ */
+export function keysOfUrlAmong(url: string, devices: readonly string[], stored: Iterable<string>): string[] {
+  return [...new Set([...rowKeys(url, devices), ...stored])];
+}
+
 /** Whether `key` is one of `devices`' rows (no allocation: the keeper asks it of every row it loads). */
 export function keyOfDevices(key: string, suffixes: readonly string[]): boolean {
   for (const s of suffixes) if (key.endsWith(s)) return true;

@@ -19,7 +19,7 @@ import {
 import type { Reason, RetireReason } from './rowState.js';
 import { redirectDestination, rowAfterVerdict, verdictOf } from './verdicts.js';
 import { listedRow, noOutcomes, unlinkedRow, type SitemapItem, type SitemapOutcome } from './sitemapRules.js';
-import { rowKeys, splitRowKey, urlOfKey } from './rowKey.js';
+import { keysOfUrlAmong, rowKeys, splitRowKey, urlOfKey } from './rowKey.js';
 
 /** A chunk's write: a row to put, or null to delete the key. */
 export interface ScheduleWrite {
@@ -129,10 +129,8 @@ export class ScheduleWrites {
   /** Every stored row of each URL, plus the configured devices' keys (rows a feeder may be filing now). */
   private keysOfUrls(urls: Iterable<string>): string[] {
     const keys = new Set<string>();
-    for (const url of new Set(urls)) {
-      for (const k of rowKeys(url, this.devices())) keys.add(k);
-      for (const k of this.store.keysOfUrl(url)) keys.add(k);
-    }
+    for (const url of new Set(urls))
+      for (const k of keysOfUrlAmong(url, this.devices(), this.store.keysOfUrl(url))) keys.add(k);
     return [...keys];
   }
 
