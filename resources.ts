@@ -572,8 +572,9 @@ const deviceDuties = new DeviceDuties({
   retired: (key, at) => retiredRow(key, at),
   schedule: {
     keysAfter: scheduleKeysAfter,
-    readRow,
-    exists: (key) => readRow(key) !== undefined,
+    // The raw point read (the whole row from its stored bytes), as the schedule's writes use.
+    readRow: readScheduleRow,
+    exists: (key) => readScheduleRow(key) !== undefined,
     moveBareRows,
     moveBareRetired,
     fileDeviceRows: (pairs) => schedule.fileDeviceRows(pairs),
