@@ -127,7 +127,9 @@ import { upgradeDevice } from './util/schedule/deviceDuties.js';
 const PAGE_SWEEP_PEER_GRACE_MS = 60 * 60_000;
 
 // Every timer of this worker is a duty on this scheduler; a `timers` config key re-arms the waiting ones.
-const duties = new DutyScheduler({ now: () => Date.now(), timer: realTimer, log });
+/** The pause between a sliced pass's slices: one turn of the event loop. */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+const duties = new DutyScheduler({ now: () => Date.now(), timer: realTimer, log, yieldLoop: nextTurn });
 // A one-shot wait (unref'd, like every duty's timer): a delivery's retry backoff, a held ask's timeout, a
 // result racing its first copy, a schedule commit's retry. What repeats is a duty on `duties` instead.
 const sleep = (ms: number) =>
@@ -185,8 +187,6 @@ const control = new NodeControl({
 const metrics = nodeMetrics(buffers);
 const count = metrics.count.bind(metrics);
 const now = () => Date.now();
-/** The pause between a sliced pass's slices: one turn of the event loop. */
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 // ------------------------------------------------------------------ what every worker reads of the keeper
 // The serving view and node status (from the keeper signal), and the readings queue-state, the overview

@@ -56,6 +56,8 @@ export function readStalls(probeDir: string) {
     /** The thread's time on a CPU and waiting for one inside the hold (from the tick before it). */
     cpuMs?: number;
     waitMs?: number;
+    /** The hold's start on the monotonic clock of a CPU profile (µs), to find it in one. */
+    monoUs?: number;
   }> = [];
   for (const f of readdirSync(probeDir).filter((n) => n.startsWith('stalls-'))) {
     const tid = f.slice('stalls-'.length, -'.jsonl'.length);
@@ -85,7 +87,9 @@ export function dutyFigures(probeDir: string) {
  * thread's own CPU time in the holds, so a hold the machine's load stretched tells from one the thread ran.
  */
 export function stallSummary(stalls: ReturnType<typeof readStalls>) {
-  const w0 = stalls.filter((s) => s.worker === 0);
+  // A hold the profiler's own start or write caused (PROFILE=1) is the bench's, not the component's.
+  const profiler = stalls.filter((s) => s.worker === 0 && s.duties.includes('profiler')).length;
+  const w0 = stalls.filter((s) => s.worker === 0 && !s.duties.includes('profiler'));
   const byDuty: Record<string, { maxMs: number; over100: number; maxGcMs: number; maxCpuMs: number }> = {};
   for (const s of w0) {
     for (const d of s.duties.length ? s.duties : ['none']) {
@@ -101,6 +105,7 @@ export function stallSummary(stalls: ReturnType<typeof readStalls>) {
   const top = [...w0].sort((a, b) => b.ms - a.ms).slice(0, 8);
   return {
     holds: w0.length,
+    ...(profiler > 0 ? { profilerHolds: profiler } : {}),
     over100: w0.filter((s) => s.ms > 100).length,
     maxMs: top[0]?.ms ?? 0,
     maxCpuMs: Math.max(0, ...w0.map((s) => s.cpuMs ?? 0)),

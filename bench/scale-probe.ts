@@ -47,7 +47,8 @@ interface DutyFigures {
   maxFirstSliceMs: number;
 }
 
-const windows: RunWindow[] = [];
+// Shared with the profiler the scratch component may load (scratch-component.ts), which adds its own.
+const windows: RunWindow[] = ((globalThis as { qkBenchWindows?: RunWindow[] }).qkBenchWindows ??= []);
 const figures = new Map<string, DutyFigures>();
 const gcs: Array<[number, number]> = [];
 
@@ -113,6 +114,7 @@ if (dir) {
     const waitMs = (now[1] - lastSched[1]) / 1e6;
     lastSched = now;
     const held = t - last - TICK_MS;
+    const detectedUs = Number(process.hrtime.bigint() / 1000n);
     if (held >= STALL_MS) {
       const from = last + TICK_MS;
       const duties = [
@@ -132,6 +134,8 @@ if (dir) {
             gcMs: Math.round(gcMs),
             cpuMs: Math.round(cpuMs),
             waitMs: Math.round(waitMs),
+            // The hold's start on the monotonic clock a CPU profile's startTime and samples use (µs).
+            monoUs: Math.round(detectedUs - (t - from) * 1000),
           }) + '\n',
         );
       }, 200).unref();

@@ -286,3 +286,23 @@ test('a cadence that answers null after a success waits for a wake, and retries 
   await s.clock.advance(60_000);
   assert.deepEqual(runs, [T0 + 5000, T0 + 10_000], 'one retry after the failure, then idle');
 });
+
+test("a tick's duties run each in a turn of their own: the loop turns between two of them", async () => {
+  // Without the turn a tick whose duties each finish at once runs them as one hold of their summed time.
+  const clock = new FakeClock(T0);
+  const order: string[] = [];
+  const scheduler = new DutyScheduler({
+    now: clock.now,
+    timer: clock,
+    log: recordingLog(),
+    yieldLoop: async () => void order.push('turn'),
+  });
+  const duty = (name: string): Duty => ({ name, runOnce: () => (order.push(name), {}) });
+  scheduler.addGroup(
+    'maintenance',
+    [duty('stall-sweep'), duty('page-sweep'), duty('secret-cleanup')],
+    every(() => 1000),
+  );
+  await clock.advance(1000);
+  assert.deepEqual(order, ['stall-sweep', 'turn', 'page-sweep', 'turn', 'secret-cleanup']);
+});
