@@ -626,6 +626,7 @@ async function start(): Promise<void> {
         hasRow: (key) => splitRowKey(key) === null || readRow(key) !== undefined,
         // Clustered, a page can arrive before its row (util/pages/sweep.ts): leave it alone for a while.
         graceMs: async () => ((await peers.names()).length > 0 ? PAGE_SWEEP_PEER_GRACE_MS : 0),
+        yieldLoop: nextTurn,
       }),
       {
         // Retired entries past render.retiredRetention, a bounded batch a tick.

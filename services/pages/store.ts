@@ -18,7 +18,7 @@
 //   first blob's file referenced by nothing (only `cleanup_orphan_blobs` finds those).
 import { promisify } from 'node:util';
 import { brotliCompress, constants as zlibConstants, gzip } from 'node:zlib';
-import { orphanedPages, PageWalk } from '../../util/pages/sweep.js';
+import { PageWalk, sweepPages } from '../../util/pages/sweep.js';
 import { COMPRESS_MIN_BYTES, computedEtag, worthKeeping } from '../../util/pages/validators.js';
 import { table, transaction, type SubscriptionEvent } from '../runtime/harper.js';
 import type { Duty } from '../../util/duties/scheduler.js';
@@ -287,6 +287,8 @@ export interface PageSweepDeps {
   graceMs: () => Promise<number>;
   /** Pages looked at per tick (default PAGE_SWEEP_CHUNK). */
   chunk?: number;
+  /** The turn of the event loop between two slices of a tick's pages. */
+  yieldLoop: () => Promise<void>;
 }
 
 export interface PageSweepResult extends Record<string, number> {
@@ -294,24 +296,31 @@ export interface PageSweepResult extends Record<string, number> {
   removed: number;
 }
 
-// 2,000 point reads of the schedule per tick take a few milliseconds, and at the default 30 s tick a
-// walk over a million pages takes about four hours: the sweep is the backstop, the delete path removes a
-// deleted target's page at once.
+// At the default 30 s tick a walk over a million pages takes about four hours: the sweep is the backstop,
+// the delete path removes a deleted target's page at once. A tick reads its pages PAGE_SWEEP_SLICE at a
+// time (each page's record decoded, its row point-read) with a turn of the event loop between.
 export const PAGE_SWEEP_CHUNK = 2000;
+const PAGE_SWEEP_SLICE = 250;
 
 /**
  * The page sweep, one duty of worker 0's maintenance tick: each run looks at the next chunk of pages
  * (a cursor over the keys, wrapping at the end) and removes those whose schedule row is gone.
  */
 export function pageSweepDuty(deps: PageSweepDeps): Duty {
-  const walk = new PageWalk(deps.chunk ?? PAGE_SWEEP_CHUNK);
+  const chunk = deps.chunk ?? PAGE_SWEEP_CHUNK;
+  const walk = new PageWalk(Math.min(chunk, PAGE_SWEEP_SLICE));
   return {
     name: 'page-sweep',
-    runOnce: async (now): Promise<PageSweepResult> => {
-      const entries = walk.next(pages().primaryStore);
-      const orphans = orphanedPages(entries, deps.hasRow, now, await deps.graceMs());
-      const removed = await deletePages(orphans);
-      return { checked: entries.length, removed };
-    },
+    runOnce: async (now): Promise<PageSweepResult> =>
+      sweepPages({
+        walk,
+        store: pages().primaryStore,
+        hasRow: deps.hasRow,
+        now,
+        graceMs: await deps.graceMs(),
+        pages: chunk,
+        remove: deletePages,
+        yieldLoop: deps.yieldLoop,
+      }),
   };
 }

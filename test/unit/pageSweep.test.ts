@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { orphanedPages, PageWalk } from '../../util/pages/sweep.js';
+import { orphanedPages, PageWalk, sweepPages } from '../../util/pages/sweep.js';
 
 const rows = new Set(['https://a.example.com/kept']);
 const hasRow = (url: string) => rows.has(url);
@@ -55,4 +55,37 @@ test('the walk reads a bounded chunk per step, resumes after the last key and st
   assert.deepEqual(urls(), ['u4'], 'a tombstone is skipped but moves the cursor');
   assert.deepEqual(walk.next(s), [{ url: 'u5', renderedAt: null }]);
   assert.deepEqual(urls(), ['u1', 'u2'], 'a short read wrapped the cursor to the start');
+});
+
+test("a sweep run reads its pages a chunk at a time with a turn between chunks, and stops at its budget or the walk's end", async () => {
+  // Without the turns a run's 2,000 page decodes and row reads are one hold of worker 0.
+  const pad = (i: number) => `https://a.example.com/${String(i).padStart(4, '0')}`;
+  const s = store(Array.from({ length: 2100 }, (_, i) => [pad(i), { renderedAt: 1 }] as [string, unknown]));
+  const kept = new Set(Array.from({ length: 2100 }, (_, i) => pad(i)).filter((_, i) => i % 3 !== 0));
+  const log: string[] = [];
+  const run = (walk: PageWalk) =>
+    sweepPages({
+      walk,
+      store: s,
+      hasRow: (url) => kept.has(url),
+      now,
+      graceMs: 0,
+      pages: 1000,
+      remove: async (urls) => (log.push(`remove ${urls.length}`), urls.length),
+      yieldLoop: async () => void log.push('turn'),
+    });
+  const walk = new PageWalk(250);
+  assert.deepEqual(await run(walk), { checked: 1000, removed: 334 });
+  assert.deepEqual(log, ['remove 84', 'turn', 'remove 83', 'turn', 'remove 83', 'turn', 'remove 84']);
+  assert.equal(s.reads, 4, 'four chunks of 250 make the budget of 1,000');
+  log.length = 0;
+  assert.deepEqual(
+    await run(walk),
+    { checked: 1000, removed: 333 },
+    'the next run goes on where this one stopped',
+  );
+  log.length = 0;
+  assert.deepEqual(await run(walk), { checked: 100, removed: 33 }, 'the walk ended: the run stops there');
+  assert.deepEqual(log, ['remove 33']);
+  assert.ok(walk.atStart, 'and the next run starts over');
 });
