@@ -143,16 +143,56 @@ export interface LeasedPlace {
 const compareLeased = (a: LeasedPlace, b: LeasedPlace): number =>
   a.expiresAt - b.expiresAt || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
 
-function decodeLeasedCursor(cursor: string): Checked<LeasedPlace> {
-  let v: unknown;
-  try {
-    v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-  } catch {
-    v = null;
+/**
+ * A page of ranked places after the cursor's place, in `order`: the cursor is the last entry's
+ * `[rank, key]`, so a page costs a filter and a sort of the candidates, never a walk of the schedule.
+ * `accept` turns a candidate into an entry or passes it over; `distinct` lists a key once a page.
+ */
+function rankedPage<P extends { key: string }, T>(
+  candidates: readonly P[],
+  limit: number,
+  cursor: string | null,
+  accept: (c: P) => T | undefined,
+  order: {
+    compare: (a: P, b: P) => number;
+    rank: (p: P) => number;
+    place: (rank: number, key: string) => P;
+    distinct: boolean;
+  },
+): Checked<{ page: T[]; next: string | null }> {
+  let after: P | null = null;
+  if (cursor !== null) {
+    let v: unknown;
+    try {
+      v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+    } catch {
+      v = null;
+    }
+    if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
+      return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
+    after = order.place(v[0], v[1]);
   }
-  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
-    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
-  return { expiresAt: v[0], key: v[1] };
+  const sorted = candidates.filter((c) => after === null || order.compare(c, after) > 0).sort(order.compare);
+  const seen = new Set<string>();
+  const page: T[] = [];
+  let last: P | null = null;
+  let i = 0;
+  for (; i < sorted.length && page.length < limit; i++) {
+    const c = sorted[i]!;
+    if (order.distinct) {
+      if (seen.has(c.key)) continue;
+      seen.add(c.key);
+    }
+    const e = accept(c);
+    if (e === undefined) continue;
+    page.push(e);
+    last = c;
+  }
+  const more = i < sorted.length && last !== null;
+  return {
+    page,
+    next: more ? Buffer.from(JSON.stringify([order.rank(last!), last!.key])).toString('base64url') : null,
+  };
 }
 
 /**
@@ -166,41 +206,18 @@ export function leasedPage<T>(
   cursor: string | null,
   accept: (c: LeasedPlace) => T | undefined,
 ): Checked<{ page: T[]; next: string | null }> {
-  const after = cursor === null ? null : decodeLeasedCursor(cursor);
-  if (after instanceof Problem) return after;
-  const sorted = candidates.filter((c) => after === null || compareLeased(c, after) > 0).sort(compareLeased);
-  const page: T[] = [];
-  let last: LeasedPlace | null = null;
-  let i = 0;
-  for (; i < sorted.length && page.length < limit; i++) {
-    const e = accept(sorted[i]!);
-    if (e === undefined) continue;
-    page.push(e);
-    last = sorted[i]!;
-  }
-  const more = i < sorted.length && last !== null;
-  return {
-    page,
-    next: more ? Buffer.from(JSON.stringify([last!.expiresAt, last!.key])).toString('base64url') : null,
-  };
+  return rankedPage(candidates, limit, cursor, accept, {
+    compare: compareLeased,
+    rank: (p) => p.expiresAt,
+    place: (expiresAt, key) => ({ expiresAt, key }),
+    distinct: false,
+  });
 }
 
 /** A due row as the ready set ranks it: its key and score (higher is handed out first). */
 export interface DuePlace {
   key: string;
   score: number;
-}
-
-function decodeDueCursor(cursor: string): Checked<DuePlace> {
-  let v: unknown;
-  try {
-    v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-  } catch {
-    v = null;
-  }
-  if (!Array.isArray(v) || v.length !== 2 || typeof v[0] !== 'number' || typeof v[1] !== 'string')
-    return new Problem('invalid_cursor', 'cursor must be the `next` value of an earlier page, unchanged');
-  return { score: v[0], key: v[1] };
 }
 
 /** Best score first, then by key: the order of the `due` list. */
@@ -218,25 +235,10 @@ export function duePage<T>(
   cursor: string | null,
   accept: (c: DuePlace) => T | undefined,
 ): Checked<{ page: T[]; next: string | null }> {
-  const after = cursor === null ? null : decodeDueCursor(cursor);
-  if (after instanceof Problem) return after;
-  const seen = new Set<string>();
-  const sorted = ranked.filter((c) => after === null || compareDue(c, after) > 0).sort(compareDue);
-  const page: T[] = [];
-  let last: DuePlace | null = null;
-  let i = 0;
-  for (; i < sorted.length && page.length < limit; i++) {
-    const c = sorted[i]!;
-    if (seen.has(c.key)) continue;
-    seen.add(c.key);
-    const e = accept(c);
-    if (e === undefined) continue;
-    page.push(e);
-    last = c;
-  }
-  const more = i < sorted.length && last !== null;
-  return {
-    page,
-    next: more ? Buffer.from(JSON.stringify([last!.score, last!.key])).toString('base64url') : null,
-  };
+  return rankedPage(ranked, limit, cursor, accept, {
+    compare: compareDue,
+    rank: (p) => p.score,
+    place: (score, key) => ({ score, key }),
+    distinct: true,
+  });
 }
