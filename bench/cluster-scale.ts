@@ -1,0 +1,263 @@
+// Three nodes on 127.0.0.1 at scale (docs/sizing.md "Three nodes"): ROWS rows of scale-mix.ts's mix
+// (10 % due) seed-filed on node-a and replicated, then
+//   held     each keeper holds its rendezvous share: wall time from the seed's end, rows per node, and
+//            per node worker 0's heap used and the process's RssAnon;
+//   drain    every due row claimed through /render_queue/next (CLIENTS loops a node, limit 25, results in
+//            the next call): jobs/s and rows granted more than once;
+//   return   node-c stopped (SIGTERM, data kept): time from the stop until node-a and node-b hold every row;
+//            then started on its data: time from its HTTP answer until every node holds its share again,
+//            and node-c's worker 0 holds ≥ 50 ms from the restart to the end of its walk once the
+//            membership settled.
+// Each node runs a scratch copy of the component with the scale probe (bench/scale-probe.ts): one probe
+// folder a node. THREADS worker threads a node (1 by default: three nodes share the 2-core machine).
+// Run: npm run build && flock /work/bench.lock node dist/bench/cluster-scale.js
+//   env: ROWS (3000000), CLIENTS (4), THREADS (1), TICK (1000)
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Ownership } from '../util/cluster/ownership.js';
+import { rowKey } from '../util/schedule/rowKey.js';
+import { ADMIN_PASS, ADMIN_USER, startHarper, type HarperInstance } from '../test/harness.js';
+import { heldByOneView, untilRowsStream } from '../test/clusterJoin.js';
+import { loadavg, machine, overview, rssKb, sleep, until } from './lib.js';
+import { readStalls, stallSummary, storage, type HeapReport } from './probe-files.js';
+import { isDue, scaleRoutes, scaleUrl } from './scale-mix.js';
+import { removeScratch, scratchComponent } from './scratch-component.js';
+
+const ROWS = Number(process.env.ROWS ?? 3_000_000);
+const CLIENTS = Number(process.env.CLIENTS ?? 4);
+const THREADS = Number(process.env.THREADS ?? 1);
+const TICK = Number(process.env.TICK ?? 1000);
+const NAMES = ['node-a', 'node-b', 'node-c'] as const;
+const AUTH = 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64');
+const ms = (x: number) => Math.round(x);
+
+interface Node {
+  name: string;
+  h: HarperInstance;
+  probe: string;
+}
+
+const emit = (what: string, o: Record<string, unknown>) =>
+  console.log(JSON.stringify({ phase: what, load: loadavg(), ...o }));
+
+async function boot(name: string, component: string, probe: string, root?: string): Promise<HarperInstance> {
+  return startHarper({
+    componentDir: component,
+    threads: THREADS,
+    logLevel: 'warn',
+    replicationHostname: name,
+    env: { QK_SCALE_PROBE_DIR: probe },
+    readyTimeoutMs: 900_000,
+    ...(root ? { root } : {}),
+  });
+}
+
+async function heldRows(n: Node): Promise<number | null> {
+  const o = await overview(n.h).catch(() => undefined);
+  return o?.keeper?.phase === 'live' ? Number(o.keeper.stats?.rows ?? 0) : null;
+}
+
+/** Worker 0's last heap report (the probe writes one every 2 s). */
+function worker0Heap(probe: string): HeapReport | undefined {
+  for (const f of readdirSync(probe).filter((x) => x.startsWith('heap-'))) {
+    try {
+      const r = JSON.parse(readFileSync(join(probe, f), 'utf8')) as HeapReport;
+      if (r.workerIndex === 0) return r;
+    } catch {
+      // being rewritten
+    }
+  }
+  return undefined;
+}
+
+async function configure(n: Node, body: Record<string, unknown>): Promise<void> {
+  const r = await n.h.fetch('/prerender_admin/config', { body, fresh: true });
+  if (r.status !== 200) throw new Error(`config on ${n.name}: ${r.status} ${r.text}`);
+}
+
+/** Claims with CLIENTS loops a node until `due` rows were granted; counts every grant. */
+async function drain(nodes: Node[], due: number): Promise<{ granted: number; twice: number }> {
+  const grants = new Map<string, number>();
+  let idleRounds = 0;
+  await Promise.all(
+    nodes.flatMap((n) =>
+      Array.from({ length: CLIENTS }, async () => {
+        let results: unknown[] = [];
+        while (results.length > 0 || (grants.size < due && idleRounds < 2000)) {
+          const r = await n.h.fetch('/render_queue/next', {
+            body: { results, limit: 25 },
+            timeoutMs: 60_000,
+          });
+          if (r.status !== 200) throw new Error(`next on ${n.name}: ${r.status} ${r.text.slice(0, 200)}`);
+          const jobs = r.json.jobs as Array<{ id: string; leaseToken: unknown }>;
+          for (const j of jobs) grants.set(j.id, (grants.get(j.id) ?? 0) + 1);
+          results = jobs.map((j) => ({
+            id: j.id,
+            leaseToken: j.leaseToken,
+            outcome: 'rendered',
+            statusCode: 200,
+          }));
+          if (jobs.length === 0) {
+            idleRounds++;
+            await sleep(50);
+          } else idleRounds = 0;
+        }
+      }),
+    ),
+  );
+  return { granted: grants.size, twice: [...grants.values()].filter((c) => c > 1).length };
+}
+
+const component = scratchComponent({ keeper: true, scaleProbe: true });
+const nodes: Node[] = [];
+/** node-c's data folder once it was restarted on it (the harness removes only roots it made). */
+let keptRoot: string | undefined;
+console.log(
+  JSON.stringify({
+    bench: 'cluster-scale',
+    ...machine(),
+    uptime: execFileSync('uptime', { encoding: 'utf8' }).trim(),
+    rows: ROWS,
+    threads: THREADS,
+  }),
+);
+try {
+  for (const name of NAMES) {
+    const probe = mkdtempSync(join(tmpdir(), `qk-cluster-probe-${name}-`));
+    nodes.push({ name, h: await boot(name, component, probe), probe });
+  }
+  const [a, b, c] = nodes as [Node, Node, Node];
+  const link = (from: Node, to: Node) =>
+    from.h.operation({
+      operation: 'add_node',
+      hostname: to.name,
+      url: to.h.replicationUrl,
+      authorization: AUTH,
+      retain_authorization: true,
+    });
+  await link(b, a);
+  await link(c, a);
+  await link(c, b);
+  for (const n of nodes)
+    await configure(n, { render: { routes: scaleRoutes() }, maintenance: { tickInterval: TICK } });
+  const list = nodes.map((n) => ({ name: n.name, inst: n.h }));
+  await until('the three nodes to hold by one view', () => heldByOneView(list), 180_000, 250);
+  await untilRowsStream(list);
+
+  // Each keeper's share: ownership by the URL of each row's key.
+  const owners = new Ownership([...NAMES], 'node-a');
+  const shares = NAMES.map(() => 0);
+  let due = 0;
+  for (let i = 0; i < ROWS; i++) {
+    shares[NAMES.indexOf(owners.ownerOf(rowKey(scaleUrl(i), 'desktop')) as (typeof NAMES)[number])]!++;
+    if (isDue(i)) due++;
+  }
+
+  const f0 = performance.now();
+  const now = Date.now();
+  const CHUNK = 200_000;
+  for (let from = 0; from < ROWS; from += CHUNK) {
+    const r = await a.h.fetch('/prerender_admin/bench-seed', {
+      body: { from, to: Math.min(ROWS, from + CHUNK), now },
+      fresh: true,
+      timeoutMs: 900_000,
+    });
+    if (r.status !== 200) throw new Error(`seed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
+  }
+  const seededMs = performance.now() - f0;
+  emit('seed', { rows: ROWS, seconds: ms(seededMs / 1000), rowsPerSec: ms((ROWS / seededMs) * 1000) });
+
+  const h0 = performance.now();
+  let last: Array<number | null> = [];
+  await until(
+    `each keeper holding its share (${shares.join('/')})`,
+    async () => (last = await Promise.all(nodes.map(heldRows))).every((x, i) => x === shares[i]),
+    3_600_000,
+    2000,
+  ).catch((e: unknown) => {
+    throw new Error(`${String(e)}; last held ${last.join('/')}`);
+  });
+  await sleep(10_000); // heap reports of the settled nodes
+  const perNode = await Promise.all(
+    nodes.map(async (n) => {
+      const heap = worker0Heap(n.probe);
+      const st = (await storage(n.h)).record;
+      return {
+        node: n.name,
+        held: await heldRows(n),
+        tableEntries: st.entries,
+        worker0HeapMB: heap ? ms(heap.usedHeapBytes / 2 ** 20) : null,
+        heapLimitMB: heap ? ms(heap.heapLimitBytes / 2 ** 20) : null,
+        rssAnonMB: ms(rssKb(n.h.pid).rssAnonKb / 1024),
+      };
+    }),
+  );
+  emit('held', { shares, heldAfterSeedS: ms((performance.now() - h0) / 1000), perNode });
+
+  const d0 = performance.now();
+  const drained = await drain(nodes, due);
+  const drainMs = performance.now() - d0;
+  emit('drain', {
+    due,
+    ...drained,
+    seconds: ms(drainMs / 1000),
+    jobsPerSec: ms((drained.granted / drainMs) * 1000),
+  });
+
+  // node-c away until the two others hold every row, then back on its data.
+  const root = (keptRoot = c.h.root);
+  const s0 = performance.now();
+  await c.h.stop();
+  const two = [a, b];
+  await until(
+    'node-a and node-b holding every row',
+    async () =>
+      (await Promise.all(two.map(heldRows))).reduce<number>((s, x) => s + (x ?? -Infinity), 0) === ROWS,
+    1_800_000,
+    1000,
+  );
+  const takenOverS = (performance.now() - s0) / 1000;
+  readStalls(c.probe); // what node-c recorded before its stop is not the return's
+  c.h = await boot('node-c', component, c.probe, root);
+  const answered = performance.now();
+  await until(
+    'every keeper holding its share again',
+    async () => (last = await Promise.all(nodes.map(heldRows))).every((x, i) => x === shares[i]),
+    1_800_000,
+    500,
+  ).catch((e: unknown) => {
+    throw new Error(`${String(e)}; last held ${last.join('/')}`);
+  });
+  const heldAgainS = (performance.now() - answered) / 1000;
+  const settled = await until(
+    "node-c's walk once the return settled",
+    async () => {
+      const s = await c.h.fetch('/prerender_admin/queue-state');
+      return s.status === 200 ? (s.json.trust.keeper.lastSettledWalk ?? undefined) : undefined;
+    },
+    1_800_000,
+    1000,
+  );
+  await sleep(2500); // the probe writes a hold 200 ms after it
+  emit('return', {
+    takenOverS: Math.round(takenOverS * 10) / 10,
+    heldAgainAfterHttpS: Math.round(heldAgainS * 10) / 10,
+    settledWalk: settled,
+    nodeCHolds: stallSummary(readStalls(c.probe)),
+  });
+} finally {
+  for (const n of nodes) {
+    const errors = n.h
+      .output()
+      .split('\n')
+      .filter((l) => /\berror\b|heap|out of memory/i.test(l));
+    if (errors.length) emit('harper-log', { node: n.name, lines: errors.length, last: errors.slice(-3) });
+  }
+  await Promise.all(nodes.map((n) => n.h.destroy()));
+  removeScratch(component);
+  if (keptRoot) rmSync(keptRoot, { recursive: true, force: true });
+  for (const n of nodes) rmSync(n.probe, { recursive: true, force: true });
+}
+console.log(JSON.stringify({ done: true, uptime: execFileSync('uptime', { encoding: 'utf8' }).trim() }));
