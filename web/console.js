@@ -647,64 +647,75 @@ function renderNotify(fleets, hooks, stall) {
   );
 }
 
-/** The top of the failing list: the rows whose last result failed, most strikes first. */
-function renderFailing(failing) {
-  const rows = failing.ok && failing.body && Array.isArray(failing.body.rows) ? failing.body.rows : null;
-  markUnavailable('failing', !rows);
-  byId('failing-note').textContent = rows
-    ? failing.body.next
-      ? `The ${FAILING_SHOWN} worst; GET /prerender_admin/failing pages through the rest.`
-      : 'Rows whose last render failed; empty is healthy.'
-    : `unavailable: ${failing.error}`;
+/**
+ * One listed panel (failing, retired): its note, and a table of the list's first page, one row per entry
+ * drawn by `row` (the cells after the row's test id), or the panel marked unavailable.
+ */
+function renderListPanel(name, answer, notes, columns, row) {
+  const rows = answer.ok && answer.body && Array.isArray(answer.body.rows) ? answer.body.rows : null;
+  markUnavailable(name, !rows);
+  byId(`${name}-note`).textContent = rows
+    ? answer.body.next
+      ? notes.more
+      : notes.all
+    : `unavailable: ${answer.error}`;
   fillTable(
-    'failing-table',
+    `${name}-table`,
     rows
       ? rows.map((r) => {
           const tr = document.createElement('tr');
-          tr.setAttribute('data-testid', 'failing-row');
-          cell(tr, r.url, 'mono');
-          cell(tr, r.deviceType ?? '');
-          cell(tr, r.queue);
-          cell(tr, fmtCount(r.strikes), r.strikes > 1 ? 'num warn' : 'num');
-          cell(tr, r.lastStatusCode, 'num');
-          const err = r.lastError ? [r.lastError.name, r.lastError.message].filter(Boolean).join(': ') : '';
-          cell(tr, err);
-          cell(tr, fmtAgo(r.failingSince));
-          cell(tr, fmtAgo(r.nextRenderTime));
+          tr.setAttribute('data-testid', `${name}-row`);
+          row(tr, r);
           return tr;
         })
       : null,
+    columns,
+    `no ${name} rows`,
+  );
+}
+
+/** The top of the failing list: the rows whose last result failed, most strikes first. */
+function renderFailing(failing) {
+  renderListPanel(
+    'failing',
+    failing,
+    {
+      more: `The ${FAILING_SHOWN} worst; GET /prerender_admin/failing pages through the rest.`,
+      all: 'Rows whose last render failed; empty is healthy.',
+    },
     8,
-    'no failing rows',
+    (tr, r) => {
+      cell(tr, r.url, 'mono');
+      cell(tr, r.deviceType ?? '');
+      cell(tr, r.queue);
+      cell(tr, fmtCount(r.strikes), r.strikes > 1 ? 'num warn' : 'num');
+      cell(tr, r.lastStatusCode, 'num');
+      const err = r.lastError ? [r.lastError.name, r.lastError.message].filter(Boolean).join(': ') : '';
+      cell(tr, err);
+      cell(tr, fmtAgo(r.failingSince));
+      cell(tr, fmtAgo(r.nextRenderTime));
+    },
   );
 }
 
 /** The newest of the retired list: rows a render verdict retired (a permanent redirect, noindex or gone too often). */
 function renderRetired(retired) {
-  const rows = retired.ok && retired.body && Array.isArray(retired.body.rows) ? retired.body.rows : null;
-  markUnavailable('retired', !rows);
-  byId('retired-note').textContent = rows
-    ? retired.body.next
-      ? `The ${RETIRED_SHOWN} newest; GET /prerender_admin/retired pages through the rest.`
-      : 'Rows a render verdict retired within render.retiredRetention.'
-    : `unavailable: ${retired.error}`;
-  fillTable(
-    'retired-table',
-    rows
-      ? rows.map((r) => {
-          const tr = document.createElement('tr');
-          tr.setAttribute('data-testid', 'retired-row');
-          cell(tr, r.url, 'mono');
-          cell(tr, r.deviceType);
-          cell(tr, r.queue);
-          cell(tr, r.reason, r.reason === 'redirect' ? '' : 'warn');
-          cell(tr, r.lastStatusCode, 'num');
-          cell(tr, fmtAgo(r.retiredAt));
-          return tr;
-        })
-      : null,
+  renderListPanel(
+    'retired',
+    retired,
+    {
+      more: `The ${RETIRED_SHOWN} newest; GET /prerender_admin/retired pages through the rest.`,
+      all: 'Rows a render verdict retired within render.retiredRetention.',
+    },
     6,
-    'no retired rows',
+    (tr, r) => {
+      cell(tr, r.url, 'mono');
+      cell(tr, r.deviceType);
+      cell(tr, r.queue);
+      cell(tr, r.reason, r.reason === 'redirect' ? '' : 'warn');
+      cell(tr, r.lastStatusCode, 'num');
+      cell(tr, fmtAgo(r.retiredAt));
+    },
   );
 }
 
