@@ -97,6 +97,7 @@ import {
   readClaimRow,
   readScheduleRow,
   scheduleRowEstimate,
+  scheduleValueStored,
   walkScheduleHeld,
   walkScheduleRaw,
 } from './services/schedule/rawRecords.js';
@@ -260,6 +261,7 @@ const scheduleSource: ScheduleSource = {
   walk: (opts) => walkScheduleRaw(opts),
   walkHeld: (opts, visit) => void walkScheduleHeld(opts, visit),
   read: (key) => readRow(key),
+  present: (key) => scheduleValueStored(key),
   estimateRows: () => scheduleRowEstimate(),
 };
 // Leadership builds the keeper through this once it holds the leader slot, handing in what only it knows

@@ -40,6 +40,8 @@ export class FakeTable {
   private sorted: string[] | null = null;
   private frozen: { rows: Map<string, Stored>; sorted: string[] } | null = null;
   readonly faults = new Map<string, Fault>();
+  /** Keys whose stored value does not decode: walks and reads find no row there, `present` says it is stored. */
+  readonly undecodable = new Set<string>();
   walkCalls = 0;
   /** Forward walks started from the bottom of the table: one per load or verification pass. */
   fullWalks = 0;
@@ -90,12 +92,18 @@ export class FakeTable {
       if (opts.end !== undefined && (reverse ? key <= opts.end : key >= opts.end)) return;
       const fault = this.faults.get(key);
       if (fault === 'key' || (fault === 'forwardCursor' && !reverse)) throw new Error(`unreadable at ${key}`);
-      yield { key, row: toScheduleRow(key, rows.get(key)!) };
+      yield { key, row: this.undecodable.has(key) ? undefined : toScheduleRow(key, rows.get(key)!) };
     }
+  }
+
+  /** Whether a live value is stored under `key` (decodable or not), as ScheduleSource.present answers. */
+  present(key: string): boolean {
+    return this.rows.has(key);
   }
 
   read(key: string): ScheduleRow | undefined {
     this.reads++;
+    if (this.undecodable.has(key)) return undefined;
     const v = this.rows.get(key);
     return v === undefined ? undefined : toScheduleRow(key, v);
   }

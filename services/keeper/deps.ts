@@ -40,6 +40,12 @@ export interface ScheduleSource {
    */
   walkHeld?(opts: WalkRange, visit: (key: string, fields: HeldFields | undefined) => void): void;
   read(key: string): ScheduleRow | undefined;
+  /**
+   * Whether the store holds a live value under `key` (bytes that are no deletion's marker), whether or not
+   * it decodes. A read that finds no row where this is true met a value it could not decode, not a
+   * deleted row.
+   */
+  present?(key: string): boolean;
   /** Roughly how many rows the table holds (a hint the load sizes its held-row table by), 0 if unknown. */
   estimateRows?(): number;
   /** Start a fresh read snapshot so point reads see the latest commits. */
@@ -157,6 +163,11 @@ export interface KeeperStats {
   } | null;
   repairedTotal: number;
   /**
+   * Reads since the keeper started that found a stored row whose value did not decode; the keeper kept
+   * what it held of those rows instead of dropping them (expected 0).
+   */
+  unreadableTotal: number;
+  /**
    * Rows of a device no longer in render.deviceTypes, of URLs this node owns, as the last load or walk
    * counted them (docs/feeding.md "Devices"): never claimed, until DELETE /prerender_admin/devices/{name}.
    */
@@ -185,6 +196,11 @@ export interface RowCheckDeps {
    */
   repair: (key: string, row: ScheduleRow | null, now: number) => void;
   source: ScheduleSource;
+  /**
+   * A read of `key` found no row: true when the store still holds a live value there (it did not decode),
+   * so what the keeper holds of the key stays as it is; counted and logged.
+   */
+  unreadable: (key: string, now: number) => boolean;
   owns: (key: string) => boolean;
   /** A row of a URL this node owns whose device is not configured (render.deviceTypes): orphaned. */
   orphan?: (key: string) => boolean;

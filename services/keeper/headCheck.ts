@@ -28,6 +28,7 @@ export class HeadCheck {
       this.checkedAt.set(key, now);
       checked++;
       const row = this.deps.source.read(key);
+      if (row === undefined && this.deps.unreadable(key, now)) continue;
       const want = row && this.deps.owns(key) ? row : null;
       if (!this.deps.core.matches(key, want)) {
         this.deps.repair(key, want, now);

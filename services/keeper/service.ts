@@ -31,6 +31,9 @@ export type {
 export { WALK_CHUNK } from './deps.js';
 export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RETRY_MS } from './duties.js';
 
+/** A stored row that did not decode is logged at most this often (with the count since). */
+const UNREADABLE_WARN_EVERY_MS = 60_000;
+
 export class KeeperService {
   readonly core: KeeperCore;
   phase: KeeperPhase = 'stopped';
@@ -46,6 +49,7 @@ export class KeeperService {
     headCheck: null,
     lastVerify: null,
     repairedTotal: 0,
+    unreadableTotal: 0,
     orphaned: null,
     lastSettledWalk: null,
     recoveredTotal: 0,
@@ -66,6 +70,8 @@ export class KeeperService {
   private readonly yieldLoop: () => Promise<void>;
   /** Events applied; tests use it to wait for the consumer. */
   eventsApplied = 0;
+  private unreadableWarnedAt = -Infinity;
+  private unreadableWarned = 0;
   subscriptions = 0;
 
   constructor(private readonly deps: KeeperDeps) {
@@ -80,6 +86,7 @@ export class KeeperService {
         this.applyHeld(key, row, now);
       },
       source: deps.source,
+      unreadable: (key, now) => this.unreadable(key, now),
       owns: (key) => this.owns(key),
       orphan: (key) => this.orphan(key),
       stats: this.stats,
@@ -234,6 +241,12 @@ export class KeeperService {
     if (ev.type !== 'delete') {
       row = ev.value ? toScheduleRow(key, ev.value) : undefined;
       if (row === undefined) row = this.deps.source.read(key);
+      // Harper builds an event's value and a read's row with one decoder, which answers null for a value
+      // it cannot decode: a live row must not be dropped for that.
+      if (row === undefined && this.unreadable(key, now)) {
+        this.eventsApplied++;
+        return;
+      }
     }
     const held = row && this.owns(key) ? row : null;
     const changed = this.applyHeld(key, held, now);
@@ -243,6 +256,26 @@ export class KeeperService {
     // Due by the core's own rule (its minute has begun), or a row due later this minute
     // would be held due and still wait a tick.
     if (changed && held && this.serving && dueByMinute(held.nextRenderTime, now)) this.publishSoon();
+  }
+
+  /**
+   * A read of `key` found no row, yet the store holds a live value there: one that did not decode (a record
+   * layout this process cannot read yet, a damaged value). What the keeper holds of the key stays, since
+   * dropping it would leave a live row held by no keeper until a walk could read it; a warning names the
+   * key, at most once a minute with the count since.
+   */
+  private unreadable(key: string, now: number): boolean {
+    if (this.deps.source.present?.(key) !== true) return false;
+    this.stats.unreadableTotal++;
+    if (now - this.unreadableWarnedAt >= UNREADABLE_WARN_EVERY_MS) {
+      this.deps.log.warn(
+        `keeper: ${this.stats.unreadableTotal - this.unreadableWarned} read(s) found a stored row that did not ` +
+          `decode (last ${JSON.stringify(key.slice(0, 200))}); what the keeper holds of those rows is kept`,
+      );
+      this.unreadableWarnedAt = now;
+      this.unreadableWarned = this.stats.unreadableTotal;
+    }
+    return true;
   }
 
   /**

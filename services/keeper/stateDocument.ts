@@ -57,6 +57,7 @@ export function keeperStateDocument(k: KeeperStateView, input: StateInputs) {
         headCheck: stats.headCheck,
         lastVerify: stats.lastVerify,
         repairedTotal: stats.repairedTotal,
+        unreadableTotal: stats.unreadableTotal,
         orphaned: stats.orphaned,
         lastSettledWalk: stats.lastSettledWalk ?? null,
         recoveredTotal: stats.recoveredTotal,

@@ -135,7 +135,7 @@ export class KeeperVerifier {
         for (let keys = held.next(BUDGET_STEP); keys !== null; keys = held.next(BUDGET_STEP)) {
           for (const key of keys) {
             if (touched.has(key) || !this.deps.core.unseen(key)) continue;
-            if (this.deps.source.read(key) === undefined) {
+            if (this.deps.source.read(key) === undefined && !this.deps.unreadable(key, now())) {
               this.deps.repair(key, null, now());
               phantom++;
             }

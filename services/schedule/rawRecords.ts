@@ -98,6 +98,15 @@ function pointRead<T>(reader: RawRecordReader<T>, key: string): T | ScheduleRow 
 }
 
 /**
+ * Whether the store holds a live value under `key`: bytes that are no deletion's marker, decodable or not
+ * (a layout not known here answers false). The keeper asks it when a read found no row.
+ */
+export function scheduleValueStored(key: string): boolean {
+  const bytes = binaryStore().getBinaryFast(key);
+  return bytes !== undefined && storedIsDeletion(bytes, bytes.length) === false;
+}
+
+/**
  * The claim's point read: due time, cadence and sitemap flag of the row as stored now, or undefined
  * when there is no row. Same snapshot and same answer as readRow (a row rescheduled or deleted after
  * the keeper published reads as such), for ~1 field decode instead of a whole record.

@@ -100,6 +100,7 @@ function harness(
     },
     walk: (o) => table.walk(o),
     read: (key) => table.read(key),
+    present: (key) => table.present(key),
     ...(opts.estimateRows ? { estimateRows: opts.estimateRows } : {}),
   };
   const warnings: unknown[][] = [];
@@ -555,6 +556,40 @@ test("the keeper holds only the configured devices' rows, counts the others as o
   assert.equal(h.svc.core.size, 20, 'a device out of the list has its rows dropped');
   assert.ok(h.svc.core.has(keyOf(3).replace(/\|desktop$/, '|mobile')));
   assert.ok(!h.svc.core.has(keyOf(3)));
+});
+
+test('a stored row whose value does not decode stays held through an event, the head check and the walk, and is counted', async () => {
+  // Harper answers null for a value it cannot decode, in an event's value and in a point read alike.
+  // Without the look at the stored bytes the keeper dropped such a live row, and no walk could take it back.
+  const h = harness();
+  h.fill(10, () => NOW - MINUTE);
+  await h.start();
+  assert.equal(h.svc.core.size, 10);
+  h.table.undecodable.add(keyOf(3));
+  h.streams.at(-1)!.push({ id: keyOf(3), type: 'put' });
+  await settle(() => h.svc.eventsApplied >= 1, 'the event applied');
+  assert.ok(h.svc.core.has(keyOf(3)), 'an event whose value and read do not decode keeps the row');
+  // The head check reads a key at most once a minute: two minutes on, it reads it.
+  h.clock.t = NOW + 2 * MINUTE;
+  assert.equal(h.svc.headCheck(h.clock.t, [keyOf(3)]), 0, 'the head check keeps it');
+  assert.equal(h.svc.stats.headCheck?.checked, 1);
+  const walk = await h.svc.verify(h.now);
+  assert.equal(walk?.phantom, 0, 'the walk keeps it');
+  assert.ok(h.svc.core.has(keyOf(3)));
+  assert.equal(h.svc.stats.unreadableTotal, 3);
+  const said = h.warnings.filter((w) => String(w[0]).includes('did not decode')).map((w) => String(w[0]));
+  assert.equal(said.length, 2, 'at most one warning a minute: the event, then the head check');
+  assert.match(said[0]!, /1 read\(s\).*p\/000003\|desktop/);
+  // A row deleted for real still goes, by its event and by the walk.
+  h.table.delete(keyOf(4));
+  h.streams.at(-1)!.push({ id: keyOf(4), type: 'put' });
+  await settle(() => h.svc.eventsApplied >= 2, 'the second event applied');
+  assert.ok(!h.svc.core.has(keyOf(4)), 'a key with nothing stored is dropped');
+  h.table.delete(keyOf(5));
+  assert.equal((await h.svc.verify(h.now))?.phantom, 1);
+  assert.ok(!h.svc.core.has(keyOf(5)));
+  assert.ok(h.svc.core.has(keyOf(3)), 'while the undecodable row stays (the second walk read it once more)');
+  assert.equal(h.svc.stats.unreadableTotal, 4);
 });
 
 test('a route change reclassifies held rows in memory without a reload', async () => {
