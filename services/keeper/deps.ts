@@ -201,6 +201,11 @@ export interface RowCheckDeps {
    * so what the keeper holds of the key stays as it is; counted and logged.
    */
   unreadable: (key: string, now: number) => boolean;
+  /**
+   * A walk met `key` stored but unreadable and holds nothing of it: the keeper reads it again later
+   * (KeeperService.retryUnreadable) and takes it up once it reads.
+   */
+  unreadableUnheld: (key: string, now: number) => void;
   owns: (key: string) => boolean;
   /** A row of a URL this node owns whose device is not configured (render.deviceTypes): orphaned. */
   orphan?: (key: string) => boolean;

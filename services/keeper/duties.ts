@@ -8,7 +8,8 @@
 // - state document every `queue.keeper.stateInterval`;
 // - verification every `queue.keeper.verifyInterval` (0 = off, re-checked each minute; a failed walk
 //   retries in 30 s);
-// - resubscribe, 30 s after the schedule subscription closed (a failed attempt waits again).
+// - resubscribe, 30 s after the schedule subscription closed (a failed attempt waits again);
+// - every minute, a read of the rows a load or walk met stored but unreadable, held by no keeper.
 // Interval changes re-arm through the scheduler (a `timers` key of the config schema).
 import {
   every,
@@ -38,6 +39,7 @@ export interface DutyHost {
   load(now: () => number): Promise<void>;
   withdraw(now: number): void;
   verify(now: () => number): Promise<VerifyResult | null>;
+  retryUnreadable(now: number): number;
   writeState(now: number): boolean;
   publishPlan(now: number): PublishPlan;
   publishTicked(now: number): void;
@@ -53,6 +55,8 @@ export const LOAD_BACKOFF_MS = 30_000;
 export const LOAD_BACKOFF_MAX_MS = 600_000;
 /** Verification off (interval 0) is re-checked this often. */
 const VERIFY_OFF_RECHECK_MS = 60_000;
+/** How often rows that did not decode are read again (KeeperService.retryUnreadable). */
+export const UNREADABLE_RETRY_MS = 60_000;
 export class KeeperDuties {
   private readonly scheduler: DutyScheduler;
   private readonly handles: DutyHandle[] = [];
@@ -190,6 +194,11 @@ export class KeeperDuties {
       every(this.deps.stateInterval),
     );
     svc.writeState(svc.clock());
+    // Rows a load or walk met stored but unreadable, held by no keeper: read again each minute.
+    this.add(
+      { name: 'keeper unreadable retry', runOnce: (now) => ({ taken: svc.retryUnreadable(now) }) },
+      every(() => UNREADABLE_RETRY_MS),
+    );
     this.add(
       { name: 'keeper verify', runOnce: () => this.verifyOnce() },
       {

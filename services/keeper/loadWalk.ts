@@ -27,6 +27,8 @@ export interface LoadHost {
   owns: (key: string) => boolean;
   /** A row of a URL this node owns whose device is not configured: counted, not held. */
   orphan: (key: string) => boolean;
+  /** The walk found no row at `key`: the keeper looks whether it is stored but unreadable. */
+  unreadable?: (key: string, now: number) => void;
   yieldLoop: () => Promise<void>;
   /** A chunk was read at `t`: serve, and publish when the walk publishes and the interval has passed. */
   chunkRead: (t: number, publish: boolean) => void;
@@ -53,7 +55,7 @@ export async function loadWalk(
     if (fields !== undefined && !(touched !== null && touched.size > 0 && touched.has(key))) {
       if (owns(key)) core.apply(key, fields, now());
       else if (orphan(key)) tally.orphaned++;
-    }
+    } else if (fields === undefined) host.unreadable?.(key, now());
     tally.rows++;
     read++;
     cursor.last = key;

@@ -33,6 +33,8 @@ export { LOAD_BACKOFF_MAX_MS, LOAD_BACKOFF_MS, RESUBSCRIBE_BACKOFF_MS, VERIFY_RE
 
 /** A stored row that did not decode is logged at most this often (with the count since). */
 const UNREADABLE_WARN_EVERY_MS = 60_000;
+/** Unreadable rows nobody holds that the keeper reads again, at most (a walk meets any others). */
+const UNREADABLE_PENDING_MAX = 10_000;
 
 export class KeeperService {
   readonly core: KeeperCore;
@@ -72,6 +74,8 @@ export class KeeperService {
   eventsApplied = 0;
   private unreadableWarnedAt = -Infinity;
   private unreadableWarned = 0;
+  /** Owned keys stored but unreadable when a load or walk met them, held by nobody: read again later. */
+  private readonly unreadablePending = new Set<string>();
   subscriptions = 0;
 
   constructor(private readonly deps: KeeperDeps) {
@@ -87,6 +91,7 @@ export class KeeperService {
       },
       source: deps.source,
       unreadable: (key, now) => this.unreadable(key, now),
+      unreadableUnheld: (key, now) => this.unreadableUnheld(key, now),
       owns: (key) => this.owns(key),
       orphan: (key) => this.orphan(key),
       stats: this.stats,
@@ -279,6 +284,46 @@ export class KeeperService {
   }
 
   /**
+   * A load or walk met `key` stored but unreadable, of a URL this node owns, and holds nothing of it: no
+   * other keeper holds it either, so it is read again (retryUnreadable) until it reads or is gone.
+   */
+  private unreadableUnheld(key: string, now: number): void {
+    if (!this.owns(key) || this.core.has(key) || this.deps.source.present?.(key) !== true) return;
+    if (this.unreadablePending.size >= UNREADABLE_PENDING_MAX) return; // the next verification walk meets the rest
+    if (this.unreadable(key, now)) this.unreadablePending.add(key);
+  }
+
+  /**
+   * Reads again the rows a load or walk could not read: one that reads now is taken up (through the
+   * keeper's one apply path), one no longer stored or owned is forgotten. Answers the rows taken up.
+   */
+  retryUnreadable(now: number): number {
+    let taken = 0;
+    for (const key of this.unreadablePending) {
+      if (!this.owns(key)) {
+        this.unreadablePending.delete(key);
+        continue;
+      }
+      const row = this.deps.source.read(key);
+      if (row !== undefined) {
+        this.unreadablePending.delete(key);
+        if (!this.core.has(key)) {
+          this.applyHeld(key, row, now);
+          taken++;
+        }
+      } else if (this.deps.source.present?.(key) !== true) this.unreadablePending.delete(key);
+    }
+    if (taken > 0)
+      this.deps.log.info(`keeper: took up ${taken} rows that read again after they did not decode`);
+    return taken;
+  }
+
+  /** Rows waiting to be read again (retryUnreadable). */
+  get unreadableWaiting(): number {
+    return this.unreadablePending.size;
+  }
+
+  /**
    * Every change to what the keeper holds, from an event or a repair (verify, head check). A row that is
    * due by the staged minute publish and changed (filed, marked, moved into it, repaired) is not in its
    * selection as it is now: the minute publish walks afresh instead. True when the held entry changed.
@@ -393,6 +438,7 @@ export class KeeperService {
       touched: this.touched,
       owns: (key) => this.owns(key),
       orphan: (key) => this.orphan(key),
+      unreadable: (key, now) => this.unreadableUnheld(key, now),
       yieldLoop: this.yieldLoop,
       chunkRead: (t, publish) => {
         this.serving = true;

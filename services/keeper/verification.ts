@@ -93,6 +93,7 @@ export class KeeperVerifier {
         lastKey = key;
         n++;
         if (row) rows++;
+        else if (!touched.has(key)) this.deps.unreadableUnheld(key, now());
         if (!touched.has(key) && row) {
           if (!this.deps.owns(key)) {
             if (this.deps.orphan?.(key)) orphaned++;

@@ -592,6 +592,26 @@ test('a stored row whose value does not decode stays held through an event, the 
   assert.equal(h.svc.stats.unreadableTotal, 4);
 });
 
+test('a row the load met stored but unreadable is read again each minute and taken up once it reads', async () => {
+  // No keeper holds such a row (its owner could not read it): without the retry it waited for the next
+  // verification walk, an hour by default.
+  const h = harness();
+  h.fill(10, () => NOW - MINUTE);
+  h.table.undecodable.add(keyOf(2));
+  h.table.put('https://example.com/gone|desktop', stored(NOW));
+  h.table.delete('https://example.com/gone|desktop');
+  await h.run();
+  assert.equal(h.svc.core.size, 9);
+  assert.equal(h.svc.unreadableWaiting, 1, 'the unreadable row waits; a deleted one does not');
+  await h.clock.advance(MINUTE);
+  assert.ok(!h.svc.core.has(keyOf(2)), 'still unreadable a minute on');
+  h.table.undecodable.delete(keyOf(2));
+  await h.clock.advance(MINUTE);
+  assert.ok(h.svc.core.has(keyOf(2)), 'taken up once it reads');
+  assert.equal(h.svc.unreadableWaiting, 0);
+  assert.equal(h.svc.core.size, 10);
+});
+
 test('a route change reclassifies held rows in memory without a reload', async () => {
   const h = harness();
   for (let i = 0; i < 50; i++) {
