@@ -260,14 +260,16 @@ test('property: the keeper load reader (seven held fields into one reused object
   const packr = recordPackr();
   const sink = new HeldFieldsSink();
   const held = new RawRecordReader(HELD_FIELDS, (_key, v) => sink.fill(v));
+  // A time or interval of -0 is 0: the raw reader may read a stored -0 as 0, which nothing tells apart.
+  const zero = <T>(x: T): T => (x === 0 ? (0 as T) : x);
   const heldOf = (row: ScheduleRow | undefined) =>
     row && {
-      nextRenderTime: row.nextRenderTime,
+      nextRenderTime: zero(row.nextRenderTime),
       fromSitemap: row.fromSitemap,
-      effectiveInterval: row.effectiveInterval,
+      effectiveInterval: zero(row.effectiveInterval),
       verified: row.verified,
-      urgentAt: row.urgentAt,
-      changedAt: row.changedAt,
+      urgentAt: zero(row.urgentAt),
+      changedAt: zero(row.changedAt),
       state: row.state,
     };
   let read = 0;
@@ -278,7 +280,7 @@ test('property: the keeper load reader (seven held fields into one reused object
       const got = held.row(KEY, bytes, bytes.length, (packr as Packed).typedStructs);
       if (got === NOT_DECODED) return;
       // Copied at once: the next read overwrites the object.
-      assert.deepEqual(got && { ...got }, want);
+      assert.deepEqual(got && heldOf({ ...got } as ScheduleRow), want);
       read++;
     }),
     { numRuns: 3000 },
