@@ -1,9 +1,11 @@
 // Micro-benchmark of the keeper core (target: top 5,000 of 1M held rows ≤ 0.3 ms p50), through the walk
 // a publish runs (KeeperCore.publishWalk), with no room for section extras unless named.
 // Run: node dist/bench/keeper-core.js [rows=1000000]   — prints one JSON object.
+//      MIX=scale [DEVICES=2] holds the scale bench's `<url>|<device>` keys (keyMix.ts).
 import { KeeperCore, type PublishSink, type ScheduleRow, type TopSkip } from '../util/keeper/core.js';
 import { MINUTE_MS } from '../util/time.js';
-import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
+import { DAY, seededRandom } from './fixtures.js';
+import { DEVICES, MIX, classify, indexOfKey, keyOf } from './keyMix.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0) + 17_000;
 const ROWS = Number(process.argv[2] ?? 1_000_000);
@@ -54,7 +56,7 @@ const core = new KeeperCore({
   score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
 });
 const keys: string[] = [];
-for (let i = 0; i < ROWS; i++) keys.push(urlOf(i));
+for (let i = 0; i < ROWS; i++) keys.push(keyOf(i));
 const rows = keys.map((key, i) => rowOf(key, i));
 
 const loadStart = process.hrtime.bigint();
@@ -101,7 +103,7 @@ const summary = timeIt(100, () => {
 const rendered = topKeys(100_000);
 const writeStart = process.hrtime.bigint();
 for (const key of rendered) {
-  const r = rows[Number.parseInt(key.slice(key.indexOf('item-') + 5).split('-')[0]!, 36)]!;
+  const r = rows[indexOfKey(key)]!;
   core.apply(key, { ...r, nextRenderTime: r.nextRenderTime + 3 * DAY, urgentAt: null, changedAt: null }, NOW);
 }
 const writeUs = (Number(process.hrtime.bigint() - writeStart) / 1e3 / rendered.length).toFixed(3);
@@ -124,6 +126,8 @@ console.log(
   JSON.stringify(
     {
       rows: ROWS,
+      mix: MIX,
+      devices: DEVICES,
       dueRows,
       classes: core.classCount,
       node: process.version,

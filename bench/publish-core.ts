@@ -5,6 +5,8 @@
 // and without the lease-skip predicate, the lease check alone (keyHash + probe), keyHash alone, and the
 // ready-set write (ReadySet.publishWith) of rows already selected.
 // Run: npx tsc -p tsconfig.json && node dist/bench/publish-core.js [rows=1000000] [leased=600]
+//      MIX=scale [DEVICES=2] holds the scale bench's `<url>|<device>` keys (keyMix.ts); DUE_SHARE (0.3) is
+//      the share of rows due.
 //      keeperPublish* is publishOnce's own shape: the walk with its extras written straight into the set.
 //      (add --cpu-prof --cpu-prof-dir=/tmp/qk-prof to see the same split in a profile)
 import { KeeperCore, type HeldClass, type ScheduleRow, type TopSkip } from '../util/keeper/core.js';
@@ -13,20 +15,22 @@ import { LeaseTable } from '../util/leases/table.js';
 import { flagBits, ReadySet } from '../util/sharedMemory/readySet.js';
 import { MINUTE_MS } from '../util/time.js';
 import { summarize } from './lib.js';
-import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
+import { DAY, seededRandom } from './fixtures.js';
+import { DEVICES, MIX, classify, keyOf } from './keyMix.js';
 
 const NOW = Date.now();
 const ROWS = Number(process.argv[2] ?? 1_000_000);
 const LEASED = Number(process.argv[3] ?? 600);
 const CAPACITY = 5000;
 const RUNS = 300;
+const DUE_SHARE = Number(process.env.DUE_SHARE ?? 0.3);
 
 const random = seededRandom();
 
 function rowOf(key: string, i: number): ScheduleRow {
   const own = random() < 0.1 ? 7 * DAY : null;
   const cadence = classify(key, own).cadenceMs;
-  const due = random() < 0.3;
+  const due = random() < DUE_SHARE;
   const offset = due ? -random() * 2 * cadence : 1 + random() * cadence;
   return {
     cacheKey: key,
@@ -65,7 +69,7 @@ const core = new KeeperCore({
   score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
 });
 for (let i = 0; i < ROWS; i++) {
-  const key = urlOf(i);
+  const key = keyOf(i);
   core.apply(key, rowOf(key, i), NOW);
 }
 const TABLE = Number(process.env.MAX_LEASES ?? 4096);
@@ -137,6 +141,8 @@ console.log(
   JSON.stringify({
     bench: 'publish-core',
     rows: ROWS,
+    mix: MIX,
+    devices: DEVICES,
     due: core.dueSummary(NOW).due,
     leased: LEASED,
     node: process.version,
