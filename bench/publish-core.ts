@@ -77,6 +77,7 @@ const leases = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(TABLE)), TAB
 
 /** A row of the top as the walk hands it over, kept for the steps timed apart from the walk. */
 interface Row {
+  slot: number;
   key: string;
   score: number;
   dueMs: number;
@@ -89,7 +90,10 @@ function topRows(k: number, skip?: TopSkip): Row[] {
     k,
     0,
     NOW,
-    { top: (key, score, dueMs, held) => rows.push({ key, score, dueMs, held }), extra: () => undefined },
+    {
+      top: (slot, score, dueMs, held) => rows.push({ slot, key: core.keyAt(slot), score, dueMs, held }),
+      extra: () => undefined,
+    },
     skip,
   );
   return rows;
@@ -108,25 +112,28 @@ const ready = new ReadySet(
   CAPACITY,
   CAPACITY * 192,
 );
-const skip = (k: string) => leases.isLeased(k, NOW);
+const isLeased = (k: string) => leases.isLeased(k, NOW);
+const skip: TopSkip = (slot) => isLeased(core.keyAt(slot));
 // What the keeper does: the row stores its keyHash, so no candidate is hashed again.
-const skipStored = (_k: string, hi: number, lo: number) => leases.isLeasedHash(hi, lo, NOW);
+const skipStored: TopSkip = (_slot, hi, lo) => leases.isLeasedHash(hi, lo, NOW);
 let sink = 0;
 const flagsOf = (h: HeldClass) => flagBits(h.fromSitemap, h.verified, h.mark);
 /** What KeeperService.publishOnce does: the walk, its extras included, written straight into the set. */
 function keeperPublish(leaseSkip: TopSkip): number {
   const head: string[] = [];
+  const bytes = core.keyBytes;
   const r = ready.publishWith(NOW, (w) => {
     const walk = core.selection.publishWalk(
       CAPACITY,
       ready.extraCapacity,
       NOW,
       {
-        top: (key, score, dueMs, held) => {
-          if (head.length < 20) head.push(key);
-          w.top(key, score, dueMs, flagsOf(held), held.route);
+        top: (slot, score, dueMs, held) => {
+          if (head.length < 20) head.push(core.keyAt(slot));
+          w.topFrom(bytes, slot, score, dueMs, flagsOf(held), held.route);
         },
-        extra: (key, score, dueMs, held) => w.extra(key, score, dueMs, flagsOf(held), held.route),
+        extra: (slot, score, dueMs, held) =>
+          w.extraFrom(bytes, slot, score, dueMs, flagsOf(held), held.route),
       },
       leaseSkip,
     );
@@ -151,7 +158,7 @@ console.log(
     topWithLeaseSkipMs: time(() => (sink += countTop(skip))),
     topWithStoredHashSkipMs: time(() => (sink += countTop(skipStored))),
     leaseCheck5000Ms: time(() => {
-      for (const k of keys) sink += skip(k) ? 1 : 0;
+      for (const k of keys) sink += isLeased(k) ? 1 : 0;
     }),
     keyHash5000Ms: time(() => {
       for (const k of keys) sink += keyHash(k).lo & 1;
@@ -160,6 +167,15 @@ console.log(
       () =>
         (sink += ready.publishWith(NOW, (w) => {
           for (const r of top) w.top(r.key, r.score, r.dueMs, flagsOf(r.held), r.held.route);
+          return [];
+        }).published),
+    ),
+    // The same rows, their keys copied from the held rows' bytes (what the keeper's publish writes).
+    readySetWrite5000FromBytesMs: time(
+      () =>
+        (sink += ready.publishWith(NOW, (w) => {
+          for (const r of top)
+            w.topFrom(core.keyBytes, r.slot, r.score, r.dueMs, flagsOf(r.held), r.held.route);
           return [];
         }).published),
     ),
