@@ -60,8 +60,11 @@ function heapUsed(): number {
   gc!();
   gc!();
   const m = process.memoryUsage();
+  jsHeap = m.heapUsed;
   return m.heapUsed + m.arrayBuffers;
 }
+/** The JS heap alone at the last heapUsed(): what a worker's heap limit (max-old-space-size) counts. */
+let jsHeap = 0;
 
 /** The key set's bytes, and what of them repeats: scheme+host per host, the URL per device row. */
 function keyShares(rows: number) {
@@ -87,6 +90,7 @@ const result: Record<string, unknown> = {};
 for (const rows of SIZES) {
   const shares = keyShares(rows);
   const before = heapUsed();
+  const jsBefore = jsHeap;
   const core = new KeeperCore({
     classify,
     score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
@@ -96,6 +100,7 @@ for (const rows of SIZES) {
     core.apply(key, rowOf(key, i, 0), NOW);
   }
   const loaded = heapUsed();
+  const jsLoaded = jsHeap;
   // A third of the rows rendered and rescheduled (fresh key strings, as events carry): measures what
   // moved rows leave behind, not just a freshly loaded keeper.
   for (let i = 0; i < rows; i += 3) {
@@ -118,6 +123,7 @@ for (const rows of SIZES) {
       Math.round((shares.repeatedUrlBytes / rows - 4 - (4 / 0.6) * (shares.urls / rows)) * 10) / 10,
     bytesPerRowLoaded: Math.round(((loaded - before) / rows) * 10) / 10,
     bytesPerRowAfterRescheduling: Math.round(((churned - before) / rows) * 10) / 10,
+    jsHeapBytesPerRowLoaded: Math.round(((jsLoaded - jsBefore) / rows) * 10) / 10,
     // What the URLs alone cost (minus the 8-byte array slot holding each): the floor under any design.
     bytesPerKeyString: Math.round(((withStrings - churned) / rows - 8) * 10) / 10,
   };
