@@ -1,19 +1,45 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { KeyArena } from '../../util/keeper/keyArena.js';
+import { KeyArena, NO_HOST } from '../../util/keeper/keyArena.js';
 
-/** Well-formed keys of any script: ASCII, two-, three- and four-byte UTF-8. */
-const anyKey = fc.oneof(
+/** Well-formed strings of any script: ASCII, two-, three- and four-byte UTF-8. */
+const anyText = fc.oneof(
   fc.string({ unit: 'grapheme-ascii', maxLength: 40 }),
   fc.string({ unit: 'grapheme', maxLength: 40 }),
-  fc.string({ unit: fc.constantFrom('a', 'é', 'Ã', '©', '€', '😀', '|', '/'), maxLength: 12 }),
+  fc.string({ unit: fc.constantFrom('a', 'é', 'Ã', '©', '€', '😀', '|', '/', ':'), maxLength: 12 }),
+);
+/** Keys with and without a scheme+host to share, a few hosts alike but for one character. */
+const anyKey = fc.oneof(
+  anyText,
+  fc
+    .tuple(
+      fc.constantFrom(
+        'https://a.example',
+        'https://b.example',
+        'http://a.example',
+        'https://a.example:8',
+        'x://',
+      ),
+      anyText,
+    )
+    .map(([host, rest]) => `${host}/${rest}`),
 );
 
-function store(arena: KeyArena, key: string): { at: number; length: number } {
-  const length = KeyArena.byteLength(key);
-  return { at: arena.store(key, length), length };
+interface Stored {
+  at: number;
+  length: number;
+  host: number;
 }
+
+function store(arena: KeyArena, key: string): Stored {
+  const length = KeyArena.byteLength(key);
+  const host = arena.hostOf(key);
+  return { at: arena.store(key, length, host), length, host };
+}
+const read = (arena: KeyArena, s: Stored) => arena.read(s.at, s.length, s.host);
+const equals = (arena: KeyArena, s: Stored, key: string) => arena.equals(s.at, s.length, s.host, key);
+const release = (arena: KeyArena, s: Stored) => arena.release(s.at, s.length, s.host);
 
 describe('KeyArena', () => {
   it('keeps any well-formed key as its UTF-8 bytes: reads it back, copies its bytes, and equals exactly the keys equal to it', () => {
@@ -21,15 +47,16 @@ describe('KeyArena', () => {
       fc.property(fc.array(fc.tuple(anyKey, anyKey), { minLength: 1, maxLength: 60 }), (pairs) => {
         const arena = new KeyArena();
         for (const [key, probe] of pairs) {
-          const { at, length } = store(arena, key);
+          const stored = store(arena, key);
+          const { at, length, host } = stored;
           const utf8 = Buffer.from(key, 'utf8');
           assert.equal(length, utf8.length);
-          assert.equal(arena.read(at, length), key);
+          assert.equal(read(arena, stored), key);
           const into = new Uint8Array(length + 2);
-          arena.copy(at, length, into, 1);
+          arena.copy(at, length, host, into, 1);
           assert.deepEqual(Buffer.from(into.subarray(1, 1 + length)), utf8);
-          assert.equal(arena.equals(at, length, key), true, key);
-          assert.equal(arena.equals(at, length, probe), probe === key, `${key} vs ${probe}`);
+          assert.equal(equals(arena, stored, key), true, key);
+          assert.equal(equals(arena, stored, probe), probe === key, `${key} vs ${probe}`);
         }
       }),
       { numRuns: 300 },
@@ -38,28 +65,65 @@ describe('KeyArena', () => {
 
   it('tells a key apart from a string whose UTF-16 units are its UTF-8 bytes, and from a lone surrogate', () => {
     const arena = new KeyArena();
-    const e = store(arena, 'https://x.example/é'); // é is C3 A9 in UTF-8
-    assert.equal(arena.equals(e.at, e.length, 'https://x.example/\u00c3\u00a9'), false);
-    assert.equal(arena.equals(e.at, e.length, 'https://x.example/é'), true);
-    const replacement = store(arena, 'a\ufffd');
-    assert.equal(arena.equals(replacement.at, replacement.length, 'a\ud800'), false);
-    assert.equal(arena.equals(replacement.at, replacement.length, 'a\ufffd'), true);
+    for (const prefix of ['https://x.example/', 'no host: ']) {
+      const e = store(arena, `${prefix}é`); // é is C3 A9 in UTF-8
+      assert.equal(equals(arena, e, `${prefix}\u00c3\u00a9`), false);
+      assert.equal(equals(arena, e, `${prefix}é`), true);
+      const replacement = store(arena, `${prefix}a\ufffd`);
+      assert.equal(equals(arena, replacement, `${prefix}a\ud800`), false);
+      assert.equal(equals(arena, replacement, `${prefix}a\ufffd`), true);
+    }
+  });
+
+  it("stores a URL's scheme+host once for every key that shares it, and tells keys of other hosts apart", () => {
+    const arena = new KeyArena();
+    const keys: string[] = [];
+    for (let i = 0; i < 300; i++) keys.push(`https://shop-${i % 3}.example.com/p/${i}|desktop`);
+    const stored = keys.map((k) => store(arena, k));
+    assert.equal(arena.hostCount, 3);
+    assert.deepEqual(new Set(stored.map((s) => s.host)).size, 3);
+    stored.forEach((s, i) => {
+      assert.equal(read(arena, s), keys[i]);
+      assert.equal(equals(arena, s, keys[i]!), true);
+      // The same path under a neighbouring host, and the host alone, are other keys.
+      assert.equal(equals(arena, s, keys[i]!.replace(`shop-${i % 3}`, `shop-${(i + 1) % 3}`)), false);
+      assert.equal(equals(arena, s, `https://shop-${i % 3}.example.com`), false);
+    });
+    // Only the rest takes arena space: 300 keys of ≤ 14 bytes past the host fit in 300 × 16 bytes.
+    const end = store(arena, 'https://shop-0.example.com/end');
+    assert.ok(end.at * 4 <= 300 * 16, `rest bytes only (${end.at * 4})`);
+  });
+
+  it('stores whole the keys with no scheme+host to share: no scheme, a non-ASCII or over-long host', () => {
+    const arena = new KeyArena();
+    for (const key of [
+      'plain-key|desktop',
+      'https://bücher.example/p',
+      `https://${'h'.repeat(300)}.example/p`,
+      'https://x.example',
+    ]) {
+      const s = store(arena, key);
+      assert.equal(s.host, NO_HOST, key);
+      assert.equal(read(arena, s), key);
+      assert.equal(equals(arena, s, key), true);
+    }
+    assert.equal(arena.hostCount, 0);
   });
 
   it('gives freed space to the next key of the same rounded length, and grows only when none is free', () => {
     const arena = new KeyArena();
     const a = store(arena, 'x'.repeat(100));
     const b = store(arena, 'y'.repeat(37));
-    arena.release(a.at, a.length);
-    arena.release(b.at, b.length);
+    release(arena, a);
+    release(arena, b);
     assert.equal(arena.freeBytes, 100 + 40);
     // 98 bytes round to the same 25 granules as 100; 40 bytes to 37's 10.
     const c = store(arena, 'z'.repeat(98));
     const d = store(arena, 'w'.repeat(40));
     assert.deepEqual([c.at, d.at], [a.at, b.at]);
     assert.equal(arena.freeBytes, 0);
-    assert.equal(arena.read(c.at, c.length), 'z'.repeat(98));
-    assert.equal(arena.read(d.at, d.length), 'w'.repeat(40));
+    assert.equal(read(arena, c), 'z'.repeat(98));
+    assert.equal(read(arena, d), 'w'.repeat(40));
     const e = store(arena, 'v'.repeat(12));
     assert.ok(e.at > d.at, 'no free block of its size: a new one');
   });
@@ -67,18 +131,18 @@ describe('KeyArena', () => {
   it('starts a new page for a key that does not fit the rest of one, and reuses that rest', () => {
     const arena = new KeyArena();
     const big = 60_000;
-    const held: Array<{ at: number; length: number; key: string }> = [];
+    const held: Array<Stored & { key: string }> = [];
     for (let i = 0; i < 40; i++) {
       const key = String.fromCharCode(97 + (i % 26)).repeat(big);
       held.push({ ...store(arena, key), key });
     }
     assert.equal(arena.capacityBytes, 3 * (1 << 20)); // 17 keys of 60,000 bytes to a 1 MiB page
-    for (const h of held) assert.equal(arena.read(h.at, h.length), h.key);
+    for (const h of held) assert.equal(read(arena, h), h.key);
     const restBytes = arena.freeBytes;
     assert.ok(restBytes > 0, "each full page's rest is free space");
   });
 
   it('refuses a key over the longest it stores', () => {
-    assert.throws(() => new KeyArena().store('x'.repeat(70_000), 70_000), RangeError);
+    assert.throws(() => new KeyArena().store('x'.repeat(70_000), 70_000, NO_HOST), RangeError);
   });
 });

@@ -9,8 +9,8 @@ import { hashUrl } from './urlHash.js';
 // ~1.6 µs per fresh insert at 1M entries, and per-bucket arrays cost ~200 B each with thousands of
 // sparse minute buckets — together well over a budget of 170 B per held row. Here a row costs a
 // 4-byte table entry (the table is kept 38–75% full, so 5–11 B), the key's UTF-8 bytes in the key arena
-// (util/keeper/keyArena.ts: its length rounded up to 4, no JS string) with a 4-byte position and a
-// 2-byte length, and a 4-byte stored hash (and per slot the lease table's 8-byte rowHash and a 4-byte
+// (util/keeper/keyArena.ts: past its shared scheme+host, rounded up to 4, no JS string) with a 4-byte
+// position, a 2-byte length and a 2-byte host, and a 4-byte stored hash (and per slot the lease table's 8-byte rowHash and a 4-byte
 // park, both read by the publish's lease skip, and the verification walk's 1-byte sighting). Neither the
 // table nor the slot pages shrink after mass deletions; freed chunks and freed key space are reused by
 // later rows.
@@ -50,9 +50,10 @@ export class HeldRows<B extends ChunkList> {
   private mask = 1023;
   private used = 0;
   private readonly arena = new KeyArena();
-  /** Each row's key: its position in the arena and its length in bytes. */
+  /** Each row's key: its position in the arena, its length in bytes and its host (keyArena.ts). */
   private keyPosPages: Int32Array[] = [];
   private keyLenPages: Uint16Array[] = [];
+  private keyHostPages: Uint16Array[] = [];
   private hashPages: Int32Array[] = [];
   /**
    * Each row's rowHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here.
@@ -118,7 +119,12 @@ export class HeldRows<B extends ChunkList> {
   private keyIs(slot: number, key: string): boolean {
     const page = slot >>> PAGE_SHIFT;
     const i = slot & PAGE_MASK;
-    return this.arena.equals(this.keyPosPages[page]![i]!, this.keyLenPages[page]![i]!, key);
+    return this.arena.equals(
+      this.keyPosPages[page]![i]!,
+      this.keyLenPages[page]![i]!,
+      this.keyHostPages[page]![i]!,
+      key,
+    );
   }
 
   /** The slot of the row at a found table index. */
@@ -130,7 +136,11 @@ export class HeldRows<B extends ChunkList> {
   keyAt(slot: number): string {
     const page = slot >>> PAGE_SHIFT;
     const i = slot & PAGE_MASK;
-    return this.arena.read(this.keyPosPages[page]![i]!, this.keyLenPages[page]![i]!);
+    return this.arena.read(
+      this.keyPosPages[page]![i]!,
+      this.keyLenPages[page]![i]!,
+      this.keyHostPages[page]![i]!,
+    );
   }
 
   /** The UTF-8 length of the key of the row at `slot`. */
@@ -142,12 +152,22 @@ export class HeldRows<B extends ChunkList> {
   copyKey(slot: number, into: Uint8Array, at: number): void {
     const page = slot >>> PAGE_SHIFT;
     const i = slot & PAGE_MASK;
-    this.arena.copy(this.keyPosPages[page]![i]!, this.keyLenPages[page]![i]!, into, at);
+    this.arena.copy(
+      this.keyPosPages[page]![i]!,
+      this.keyLenPages[page]![i]!,
+      this.keyHostPages[page]![i]!,
+      into,
+      at,
+    );
   }
 
   /** Bytes of key space freed by deletions and not yet reused, and bytes of key pages in all. */
-  keySpace(): { freeBytes: number; capacityBytes: number } {
-    return { freeBytes: this.arena.freeBytes, capacityBytes: this.arena.capacityBytes };
+  keySpace(): { freeBytes: number; capacityBytes: number; hosts: number } {
+    return {
+      freeBytes: this.arena.freeBytes,
+      capacityBytes: this.arena.capacityBytes,
+      hosts: this.arena.hostCount,
+    };
   }
 
   hashAt(slot: number): number {
@@ -286,8 +306,9 @@ export class HeldRows<B extends ChunkList> {
       at = ~this.locate(key, hash); // growing moved every index
     }
     const length = KeyArena.byteLength(key);
-    const pos = this.arena.store(key, length);
-    this.table[at] = this.entry(hash, this.append(bucket, pos, length, hash, 0, 0, 0));
+    const host = this.arena.hostOf(key);
+    const pos = this.arena.store(key, length, host);
+    this.table[at] = this.entry(hash, this.append(bucket, pos, length, host, hash, 0, 0, 0));
     this.used++;
   }
 
@@ -298,12 +319,13 @@ export class HeldRows<B extends ChunkList> {
     const i = slot & PAGE_MASK;
     const pos = this.keyPosPages[page]![i]!;
     const length = this.keyLenPages[page]![i]!;
+    const host = this.keyHostPages[page]![i]!;
     const hash = this.hashPages[page]![i]!;
     const hi = this.storedLeaseHi(slot);
     const lo = this.storedLeaseLo(slot);
     const seen = this.sightPages[page]![i]!;
     this.detach(slot);
-    this.table[index] = this.entry(hash, this.append(bucket, pos, length, hash, hi, lo, seen));
+    this.table[index] = this.entry(hash, this.append(bucket, pos, length, host, hash, hi, lo, seen));
   }
 
   /** Moves the row stored at `slot` to `bucket` (for walks that hold slots, not table indexes). */
@@ -322,6 +344,7 @@ export class HeldRows<B extends ChunkList> {
     this.arena.release(
       this.keyPosPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!,
       this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!,
+      this.keyHostPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!,
     );
     this.detach(slot);
     this.used--;
@@ -360,6 +383,7 @@ export class HeldRows<B extends ChunkList> {
     bucket: B,
     pos: number,
     length: number,
+    host: number,
     hash: number,
     leaseHi: number,
     leaseLo: number,
@@ -374,6 +398,7 @@ export class HeldRows<B extends ChunkList> {
     const slot = (bucket.head << CHUNK_SHIFT) | fill;
     this.keyPosPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = pos;
     this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = length;
+    this.keyHostPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = host;
     this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = hash;
     this.setLease(slot, leaseHi, leaseLo);
     this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = 0;
@@ -393,6 +418,8 @@ export class HeldRows<B extends ChunkList> {
         this.keyPosPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
       this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
         this.keyLenPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
+      this.keyHostPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
+        this.keyHostPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
       this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = movedHash;
       this.setLease(slot, this.storedLeaseHi(last), this.storedLeaseLo(last));
       this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
@@ -421,6 +448,7 @@ export class HeldRows<B extends ChunkList> {
       if ((chunk << CHUNK_SHIFT) % PAGE === 0) {
         this.keyPosPages.push(new Int32Array(PAGE));
         this.keyLenPages.push(new Uint16Array(PAGE));
+        this.keyHostPages.push(new Uint16Array(PAGE));
         this.hashPages.push(new Int32Array(PAGE));
         this.leasePages.push(new Int32Array(2 * PAGE));
         this.parkPages.push(new Int32Array(PAGE));
