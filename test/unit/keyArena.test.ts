@@ -89,9 +89,17 @@ describe('KeyArena', () => {
       assert.equal(equals(arena, s, keys[i]!.replace(`shop-${i % 3}`, `shop-${(i + 1) % 3}`)), false);
       assert.equal(equals(arena, s, `https://shop-${i % 3}.example.com`), false);
     });
+    // Right after a host, keys that merely start with its name are of other hosts (or of none).
+    const first = store(arena, 'https://a.example/p');
+    for (const key of ['https://a.example.evil/p', 'https://a.example:8/p', 'https://a.example']) {
+      const other = store(arena, key);
+      assert.notEqual(other.host, first.host, key);
+      assert.equal(read(arena, other), key);
+      store(arena, 'https://a.example/q'); // the host to try first again
+    }
     // Only the rest takes arena space: 300 keys of ≤ 14 bytes past the host fit in 300 × 16 bytes.
     const end = store(arena, 'https://shop-0.example.com/end');
-    assert.ok(end.at * 4 <= 300 * 16, `rest bytes only (${end.at * 4})`);
+    assert.ok(end.at * 4 <= 300 * 16 + 100, `rest bytes only (${end.at * 4})`);
   });
 
   it('stores whole the keys with no scheme+host to share: no scheme, a non-ASCII or over-long host', () => {

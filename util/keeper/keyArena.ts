@@ -45,9 +45,21 @@ class KeyHosts {
   private end = 0;
   private table = new Uint16Array(256);
   private hashes: number[] = [0];
+  // A load walks keys in order, a site's URLs together: the last host found is tried first.
+  private last = NO_HOST;
 
   /** The number of `key`'s scheme+host, interned on first sight; NO_HOST when it has none to share. */
   of(key: string): number {
+    const last = this.names[this.last]!;
+    // The name holds no `/` past its `://`, so the key's first one there is right after the name.
+    if (this.last !== NO_HOST && key.charCodeAt(last.length) === 0x2f && key.startsWith(last))
+      return this.last;
+    const id = this.find(key);
+    if (id !== NO_HOST) this.last = id;
+    return id;
+  }
+
+  private find(key: string): number {
     const scheme = key.indexOf('://');
     if (scheme < 0 || scheme > 16) return NO_HOST;
     const end = key.indexOf('/', scheme + 3);
