@@ -4,7 +4,8 @@
 // apply handed a key string made just before it from bytes, as the load's decoder and the table's events
 // hand them (a build that keeps the string then pays for keeping it, one that copies the bytes does not), and
 // PUBLISHES publishes as the keeper runs them (KeeperPublisher.walkInto: the walk with its section extras,
-// leased rows skipped by their stored hash, written into a 5,000-entry ready set), wall ms each. A build
+// leased rows skipped by their stored hash, written into a 5,000-entry ready set), wall ms each; then a
+// reclassify of every row (ms). A build
 // whose walk hands keys over as strings writes them with `top`; one that hands slots copies the key
 // bytes with `topFrom`.
 // Run: node --expose-gc dist/bench/keeper-ab.js <build>/dist <build>/dist … [ROWS=1000000] [ROUNDS=3]
@@ -205,6 +206,10 @@ function round(b: Build): Record<string, number> {
   const t1 = process.hrtime.bigint();
   for (let j = 0; j < rendered.length; j++) core.apply(freshKey(rendered[j]!), moved[j]!, NOW);
   const writeUs = Number(process.hrtime.bigint() - t1) / 1e3 / rendered.length;
+  // A routes change: every held row classified again from its key.
+  const t2 = process.hrtime.bigint();
+  core.reclassify(classify, { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 });
+  const reclassifyMs = Number(process.hrtime.bigint() - t2) / 1e6;
   const s = summarize(publishMs);
   if (sink === 0) throw new Error('nothing published');
   return {
@@ -213,6 +218,7 @@ function round(b: Build): Record<string, number> {
     publishP50Ms: s.p50,
     publishP99Ms: s.p99,
     publishCpuMs: Math.round(((cpu.user + cpu.system) / 1000 / PUBLISHES) * 1000) / 1000,
+    reclassifyMs: Math.round(reclassifyMs),
   };
 }
 
