@@ -10,10 +10,10 @@ import { hashUrl } from './urlHash.js';
 // sparse minute buckets — together well over a budget of 170 B per held row. Here a row costs a
 // 4-byte table entry (the table is kept 38–75% full, so 5–11 B), the key's UTF-8 bytes in the key arena
 // (util/keeper/keyArena.ts: past its shared scheme+host, rounded up to 4, no JS string) with a 4-byte
-// position, a 2-byte length and a 2-byte host, and a 4-byte stored hash (and per slot the lease table's 8-byte rowHash and a 4-byte
-// park, both read by the publish's lease skip, and the verification walk's 1-byte sighting). Neither the
-// table nor the slot pages shrink after mass deletions; freed chunks and freed key space are reused by
-// later rows.
+// position, a 2-byte length and a 2-byte host, and a 4-byte stored hash (and per slot the lease table's
+// 8-byte rowHash and a 4-byte park, both read by the publish's lease skip, and the verification walk's
+// 1-byte sighting). Neither the table nor the slot pages shrink after mass deletions; freed chunks and
+// freed key space are reused by later rows.
 //
 // Every row lives at a slot `g` inside a fixed-size chunk owned by one bucket, so `g` alone names both
 // the row's bucket (through the chunk) and its place, and removal is an O(1) swap with the bucket's
@@ -148,7 +148,7 @@ export class HeldRows<B extends ChunkList> {
     return this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
   }
 
-  /** Copies the UTF-8 key of the row at `slot` into `into` from index `at` (keyLength bytes); no allocation. */
+  /** Copies the UTF-8 key of the row at `slot` into `into` from index `at` (keyLength bytes). */
   copyKey(slot: number, into: Uint8Array, at: number): void {
     const page = slot >>> PAGE_SHIFT;
     const i = slot & PAGE_MASK;

@@ -78,7 +78,8 @@ class KeyHosts {
       if (this.hashes[id] === h && name.length === end && key.startsWith(name)) return id;
     }
     if (this.names.length > MAX_HOSTS) return NO_HOST;
-    return this.add(Buffer.from(key.slice(0, end), 'latin1').toString('latin1'), h); // flat, not a slice of the key
+    // Kept flat: a slice would hold on to the whole key it was cut from.
+    return this.add(Buffer.from(key.slice(0, end), 'latin1').toString('latin1'), h);
   }
 
   private add(name: string, h: number): number {
