@@ -150,6 +150,24 @@ describe('KeyArena', () => {
     assert.ok(restBytes > 0, "each full page's rest is free space");
   });
 
+  it('stores whole the keys of hosts past the 65,535 it numbers', () => {
+    const arena = new KeyArena();
+    const key = (i: number) => `https://h${i}.example/p`;
+    const stored = Array.from({ length: 65_540 }, (_, i) => store(arena, key(i)));
+    assert.equal(arena.hostCount, 65_535);
+    assert.equal(stored[65_534]!.host, 65_535);
+    assert.equal(stored[65_535]!.host, NO_HOST);
+    for (const i of [0, 65_534, 65_535, 65_539]) {
+      assert.equal(read(arena, stored[i]!), key(i));
+      assert.equal(equals(arena, stored[i]!, key(i)), true);
+    }
+    assert.equal(
+      store(arena, 'https://h7.example/q').host,
+      stored[7]!.host,
+      'a numbered host is still found',
+    );
+  });
+
   it('refuses a key over the longest it stores', () => {
     assert.throws(() => new KeyArena().store('x'.repeat(70_000), 70_000, NO_HOST), RangeError);
   });
