@@ -1,9 +1,12 @@
 // Micro-benchmark of the keeper core (target: top 5,000 of 1M held rows ≤ 0.3 ms p50), through the walk
 // a publish runs (KeeperCore.publishWalk), with no room for section extras unless named.
 // Run: node dist/bench/keeper-core.js [rows=1000000]   — prints one JSON object.
+//      MIX=scale [DEVICES=2] holds the scale bench's `<url>|<device>` keys (keyMix.ts).
 import { KeeperCore, type PublishSink, type ScheduleRow, type TopSkip } from '../util/keeper/core.js';
+import { rowHash } from '../util/schedule/rowKey.js';
 import { MINUTE_MS } from '../util/time.js';
-import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
+import { DAY, seededRandom } from './fixtures.js';
+import { DEVICES, MIX, classify, indexOfKey, keyOf } from './keyMix.js';
 
 const NOW = Date.UTC(2025, 5, 1, 12, 0, 0) + 17_000;
 const ROWS = Number(process.argv[2] ?? 1_000_000);
@@ -54,7 +57,7 @@ const core = new KeeperCore({
   score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
 });
 const keys: string[] = [];
-for (let i = 0; i < ROWS; i++) keys.push(urlOf(i));
+for (let i = 0; i < ROWS; i++) keys.push(keyOf(i));
 const rows = keys.map((key, i) => rowOf(key, i));
 
 const loadStart = process.hrtime.bigint();
@@ -66,15 +69,21 @@ let sink = 0;
 /** The keys of the best `k` due rows, best first, as a publish walk hands them over. */
 function topKeys(k: number, skip?: TopSkip): string[] {
   const keys: string[] = [];
-  core.selection.publishWalk(k, 0, NOW, { top: (key) => keys.push(key), extra: () => undefined }, skip);
+  core.selection.publishWalk(
+    k,
+    0,
+    NOW,
+    { top: (slot) => keys.push(core.keyAt(slot)), extra: () => undefined },
+    skip,
+  );
   return keys;
 }
 // The rows go straight to a callback, as the keeper's publish copies them into the ready set.
 const scoreSink: PublishSink = {
-  top: (_key, score) => {
+  top: (_slot, score) => {
     sink += score;
   },
-  extra: (_key, score) => {
+  extra: (_slot, score) => {
     sink += score;
   },
 };
@@ -85,10 +94,11 @@ const top = timeIt(1000, () => {
 const withExtras = timeIt(1000, () => {
   sink += core.selection.publishWalk(5000, 2500, NOW, scoreSink).skipped;
 });
-// Leases sit on the best rows, so the walk has to step over them: the publish loop's real shape.
-const leased = new Set(topKeys(2000));
+// Leases sit on the best rows, so the walk has to step over them: the publish loop's real shape. The
+// skip reads the row's stored lease hash, as the keeper's does.
+const leased = new Set(topKeys(2000).map((key) => rowHash(key).lo));
 const topSkip = timeIt(300, () => {
-  sink += core.selection.publishWalk(5000, 0, NOW, scoreSink, (key) => leased.has(key)).skipped;
+  sink += core.selection.publishWalk(5000, 0, NOW, scoreSink, (_slot, _hi, lo) => leased.has(lo)).skipped;
 });
 const state = timeIt(20, () => {
   sink += core.state(NOW).now.due;
@@ -101,7 +111,7 @@ const summary = timeIt(100, () => {
 const rendered = topKeys(100_000);
 const writeStart = process.hrtime.bigint();
 for (const key of rendered) {
-  const r = rows[Number.parseInt(key.slice(key.indexOf('item-') + 5).split('-')[0]!, 36)]!;
+  const r = rows[indexOfKey(key)]!;
   core.apply(key, { ...r, nextRenderTime: r.nextRenderTime + 3 * DAY, urgentAt: null, changedAt: null }, NOW);
 }
 const writeUs = (Number(process.hrtime.bigint() - writeStart) / 1e3 / rendered.length).toFixed(3);
@@ -124,6 +134,8 @@ console.log(
   JSON.stringify(
     {
       rows: ROWS,
+      mix: MIX,
+      devices: DEVICES,
       dueRows,
       classes: core.classCount,
       node: process.version,

@@ -5,6 +5,8 @@
 // and without the lease-skip predicate, the lease check alone (keyHash + probe), keyHash alone, and the
 // ready-set write (ReadySet.publishWith) of rows already selected.
 // Run: npx tsc -p tsconfig.json && node dist/bench/publish-core.js [rows=1000000] [leased=600]
+//      MIX=scale [DEVICES=2] holds the scale bench's `<url>|<device>` keys (keyMix.ts); DUE_SHARE (0.3) is
+//      the share of rows due.
 //      keeperPublish* is publishOnce's own shape: the walk with its extras written straight into the set.
 //      (add --cpu-prof --cpu-prof-dir=/tmp/qk-prof to see the same split in a profile)
 import { KeeperCore, type HeldClass, type ScheduleRow, type TopSkip } from '../util/keeper/core.js';
@@ -13,20 +15,22 @@ import { LeaseTable } from '../util/leases/table.js';
 import { flagBits, ReadySet } from '../util/sharedMemory/readySet.js';
 import { MINUTE_MS } from '../util/time.js';
 import { summarize } from './lib.js';
-import { DAY, classify, seededRandom, urlOf } from './fixtures.js';
+import { DAY, seededRandom } from './fixtures.js';
+import { DEVICES, MIX, classify, keyOf } from './keyMix.js';
 
 const NOW = Date.now();
 const ROWS = Number(process.argv[2] ?? 1_000_000);
 const LEASED = Number(process.argv[3] ?? 600);
 const CAPACITY = 5000;
 const RUNS = 300;
+const DUE_SHARE = Number(process.env.DUE_SHARE ?? 0.3);
 
 const random = seededRandom();
 
 function rowOf(key: string, i: number): ScheduleRow {
   const own = random() < 0.1 ? 7 * DAY : null;
   const cadence = classify(key, own).cadenceMs;
-  const due = random() < 0.3;
+  const due = random() < DUE_SHARE;
   const offset = due ? -random() * 2 * cadence : 1 + random() * cadence;
   return {
     cacheKey: key,
@@ -65,7 +69,7 @@ const core = new KeeperCore({
   score: { sitemapBoost: 2, urgentHeadStart: 1, changedHeadStart: 1 },
 });
 for (let i = 0; i < ROWS; i++) {
-  const key = urlOf(i);
+  const key = keyOf(i);
   core.apply(key, rowOf(key, i), NOW);
 }
 const TABLE = Number(process.env.MAX_LEASES ?? 4096);
@@ -73,6 +77,7 @@ const leases = new LeaseTable(new ArrayBuffer(LeaseTable.byteLength(TABLE)), TAB
 
 /** A row of the top as the walk hands it over, kept for the steps timed apart from the walk. */
 interface Row {
+  slot: number;
   key: string;
   score: number;
   dueMs: number;
@@ -85,7 +90,10 @@ function topRows(k: number, skip?: TopSkip): Row[] {
     k,
     0,
     NOW,
-    { top: (key, score, dueMs, held) => rows.push({ key, score, dueMs, held }), extra: () => undefined },
+    {
+      top: (slot, score, dueMs, held) => rows.push({ slot, key: core.keyAt(slot), score, dueMs, held }),
+      extra: () => undefined,
+    },
     skip,
   );
   return rows;
@@ -104,25 +112,28 @@ const ready = new ReadySet(
   CAPACITY,
   CAPACITY * 192,
 );
-const skip = (k: string) => leases.isLeased(k, NOW);
+const isLeased = (k: string) => leases.isLeased(k, NOW);
+const skip: TopSkip = (slot) => isLeased(core.keyAt(slot));
 // What the keeper does: the row stores its keyHash, so no candidate is hashed again.
-const skipStored = (_k: string, hi: number, lo: number) => leases.isLeasedHash(hi, lo, NOW);
+const skipStored: TopSkip = (_slot, hi, lo) => leases.isLeasedHash(hi, lo, NOW);
 let sink = 0;
 const flagsOf = (h: HeldClass) => flagBits(h.fromSitemap, h.verified, h.mark);
 /** What KeeperService.publishOnce does: the walk, its extras included, written straight into the set. */
 function keeperPublish(leaseSkip: TopSkip): number {
   const head: string[] = [];
+  const bytes = core.keyBytes;
   const r = ready.publishWith(NOW, (w) => {
     const walk = core.selection.publishWalk(
       CAPACITY,
       ready.extraCapacity,
       NOW,
       {
-        top: (key, score, dueMs, held) => {
-          if (head.length < 20) head.push(key);
-          w.top(key, score, dueMs, flagsOf(held), held.route);
+        top: (slot, score, dueMs, held) => {
+          if (head.length < 20) head.push(core.keyAt(slot));
+          w.topFrom(bytes, slot, score, dueMs, flagsOf(held), held.route);
         },
-        extra: (key, score, dueMs, held) => w.extra(key, score, dueMs, flagsOf(held), held.route),
+        extra: (slot, score, dueMs, held) =>
+          w.extraFrom(bytes, slot, score, dueMs, flagsOf(held), held.route),
       },
       leaseSkip,
     );
@@ -137,6 +148,8 @@ console.log(
   JSON.stringify({
     bench: 'publish-core',
     rows: ROWS,
+    mix: MIX,
+    devices: DEVICES,
     due: core.dueSummary(NOW).due,
     leased: LEASED,
     node: process.version,
@@ -145,7 +158,7 @@ console.log(
     topWithLeaseSkipMs: time(() => (sink += countTop(skip))),
     topWithStoredHashSkipMs: time(() => (sink += countTop(skipStored))),
     leaseCheck5000Ms: time(() => {
-      for (const k of keys) sink += skip(k) ? 1 : 0;
+      for (const k of keys) sink += isLeased(k) ? 1 : 0;
     }),
     keyHash5000Ms: time(() => {
       for (const k of keys) sink += keyHash(k).lo & 1;
@@ -154,6 +167,15 @@ console.log(
       () =>
         (sink += ready.publishWith(NOW, (w) => {
           for (const r of top) w.top(r.key, r.score, r.dueMs, flagsOf(r.held), r.held.route);
+          return [];
+        }).published),
+    ),
+    // The same rows, their keys copied from the held rows' bytes (what the keeper's publish writes).
+    readySetWrite5000FromBytesMs: time(
+      () =>
+        (sink += ready.publishWith(NOW, (w) => {
+          for (const r of top)
+            w.topFrom(core.keyBytes, r.slot, r.score, r.dueMs, flagsOf(r.held), r.held.route);
           return [];
         }).published),
     ),

@@ -217,17 +217,35 @@ export class KeeperPublisher {
    * walked straight into the ready set's slot: no entry objects. The first keys go to `head`.
    */
   private walkInto(w: ReadyWriter, now: number, head: string[], countFlow = true): PublishWalk {
-    return this.host.core.selection.publishWalk(
+    const core = this.host.core;
+    // Keys go from the held rows' bytes into the set's: only the head checked after the publish is read
+    // as strings.
+    const keys = core.keyBytes;
+    return core.selection.publishWalk(
       this.publishCapacity(),
       this.deps.ready.extraCapacity,
       now,
       {
-        top: (key, score, dueMs, held) => {
-          if (head.length < HEAD_CHECK_ROWS) head.push(key);
-          w.top(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route);
+        top: (slot, score, dueMs, held) => {
+          if (head.length < HEAD_CHECK_ROWS) head.push(core.keyAt(slot));
+          w.topFrom(
+            keys,
+            slot,
+            score,
+            dueMs,
+            flagBits(held.fromSitemap, held.verified, held.mark),
+            held.route,
+          );
         },
-        extra: (key, score, dueMs, held) =>
-          w.extra(key, score, dueMs, flagBits(held.fromSitemap, held.verified, held.mark), held.route),
+        extra: (slot, score, dueMs, held) =>
+          w.extraFrom(
+            keys,
+            slot,
+            score,
+            dueMs,
+            flagBits(held.fromSitemap, held.verified, held.mark),
+            held.route,
+          ),
       },
       this.leaseSkip(now),
       countFlow,
@@ -237,7 +255,10 @@ export class KeeperPublisher {
   /** The publish's lease skip at `now`: the stored lease hash when the table is wired, else the key. */
   private leaseSkip(now: number): TopSkip {
     const leasedUntil = this.deps.leasedUntilHash;
-    return leasedUntil ? (_k, hi, lo) => leasedUntil(hi, lo, now) : (k) => this.deps.isLeased(k, now);
+    const core = this.host.core;
+    return leasedUntil
+      ? (_slot, hi, lo) => leasedUntil(hi, lo, now)
+      : (slot) => this.deps.isLeased(core.keyAt(slot), now);
   }
 
   /**

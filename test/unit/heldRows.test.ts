@@ -216,4 +216,78 @@ describe('HeldRows', () => {
       { numRuns: 400 },
     );
   });
+  it('gives back every key as it was stored, non-ASCII included, by string and by bytes, through moves, swaps and deletes', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            op: fc.constantFrom('put', 'put', 'move', 'delete'),
+            n: fc.integer({ min: 0, max: 50 }),
+            to: fc.integer({ min: 0, max: 2 }),
+          }),
+          { minLength: 1, maxLength: 300, size: 'max' },
+        ),
+        (ops) => {
+          const rows = new HeldRows<ChunkList>(13);
+          const buckets = [bucket(), bucket(), bucket()];
+          // Keys of 1- to 4-byte characters, and ASCII keys whose length equals another's UTF-8 length.
+          const scripts = ['p', 'é', 'ü€', '😀', 'Ã©'];
+          const key = (n: number) => `https://x.example/${scripts[n % scripts.length]}/${n}|desktop`;
+          const held = new Set<string>();
+          for (const { op, n, to } of ops) {
+            const k = key(n);
+            const index = rows.locate(k, rows.hash(k));
+            if (op === 'put' && index < 0) {
+              rows.insert(index, buckets[to]!, k, rows.hash(k));
+              held.add(k);
+            } else if (op === 'move' && index >= 0) rows.move(index, buckets[to]!);
+            else if (op === 'delete' && index >= 0) {
+              rows.delete(index);
+              held.delete(k);
+            }
+          }
+          assert.equal(rows.size, held.size);
+          for (let n = 0; n <= 50; n++) {
+            const k = key(n);
+            const index = rows.locate(k, rows.hash(k));
+            assert.equal(index >= 0, held.has(k), k);
+            if (index < 0) continue;
+            const slot = rows.slotAt(index);
+            assert.equal(rows.keyAt(slot), k);
+            const utf8 = Buffer.from(k, 'utf8');
+            assert.equal(rows.keyLength(slot), utf8.length);
+            const into = new Uint8Array(utf8.length);
+            rows.copyKey(slot, into, 0);
+            assert.deepEqual(Buffer.from(into), utf8);
+          }
+          const walked = new Set<string>();
+          const walk = rows.keyWalk();
+          for (let keys = walk.next(7); keys !== null; keys = walk.next(7))
+            for (const k of keys) walked.add(k);
+          assert.deepEqual([...walked].sort(), [...held].sort());
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  // Guard: the release in `delete`. Without it every refiled key takes new space (checked).
+  it("reuses a deleted row's key space for the next key of its length: deleting and refiling grows no key page", () => {
+    const rows = new HeldRows<ChunkList>(17);
+    const b = bucket();
+    const key = (i: number, gen: number) => `https://x.example/${gen}/${'k'.repeat(i % 150)}/${i}`;
+    const put = (k: string) => rows.insert(rows.locate(k, rows.hash(k)), b, k, rows.hash(k));
+    const remove = (k: string) => rows.delete(rows.locate(k, rows.hash(k)));
+    for (let i = 0; i < 20_000; i++) put(key(i, 1));
+    const filled = rows.keySpace();
+    assert.ok(filled.capacityBytes >= 2 * (1 << 20), 'the keys fill more than one page');
+    for (let round = 2; round < 6; round++) {
+      for (let i = 0; i < 20_000; i++) remove(key(i, round - 1));
+      assert.ok(rows.keySpace().freeBytes > filled.capacityBytes / 2, 'the deleted keys are free space');
+      // The same lengths under new names: each takes a freed block.
+      for (let i = 0; i < 20_000; i++) put(key(i, round));
+      assert.deepEqual(rows.keySpace(), filled, `round ${round}`);
+    }
+    for (let i = 0; i < 20_000; i++) assert.equal(rows.keyAt(slotOf(rows, key(i, 5))), key(i, 5));
+  });
 });

@@ -72,7 +72,7 @@ function walked(key: string, score: number, dueMs: number, held: HeldClass): Wal
  * What one publish writes, collected from the walk the keeper runs (KeeperCore.publishWalk): the top
  * rows best first, then the section extras, with what the walk reports.
  */
-function published(core: KeeperCore, k: number, extraBudget: number, now: number, skip?: TopSkip) {
+function published(core: KeeperCore, k: number, extraBudget: number, now: number, skip?: KeySkip) {
   const entries: Walked[] = [];
   const extras: Walked[] = [];
   const walk = core.selection.publishWalk(
@@ -80,29 +80,36 @@ function published(core: KeeperCore, k: number, extraBudget: number, now: number
     extraBudget,
     now,
     {
-      top: (key, s, dueMs, held) => entries.push(walked(key, s, dueMs, held)),
-      extra: (key, s, dueMs, held) => extras.push(walked(key, s, dueMs, held)),
+      top: (slot, s, dueMs, held) => entries.push(walked(core.keyAt(slot), s, dueMs, held)),
+      extra: (slot, s, dueMs, held) => extras.push(walked(core.keyAt(slot), s, dueMs, held)),
     },
-    skip,
+    bySlot(core, skip),
   );
   return { entries, extras, ...walk };
 }
 
+/** A skip as the tests write it, by the row's key (the walk hands it the row's slot). */
+type KeySkip = (key: string, leaseHashHi: number, leaseHashLo: number) => boolean | number;
+
+function bySlot(core: KeeperCore, skip?: KeySkip): TopSkip | undefined {
+  return skip && ((slot, hi, lo) => skip(core.keyAt(slot), hi, lo));
+}
+
 /** The best `k` due rows alone: a publish walk with no room for section extras. */
-function topOf(core: KeeperCore, k: number, now: number, skip?: TopSkip) {
+function topOf(core: KeeperCore, k: number, now: number, skip?: KeySkip) {
   const { entries, extras, complete, skipped } = published(core, k, 0, now, skip);
   assert.deepEqual(extras, [], 'no extras without an extra budget');
   return { entries, complete, skipped };
 }
 
 /** A publish walk of the best `k` due rows (no extras) that hands each row's key to `visit`. */
-function topWalk(core: KeeperCore, k: number, now: number, visit: (key: string) => void, skip?: TopSkip) {
+function topWalk(core: KeeperCore, k: number, now: number, visit: (key: string) => void, skip?: KeySkip) {
   return core.selection.publishWalk(
     k,
     0,
     now,
-    { top: (key) => visit(key), extra: () => assert.fail('no extras without an extra budget') },
-    skip,
+    { top: (slot) => visit(core.keyAt(slot)), extra: () => assert.fail('no extras without an extra budget') },
+    bySlot(core, skip),
   );
 }
 

@@ -17,6 +17,7 @@ import type { QueueStateCounts } from './stateCounts.js';
 import type {
   Classify,
   DueRow,
+  KeyBytes,
   DueSummary,
   HeldDescription,
   HeldFields,
@@ -92,6 +93,19 @@ export class KeeperCore {
     this.rows.reserve(rows);
   }
 
+  /**
+   * The key of the row at `slot`, as a publish walk hands rows over (valid while the keeper is unchanged):
+   * a new string each call, since rows hold their keys as bytes.
+   */
+  keyAt(slot: number): string {
+    return this.rows.keyAt(slot);
+  }
+
+  /** The held keys' UTF-8 bytes by slot, for a writer that copies a walked row's key without a string. */
+  get keyBytes(): KeyBytes {
+    return this.rows;
+  }
+
   has(key: string): boolean {
     return this.rows.locate(key, this.rows.hash(key)) >= 0;
   }
@@ -165,7 +179,7 @@ export class KeeperCore {
       }
       this.countMove(from, target, minute, nowMinute);
       const to = target.bucketFor(minute);
-      // The row keeps the URL string it was first stored with; the caller's copy is not retained.
+      // The row keeps the key bytes it was first stored with; the caller's string is not retained.
       this.rows.move(index, to);
       this.classes.added(to);
       this.classes.removed(from);

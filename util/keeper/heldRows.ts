@@ -1,16 +1,19 @@
 import { rowHash } from '../schedule/rowKey.js';
+import { KeyArena } from './keyArena.js';
 import { KeyWalks, type KeyWalk } from './keyWalks.js';
 import { hashUrl } from './urlHash.js';
 
-// Storage for the keeper's held rows: URL → slot, and the URLs themselves packed by bucket.
+// Storage for the keeper's held rows: key → slot, and the rows themselves packed by bucket.
 //
 // Why not a Map<string, …> plus an array per bucket: on a 2-core box a V8 Map costs ~29 B per entry and
 // ~1.6 µs per fresh insert at 1M entries, and per-bucket arrays cost ~200 B each with thousands of
 // sparse minute buckets — together well over a budget of 170 B per held row. Here a row costs a
-// 4-byte table entry (the table is kept 38–75% full, so 5–11 B), an 8-byte key slot and a 4-byte
-// stored hash, plus the URL (and per slot the lease table's 8-byte rowHash and a 4-byte park, both
-// read by the publish's lease skip, and the verification walk's 1-byte sighting). Neither the table nor the slot pages shrink after mass deletions;
-// freed chunks are reused by later rows.
+// 4-byte table entry (the table is kept 38–75% full, so 5–11 B), the key's UTF-8 bytes in the key arena
+// (util/keeper/keyArena.ts: past its shared scheme+host, rounded up to 4, no JS string) with a 4-byte
+// position, a 2-byte length and a 2-byte host, and a 4-byte stored hash (and per slot the lease table's
+// 8-byte rowHash and a 4-byte park, both read by the publish's lease skip, and the verification walk's
+// 1-byte sighting). Neither the table nor the slot pages shrink after mass deletions; freed chunks and
+// freed key space are reused by later rows.
 //
 // Every row lives at a slot `g` inside a fixed-size chunk owned by one bucket, so `g` alone names both
 // the row's bucket (through the chunk) and its place, and removal is an O(1) swap with the bucket's
@@ -46,7 +49,11 @@ export class HeldRows<B extends ChunkList> {
   private table = new Int32Array(1024);
   private mask = 1023;
   private used = 0;
-  private keyPages: string[][] = [];
+  private readonly arena = new KeyArena();
+  /** Each row's key: its position in the arena, its length in bytes and its host (keyArena.ts). */
+  private keyPosPages: Int32Array[] = [];
+  private keyLenPages: Uint16Array[] = [];
+  private keyHostPages: Uint16Array[] = [];
   private hashPages: Int32Array[] = [];
   /**
    * Each row's rowHash (hi, lo), as the lease table hashes it: the publish's lease skip reads it here.
@@ -95,9 +102,29 @@ export class HeldRows<B extends ChunkList> {
     for (;;) {
       const entry = table[i]!;
       if (entry === 0) return ~i;
-      if (entry >>> TAG_SHIFT === tag && this.keyAt((entry & SLOT_MASK) - 1) === key) return i;
+      if (entry >>> TAG_SHIFT === tag && this.keyIs((entry & SLOT_MASK) - 1, key)) return i;
       i = (i + 1) & this.mask;
     }
+  }
+
+  /** Table index of the entry naming `slot` (held, its stored hash `hash`): found without a key compare. */
+  private locateSlot(slot: number, hash: number): number {
+    const named = slot + 1;
+    const table = this.table;
+    let i = hash & this.mask;
+    while ((table[i]! & SLOT_MASK) !== named) i = (i + 1) & this.mask;
+    return i;
+  }
+
+  private keyIs(slot: number, key: string): boolean {
+    const page = slot >>> PAGE_SHIFT;
+    const i = slot & PAGE_MASK;
+    return this.arena.equals(
+      this.keyPosPages[page]![i]!,
+      this.keyLenPages[page]![i]!,
+      this.keyHostPages[page]![i]!,
+      key,
+    );
   }
 
   /** The slot of the row at a found table index. */
@@ -105,8 +132,42 @@ export class HeldRows<B extends ChunkList> {
     return (this.table[index]! & SLOT_MASK) - 1;
   }
 
+  /** The key of the row at `slot`, as a new string (the row holds bytes, not a string). */
   keyAt(slot: number): string {
-    return this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+    const page = slot >>> PAGE_SHIFT;
+    const i = slot & PAGE_MASK;
+    return this.arena.read(
+      this.keyPosPages[page]![i]!,
+      this.keyLenPages[page]![i]!,
+      this.keyHostPages[page]![i]!,
+    );
+  }
+
+  /** The UTF-8 length of the key of the row at `slot`. */
+  keyLength(slot: number): number {
+    return this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+  }
+
+  /** Copies the UTF-8 key of the row at `slot` into `into` from index `at` (keyLength bytes). */
+  copyKey(slot: number, into: Uint8Array, at: number): void {
+    const page = slot >>> PAGE_SHIFT;
+    const i = slot & PAGE_MASK;
+    this.arena.copy(
+      this.keyPosPages[page]![i]!,
+      this.keyLenPages[page]![i]!,
+      this.keyHostPages[page]![i]!,
+      into,
+      at,
+    );
+  }
+
+  /** Bytes of key space freed by deletions and not yet reused, and bytes of key pages in all. */
+  keySpace(): { freeBytes: number; capacityBytes: number; hosts: number } {
+    return {
+      freeBytes: this.arena.freeBytes,
+      capacityBytes: this.arena.capacityBytes,
+      hosts: this.arena.hostCount,
+    };
   }
 
   hashAt(slot: number): number {
@@ -244,25 +305,32 @@ export class HeldRows<B extends ChunkList> {
       this.rehash(this.table.length * 2);
       at = ~this.locate(key, hash); // growing moved every index
     }
-    this.table[at] = this.entry(hash, this.append(bucket, key, hash, 0, 0, 0));
+    const length = KeyArena.byteLength(key);
+    const host = this.arena.hostOf(key);
+    const pos = this.arena.store(key, length, host);
+    this.table[at] = this.entry(hash, this.append(bucket, pos, length, host, hash, 0, 0, 0));
     this.used++;
   }
 
-  /** Moves the row at a found table index to `bucket`, keeping the string it was first stored with. */
+  /** Moves the row at a found table index to `bucket`; its key bytes stay where they are. */
   move(index: number, bucket: B): void {
     const slot = this.slotAt(index);
-    const key = this.keyAt(slot);
-    const hash = this.hashAt(slot);
+    const page = slot >>> PAGE_SHIFT;
+    const i = slot & PAGE_MASK;
+    const pos = this.keyPosPages[page]![i]!;
+    const length = this.keyLenPages[page]![i]!;
+    const host = this.keyHostPages[page]![i]!;
+    const hash = this.hashPages[page]![i]!;
     const hi = this.storedLeaseHi(slot);
     const lo = this.storedLeaseLo(slot);
-    const seen = this.sightPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!;
+    const seen = this.sightPages[page]![i]!;
     this.detach(slot);
-    this.table[index] = this.entry(hash, this.append(bucket, key, hash, hi, lo, seen));
+    this.table[index] = this.entry(hash, this.append(bucket, pos, length, host, hash, hi, lo, seen));
   }
 
   /** Moves the row stored at `slot` to `bucket` (for walks that hold slots, not table indexes). */
   moveSlot(slot: number, bucket: B): void {
-    this.move(this.locate(this.keyAt(slot), this.hashAt(slot)), bucket);
+    this.move(this.locateSlot(slot, this.hashAt(slot)), bucket);
   }
 
   /** The slot of a bucket's newest row; the bucket must hold rows. */
@@ -272,7 +340,13 @@ export class HeldRows<B extends ChunkList> {
 
   /** Deletes the row at a found table index. */
   delete(index: number): void {
-    this.detach(this.slotAt(index));
+    const slot = this.slotAt(index);
+    this.arena.release(
+      this.keyPosPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!,
+      this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!,
+      this.keyHostPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK]!,
+    );
+    this.detach(slot);
     this.used--;
     // Backward-shift deletion: later entries of the probe run move up, so lookups never need tombstones.
     const table = this.table;
@@ -307,7 +381,9 @@ export class HeldRows<B extends ChunkList> {
 
   private append(
     bucket: B,
-    key: string,
+    pos: number,
+    length: number,
+    host: number,
     hash: number,
     leaseHi: number,
     leaseLo: number,
@@ -320,7 +396,9 @@ export class HeldRows<B extends ChunkList> {
       bucket.head = chunk;
     }
     const slot = (bucket.head << CHUNK_SHIFT) | fill;
-    this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = key;
+    this.keyPosPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = pos;
+    this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = length;
+    this.keyHostPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = host;
     this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = hash;
     this.setLease(slot, leaseHi, leaseLo);
     this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = 0;
@@ -334,13 +412,14 @@ export class HeldRows<B extends ChunkList> {
     const bucket = this.bucketOf(slot);
     const last = HeldRows.lastSlot(bucket);
     if (last !== slot) {
-      const moved = this.keyAt(last);
       const movedHash = this.hashAt(last);
-      // Find the moved row's entry before its URL is copied over ours: afterwards our own entry would
-      // read the same URL and could be found first. (`moved` is the very string stored, so this probe
-      // matches by identity, never comparing contents.)
-      const movedIndex = this.locate(moved, movedHash);
-      this.keyPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = moved;
+      const movedIndex = this.locateSlot(last, movedHash);
+      this.keyPosPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
+        this.keyPosPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
+      this.keyLenPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
+        this.keyLenPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
+      this.keyHostPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
+        this.keyHostPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
       this.hashPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] = movedHash;
       this.setLease(slot, this.storedLeaseHi(last), this.storedLeaseLo(last));
       this.parkPages[slot >>> PAGE_SHIFT]![slot & PAGE_MASK] =
@@ -349,7 +428,6 @@ export class HeldRows<B extends ChunkList> {
         this.sightPages[last >>> PAGE_SHIFT]![last & PAGE_MASK]!;
       this.table[movedIndex] = this.entry(movedHash, slot);
     }
-    this.keyPages[last >>> PAGE_SHIFT]![last & PAGE_MASK] = ''; // let the URL go
     bucket.count--;
     if ((bucket.count & (CHUNK - 1)) === 0) {
       const chunk = bucket.head;
@@ -368,7 +446,9 @@ export class HeldRows<B extends ChunkList> {
       chunk = this.chunks++;
       if (chunk << CHUNK_SHIFT > SLOT_MASK - CHUNK) throw new RangeError('keeper: too many held rows');
       if ((chunk << CHUNK_SHIFT) % PAGE === 0) {
-        this.keyPages.push(new Array<string>(PAGE).fill(''));
+        this.keyPosPages.push(new Int32Array(PAGE));
+        this.keyLenPages.push(new Uint16Array(PAGE));
+        this.keyHostPages.push(new Uint16Array(PAGE));
         this.hashPages.push(new Int32Array(PAGE));
         this.leasePages.push(new Int32Array(2 * PAGE));
         this.parkPages.push(new Int32Array(PAGE));

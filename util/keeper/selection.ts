@@ -67,14 +67,14 @@ export class TopSelection {
       heads,
       k,
       now,
-      (key, score, dueMs, held) => {
+      (slot, score, dueMs, held) => {
         if (held !== runClass) {
           endRun();
           runClass = held;
           run = 0;
         }
         run++;
-        sink.top(key, score, dueMs, held);
+        sink.top(slot, score, dueMs, held);
       },
       skip,
     );
@@ -98,7 +98,7 @@ export class TopSelection {
         share.due += cls.dueRows;
         shares.set(cls.route, share);
       }
-      const extra: TopVisitor = (key, score, dueMs, held) => sink.extra(key, score, dueMs, held);
+      const extra: TopVisitor = (slot, score, dueMs, held) => sink.extra(slot, score, dueMs, held);
       for (const [route, quota] of sectionQuotas(shares, extraBudget)) {
         const walk = this.walkHeap(rest.get(route)!, quota, now, extra, skip);
         skipped += walk.skipped;
@@ -154,7 +154,6 @@ export class TopSelection {
         const base = chunk * CHUNK;
         for (let i = from; i < fill; i++, passed++) {
           const slot = base + i;
-          const key = rows.keyAt(slot);
           if (skip !== undefined) {
             if (rows.parkedAt(slot, now)) {
               const ends = rows.parkedBlockEnd(slot);
@@ -162,7 +161,7 @@ export class TopSelection {
               skipped++;
               continue;
             }
-            const leased = skip(key, rows.leaseHi(slot), rows.leaseLo(slot));
+            const leased = skip(slot, rows.leaseHi(slot), rows.leaseLo(slot));
             if (leased !== false && leased !== 0) {
               // Known leased until then: later walks pass the row without asking (never past PARK_MAX_MS,
               // in case the lease goes early without a change to the row).
@@ -182,7 +181,7 @@ export class TopSelection {
             heap.setTopOffset(passed);
             return { visited, complete: false, skipped, skipEndsAt };
           }
-          visit(key, value, dueMs, cls);
+          visit(slot, value, dueMs, cls);
           visited++;
         }
         chunk = rows.nextChunk(chunk);

@@ -62,8 +62,19 @@ export interface HeldClass {
   readonly mark: Mark;
 }
 
-/** Receives the best rows in order; for callers that copy them straight out (no entry objects). */
-export type TopVisitor = (key: string, score: number, dueMs: number, heldClass: HeldClass) => void;
+/**
+ * Receives the best rows in order; for callers that copy them straight out (no entry objects). A row
+ * comes as its slot in the held rows, valid while the keeper is unchanged: `KeeperCore.keyAt` reads its
+ * key as a string, `KeeperCore.keyBytes` copies its UTF-8 bytes without one.
+ */
+export type TopVisitor = (slot: number, score: number, dueMs: number, heldClass: HeldClass) => void;
+
+/** The UTF-8 bytes of a held row's key, by slot (util/keeper/heldRows.ts keeps them off the JS heap). */
+export interface KeyBytes {
+  keyLength(slot: number): number;
+  /** Copies the key's keyLength bytes into `into` from index `at`. */
+  copyKey(slot: number, into: Uint8Array, at: number): void;
+}
 
 export interface TopWalk {
   visited: number;
@@ -128,4 +139,4 @@ export interface HeldValue {
  * walk then parks the row and passes it without asking again until then (util/keeper/heldRows.ts) —
  * or `false` / 0 to take it.
  */
-export type TopSkip = (key: string, leaseHashHi: number, leaseHashLo: number) => boolean | number;
+export type TopSkip = (slot: number, leaseHashHi: number, leaseHashLo: number) => boolean | number;
