@@ -41,6 +41,8 @@ export interface ScratchOptions {
    * component's own modules; it writes to the folder in the Harper process's QK_SCALE_PROBE_DIR.
    */
   scaleProbe?: boolean;
+  /** Adds POST /prerender_admin/bench-bare-put (admin): filing's rows by Harper's bare put (filing-floor-probe.ts). */
+  filingFloorRoute?: boolean;
 }
 
 const KEEPER_START = '.then(() => leadership.start())';
@@ -230,6 +232,8 @@ export function scratchComponent(opts: ScratchOptions): string {
   if (opts.readPathRoute) src += READ_PATH_ROUTE;
   if (opts.writePathRoute) src += WRITE_PATH_ROUTE;
   if (opts.publishProfileDir) src += publishProfileSource(opts.publishProfileDir);
+  if (opts.filingFloorRoute)
+    src += `\nimport { registerFilingFloor as qkFilingFloor } from './bench/filing-floor-probe.js';\nqkFilingFloor(router, config);\n`;
   if (opts.scaleProbe) {
     // First import, so its patch of the duty scheduler precedes every duty the component adds.
     src = `import { registerScaleProbe as qkScaleProbe } from './bench/scale-probe.js';\n${src}`;

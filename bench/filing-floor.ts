@@ -1,0 +1,283 @@
+// Filing against its floor and its peer: the same ROWS rows of scale-mix.ts's mix (one device) filed four
+// ways, in one run, rounds interleaved (each round runs api, inProcess, bullmq, barePut in that order),
+// each path on a fresh store (a fresh Harper root, or a fresh Redis folder) so every path writes into an
+// equally empty table:
+//   api        POST /render_queue/targets, one client (keep-alive), batches of 10,000, each answered
+//              before the next is sent (as scale.ts files);
+//   inProcess  scale-probe.ts's seed route: the same checks and the same schedule owner's write as the
+//              route and the in-process API (services/http/filing.ts), without HTTP or JSON; 10,000
+//              targets per write, LANES requests of CHUNK rows at a time on fresh connections (so they
+//              spread over both workers);
+//   bullmq     BullMQ's addBulk of the same jobs (one queue per our queue, delay = dueAt − now, 10,000 per
+//              batch, the 20 queues' addBulk calls of a batch concurrent) on a private durable Redis (AOF
+//              everysec, noeviction), as scale.ts does;
+//   barePut    filing-floor-probe.ts's route: the rows filing writes, put straight into RenderSchedule
+//              with Harper's Table.put, TXN rows per transaction, driven like inProcess (LANES × CHUNK):
+//              the floor, what the table costs with no checks, locks, reads or read-back.
+// Every Harper path runs the same scratch copy of the component (keeper on: its subscription digests
+// every write, as in production), boots, takes scale.ts's config and waits for the keeper to be live
+// before the clock starts; afterwards the table must hold ROWS rows (BullMQ: ROWS jobs), else
+// the run stops. Per path and round: rows/s, the server process's CPU ms (Harper, or redis-server) and
+// the 1-minute load average before and after. The summary gives each path's median, per-round ratios
+// (against BullMQ and against the bare put) and their medians, and the distance to the bare put in rows/s.
+// PROFILE=1 instead runs inProcess and barePut once each with every Harper worker sampling itself
+// (scratch-component.ts profiledRun) and prints where the time goes; its rates are not figures.
+//
+// Needs /usr/bin/redis-server (Debian: `apt-get install redis-server`; for the bench only).
+// Run: npm run build && flock /work/bench.lock node dist/bench/filing-floor.js 1000000
+//   env: ROUNDS (3), PATHS (api,inProcess,bullmq,barePut), LANES (2), CHUNK (100000), TXN (10000),
+//   PROFILE (0)
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { startHarper, type HarperInstance } from '../test/harness.js';
+import { cpuMeter, loadavg, machine, median, startRedis } from './lib.js';
+import { keeperLive } from './probe-files.js';
+import { queueName, scaleRoutes, scaleTarget, scaleTargets, SCALE_QUEUES } from './scale-mix.js';
+import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
+
+const ROWS = Number(process.argv[2] ?? 1_000_000);
+const ROUNDS = Number(process.env.ROUNDS ?? 3);
+const PATHS = (process.env.PATHS ?? 'api,inProcess,bullmq,barePut').split(',') as PathName[];
+const LANES = Number(process.env.LANES ?? 2);
+const CHUNK = Number(process.env.CHUNK ?? 100_000);
+const TXN = Number(process.env.TXN ?? 10_000);
+const PROFILE = process.env.PROFILE === '1';
+/** The API's batch, and BullMQ's: what one request (one addBulk round) carries. */
+const BATCH = 10_000;
+const CONFIG = {
+  render: { routes: scaleRoutes(), deviceTypes: ['desktop'] },
+  queue: { keeper: { publishInterval: 1000 } },
+};
+
+type PathName = 'api' | 'inProcess' | 'bullmq' | 'barePut';
+const KNOWN: readonly PathName[] = ['api', 'inProcess', 'bullmq', 'barePut'];
+for (const p of PATHS)
+  if (!KNOWN.includes(p)) throw new Error(`unknown path ${p}: one of ${KNOWN.join(', ')}`);
+
+interface Filed {
+  rowsPerSec: number;
+  seconds: number;
+  /** The server process's CPU over the filing (Harper, or redis-server), ms. */
+  serverCpuMs: number;
+  /** This process's share of the machine over the filing (the client, or BullMQ's side), %. */
+  clientCpuPct: number;
+}
+
+const uptime = () => execFileSync('uptime', { encoding: 'utf8' }).trim();
+const round1 = (x: number) => Math.round(x * 10) / 10;
+const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
+
+// ---- Harper paths ----
+
+async function bootHarper(componentDir: string, probeDir: string): Promise<HarperInstance> {
+  const h = await startHarper({
+    componentDir,
+    logLevel: 'warn',
+    env: { QK_SCALE_PROBE_DIR: probeDir },
+    readyTimeoutMs: 600_000,
+  });
+  const r = await h.fetch('/prerender_admin/config', { body: CONFIG });
+  if (r.status !== 200) throw new Error(`config: ${r.status} ${r.text}`);
+  await keeperLive(h, 0);
+  return h;
+}
+
+async function fileApi(h: HarperInstance, now: number): Promise<void> {
+  for (let i = 0; i < ROWS; i += BATCH) {
+    const targets = scaleTargets(i, Math.min(ROWS, i + BATCH), now);
+    const r = await h.fetch('/render_queue/targets', { body: { targets } });
+    if (r.status !== 200 || r.json.upserted !== targets.length)
+      throw new Error(`filing failed at ${i}: ${r.status} ${r.text.slice(0, 300)}`);
+  }
+}
+
+/** LANES requests at a time to `path`, each rows [from, from + CHUNK). */
+async function fileByRoute(h: HarperInstance, path: string, now: number): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: LANES }, async () => {
+      for (;;) {
+        const from = next;
+        if (from >= ROWS) return;
+        next += CHUNK;
+        const to = Math.min(ROWS, from + CHUNK);
+        const r = await h.fetch(path, { body: { from, to, now, txn: TXN }, fresh: true, timeoutMs: 600_000 });
+        if (r.status !== 200 || r.json.rows !== to - from)
+          throw new Error(`${path} failed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
+      }
+    }),
+  );
+}
+
+function harperFiling(path: Exclude<PathName, 'bullmq'>, h: HarperInstance, now: number): Promise<void> {
+  if (path === 'api') return fileApi(h, now);
+  if (path === 'inProcess') return fileByRoute(h, '/prerender_admin/bench-seed', now);
+  return fileByRoute(h, '/prerender_admin/bench-bare-put', now);
+}
+
+async function harperPath(path: Exclude<PathName, 'bullmq'>, componentDir: string): Promise<Filed> {
+  const probeDir = mkdtempSync(join(tmpdir(), 'qk-floor-probe-'));
+  const h = await bootHarper(componentDir, probeDir);
+  try {
+    const now = Date.now();
+    const meter = cpuMeter({ harper: h.pid });
+    const t0 = performance.now();
+    await harperFiling(path, h, now);
+    const elapsed = performance.now() - t0;
+    const m = meter();
+    const counted = await h.fetch('/prerender_admin/bench-row-count');
+    if (counted.status !== 200 || counted.json.rows !== ROWS)
+      throw new Error(`${path}: the table holds ${counted.text.slice(0, 100)} rows, not ${ROWS}`);
+    return {
+      rowsPerSec: Math.round((ROWS / elapsed) * 1000),
+      seconds: round1(elapsed / 1000),
+      serverCpuMs: m.harperCpuMs!,
+      clientCpuPct: m.generatorCpuPct!,
+    };
+  } finally {
+    await h.destroy();
+    rmSync(probeDir, { recursive: true, force: true });
+  }
+}
+
+// ---- BullMQ ----
+
+async function bullmqPath(): Promise<Filed> {
+  const redis = await startRedis({ persistence: 'aof-everysec' });
+  const connection = { host: '127.0.0.1', port: redis.port, maxRetriesPerRequest: null };
+  const queues = Array.from({ length: SCALE_QUEUES }, (_, q) => new Queue(queueName(q), { connection }));
+  try {
+    await Promise.all(queues.map((q) => q.waitUntilReady()));
+    const now = Date.now();
+    const meter = cpuMeter({ redis: redis.pid });
+    const t0 = performance.now();
+    for (let i = 0; i < ROWS; i += BATCH) {
+      const byQueue: Array<Array<{ name: string; data: unknown; opts: Record<string, unknown> }>> =
+        queues.map(() => []);
+      for (let k = i; k < Math.min(ROWS, i + BATCH); k++) {
+        const t = scaleTarget(k, now);
+        byQueue[k % SCALE_QUEUES]!.push({
+          name: 'render',
+          data: { url: t.url, deviceType: 'desktop', cadenceMs: t.cadenceMs, fromSitemap: t.fromSitemap },
+          opts: { jobId: `r${k}`, delay: Math.max(0, t.dueAt - now) },
+        });
+      }
+      await Promise.all(queues.map((q, n) => (byQueue[n]!.length ? q.addBulk(byQueue[n]!) : null)));
+    }
+    const elapsed = performance.now() - t0;
+    const m = meter();
+    const jobs = (await Promise.all(queues.map((q) => q.count()))).reduce((a, b) => a + b, 0);
+    if (jobs !== ROWS) throw new Error(`bullmq: Redis holds ${jobs} jobs, not ${ROWS}`);
+    const p = await redis.info('persistence');
+    if (p.aof_enabled !== '1' || p.aof_last_write_status !== 'ok')
+      throw new Error(`bullmq: the AOF is not on and written (${JSON.stringify(p)})`);
+    return {
+      rowsPerSec: Math.round((ROWS / elapsed) * 1000),
+      seconds: round1(elapsed / 1000),
+      serverCpuMs: m.redisCpuMs!,
+      clientCpuPct: m.generatorCpuPct!,
+    };
+  } finally {
+    await Promise.all(queues.map((q) => q.close()));
+    await redis.stop();
+  }
+}
+
+// ---- run ----
+
+async function profile(componentDir: string, profileDir: string): Promise<void> {
+  for (const path of ['inProcess', 'barePut'] as const) {
+    const probeDir = mkdtempSync(join(tmpdir(), 'qk-floor-probe-'));
+    const h = await bootHarper(componentDir, probeDir);
+    try {
+      const now = Date.now();
+      const t0 = performance.now();
+      await profiledRun(profileDir, path, () => harperFiling(path, h, now), 30);
+      console.log(
+        JSON.stringify({
+          profiled: path,
+          rowsPerSecUnderProfiler: Math.round((ROWS / (performance.now() - t0)) * 1000),
+        }),
+      );
+    } finally {
+      await h.destroy();
+      rmSync(probeDir, { recursive: true, force: true });
+    }
+  }
+  console.log(JSON.stringify({ profiles: profileDir }));
+}
+
+function summary(rounds: Array<Partial<Record<PathName, Filed>>>) {
+  const rates = Object.fromEntries(PATHS.map((p) => [p, rounds.map((r) => r[p]!.rowsPerSec)])) as Record<
+    PathName,
+    number[]
+  >;
+  const perRound = (a: PathName, b: PathName) =>
+    PATHS.includes(a) && PATHS.includes(b)
+      ? rounds.map((r) => ratio(r[a]!.rowsPerSec, r[b]!.rowsPerSec))
+      : null;
+  const ratios: Record<string, { perRound: number[]; median: number }> = {};
+  for (const [a, b] of [
+    ['inProcess', 'bullmq'],
+    ['api', 'bullmq'],
+    ['barePut', 'bullmq'],
+    ['inProcess', 'barePut'],
+    ['api', 'barePut'],
+    ['api', 'inProcess'],
+  ] as Array<[PathName, PathName]>) {
+    const r = perRound(a, b);
+    if (r) ratios[`${a}/${b}`] = { perRound: r, median: median(r) };
+  }
+  const medians = Object.fromEntries(PATHS.map((p) => [p, median(rates[p])]));
+  const distance: Record<string, number> = {};
+  if (PATHS.includes('barePut'))
+    for (const p of ['api', 'inProcess'] as const)
+      if (PATHS.includes(p)) distance[`barePut-${p}`] = medians.barePut! - medians[p]!;
+  return { rowsPerSec: rates, medians, ratios, distanceRowsPerSec: distance };
+}
+
+console.log(
+  JSON.stringify({
+    bench: 'filing-floor',
+    ...machine(),
+    rows: ROWS,
+    rounds: ROUNDS,
+    paths: PATHS,
+    lanes: LANES,
+    chunk: CHUNK,
+    txn: TXN,
+    profile: PROFILE,
+    uptime: uptime(),
+  }),
+);
+const profileDir = PROFILE ? mkdtempSync(join(tmpdir(), 'qk-floor-profile-')) : undefined;
+const componentDir = scratchComponent({
+  keeper: true,
+  scaleProbe: true,
+  filingFloorRoute: true,
+  ...(profileDir ? { profileDir } : {}),
+});
+try {
+  if (profileDir) await profile(componentDir, profileDir);
+  else {
+    const rounds: Array<Partial<Record<PathName, Filed>>> = [];
+    for (let round = 1; round <= ROUNDS; round++) {
+      const out: Partial<Record<PathName, Filed>> = {};
+      console.log(JSON.stringify({ round, uptimeBefore: uptime() }));
+      for (const path of PATHS) {
+        const loadBefore = loadavg();
+        out[path] = path === 'bullmq' ? await bullmqPath() : await harperPath(path, componentDir);
+        console.log(JSON.stringify({ round, path, ...out[path], loadBefore, loadAfter: loadavg() }));
+      }
+      console.log(JSON.stringify({ round, uptimeAfter: uptime() }));
+      rounds.push(out);
+    }
+    console.log(JSON.stringify({ summary: summary(rounds) }));
+  }
+} finally {
+  removeScratch(componentDir);
+}
+console.log(JSON.stringify({ done: true, uptime: uptime() }));
