@@ -7,10 +7,11 @@
 //        fresh filing writes (util/schedule/rules.ts upsertTarget, one per configured device, under its
 //        `<url>|<device>` key), then `txn` rows per transaction of Table.put, each commit awaited. No
 //        checks, no key locks, no read before or after, no failing-list lookup: what filing adds on top.
+//        Answers the rows, the ms and the worker index that wrote them.
 //   GET  /prerender_admin/bench-row-count  (admin): the schedule's string keys, counted from its primary
 //        store (lmdb's entry count also counts an entry that is no row).
 import { reply, type Router } from '../services/http/router.js';
-import { table, transaction } from '../services/runtime/harper.js';
+import { table, transaction, workerIndex } from '../services/runtime/harper.js';
 import type { QueueKeeperConfig } from '../util/config/schema.js';
 import { upsertTarget } from '../util/schedule/rules.js';
 import { rowKey } from '../util/schedule/rowKey.js';
@@ -43,7 +44,7 @@ export function registerFilingFloor(router: Router, config: () => QueueKeeperCon
       }
       rows += records.length;
     }
-    return reply({ rows, ms: performance.now() - t0 });
+    return reply({ rows, ms: performance.now() - t0, worker: workerIndex() ?? null });
   });
   router.route('GET', '/prerender_admin/bench-row-count', 'admin', () => {
     let rows = 0;

@@ -6,8 +6,8 @@
 //              before the next is sent (as scale.ts files);
 //   inProcess  scale-probe.ts's seed route: the same checks and the same schedule owner's write as the
 //              route and the in-process API (services/http/filing.ts), without HTTP or JSON; 10,000
-//              targets per write, LANES requests of CHUNK rows at a time on fresh connections (so they
-//              spread over both workers);
+//              targets per write, LANES requests of CHUNK rows at a time, each on a fresh connection (so
+//              they spread over both workers);
 //   bullmq     BullMQ's addBulk of the same jobs (one queue per our queue, delay = dueAt − now, 10,000 per
 //              batch, the 20 queues' addBulk calls of a batch concurrent) on a private durable Redis (AOF
 //              everysec, noeviction), as scale.ts does;
@@ -27,13 +27,16 @@
 // Run: npm run build && flock /work/bench.lock node dist/bench/filing-floor.js 1000000
 //   env: ROUNDS (3), PATHS (api,inProcess,bullmq,barePut), LANES (2), CHUNK (100000), TXN (10000),
 //   PROFILE (0)
+//   The keeper's worker 0 also files what reaches it: Harper hands each new connection to the worker it
+//   finds most idle, so a route path's rows per worker index and the busiest threads are printed with
+//   each figure (the API's one keep-alive connection stays on the worker it was handed).
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { startHarper, type HarperInstance } from '../test/harness.js';
-import { cpuMeter, loadavg, machine, median, startRedis } from './lib.js';
+import { busiestThreads, cpuMeter, loadavg, machine, median, startRedis, threadCpuMs } from './lib.js';
 import { keeperLive } from './probe-files.js';
 import { queueName, scaleRoutes, scaleTarget, scaleTargets, SCALE_QUEUES } from './scale-mix.js';
 import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
@@ -42,7 +45,7 @@ const ROWS = Number(process.argv[2] ?? 1_000_000);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const PATHS = (process.env.PATHS ?? 'api,inProcess,bullmq,barePut').split(',') as PathName[];
 const LANES = Number(process.env.LANES ?? 2);
-const CHUNK = Number(process.env.CHUNK ?? 100_000);
+const CHUNK = Number(process.env.CHUNK ?? 20_000);
 const TXN = Number(process.env.TXN ?? 10_000);
 const PROFILE = process.env.PROFILE === '1';
 /** The API's batch, and BullMQ's: what one request (one addBulk round) carries. */
@@ -64,6 +67,10 @@ interface Filed {
   serverCpuMs: number;
   /** This process's share of the machine over the filing (the client, or BullMQ's side), %. */
   clientCpuPct: number;
+  /** Rows filed by each Harper worker index (the route paths only). */
+  rowsByWorker?: Record<string, number>;
+  /** The server's busiest threads over the filing, `name#tid:cpu ms`. */
+  threads?: string[];
 }
 
 const uptime = () => execFileSync('uptime', { encoding: 'utf8' }).trim();
@@ -94,8 +101,9 @@ async function fileApi(h: HarperInstance, now: number): Promise<void> {
   }
 }
 
-/** LANES requests at a time to `path`, each rows [from, from + CHUNK). */
-async function fileByRoute(h: HarperInstance, path: string, now: number): Promise<void> {
+/** LANES requests at a time to `path`, each rows [from, from + CHUNK); answers the rows by worker. */
+async function fileByRoute(h: HarperInstance, path: string, now: number): Promise<Record<string, number>> {
+  const byWorker: Record<string, number> = {};
   let next = 0;
   await Promise.all(
     Array.from({ length: LANES }, async () => {
@@ -107,13 +115,23 @@ async function fileByRoute(h: HarperInstance, path: string, now: number): Promis
         const r = await h.fetch(path, { body: { from, to, now, txn: TXN }, fresh: true, timeoutMs: 600_000 });
         if (r.status !== 200 || r.json.rows !== to - from)
           throw new Error(`${path} failed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
+        const w = String(r.json.worker);
+        byWorker[w] = (byWorker[w] ?? 0) + (to - from);
       }
     }),
   );
+  return byWorker;
 }
 
-function harperFiling(path: Exclude<PathName, 'bullmq'>, h: HarperInstance, now: number): Promise<void> {
-  if (path === 'api') return fileApi(h, now);
+async function harperFiling(
+  path: Exclude<PathName, 'bullmq'>,
+  h: HarperInstance,
+  now: number,
+): Promise<Record<string, number> | undefined> {
+  if (path === 'api') {
+    await fileApi(h, now);
+    return undefined;
+  }
   if (path === 'inProcess') return fileByRoute(h, '/prerender_admin/bench-seed', now);
   return fileByRoute(h, '/prerender_admin/bench-bare-put', now);
 }
@@ -124,10 +142,12 @@ async function harperPath(path: Exclude<PathName, 'bullmq'>, componentDir: strin
   try {
     const now = Date.now();
     const meter = cpuMeter({ harper: h.pid });
+    const threads = threadCpuMs(h.pid);
     const t0 = performance.now();
-    await harperFiling(path, h, now);
+    const rowsByWorker = await harperFiling(path, h, now);
     const elapsed = performance.now() - t0;
     const m = meter();
+    const busiest = busiestThreads(threads, threadCpuMs(h.pid), 3);
     const counted = await h.fetch('/prerender_admin/bench-row-count');
     if (counted.status !== 200 || counted.json.rows !== ROWS)
       throw new Error(`${path}: the table holds ${counted.text.slice(0, 100)} rows, not ${ROWS}`);
@@ -136,6 +156,8 @@ async function harperPath(path: Exclude<PathName, 'bullmq'>, componentDir: strin
       seconds: round1(elapsed / 1000),
       serverCpuMs: m.harperCpuMs!,
       clientCpuPct: m.generatorCpuPct!,
+      ...(rowsByWorker ? { rowsByWorker } : {}),
+      threads: busiest,
     };
   } finally {
     await h.destroy();
@@ -195,11 +217,12 @@ async function profile(componentDir: string, profileDir: string): Promise<void> 
     try {
       const now = Date.now();
       const t0 = performance.now();
-      await profiledRun(profileDir, path, () => harperFiling(path, h, now), 30);
+      const rowsByWorker = await profiledRun(profileDir, path, () => harperFiling(path, h, now), 30);
       console.log(
         JSON.stringify({
           profiled: path,
           rowsPerSecUnderProfiler: Math.round((ROWS / (performance.now() - t0)) * 1000),
+          rowsByWorker,
         }),
       );
     } finally {
