@@ -25,8 +25,11 @@
 //
 // Needs /usr/bin/redis-server (Debian: `apt-get install redis-server`; for the bench only).
 // Run: npm run build && flock /work/bench.lock node dist/bench/filing-floor.js 1000000
-//   env: ROUNDS (3), PATHS (api,inProcess,bullmq,barePut), LANES (2), CHUNK (100000), TXN (10000),
-//   PROFILE (0)
+//   env: ROUNDS (3), PATHS (api,inProcess,bullmq,barePut), LANES (2), CHUNK (20000), TXN (10000),
+//   PROFILE (0), BASE (a built tree: a copy of another checkout's dist/, config.yaml, index.js,
+//   schema.graphql, roles.yaml, package.json and web/). A path in PATHS is `<path>[:<txn>][@base]`:
+//   `barePut:1000` puts 1,000 rows per transaction, `inProcess@base` files through BASE's build, so a
+//   change and what it changed run side by side in one run (each `x@base` is also set against `x`).
 //   The keeper's worker 0 also files what reaches it: Harper hands each new connection to the worker it
 //   finds most idle, so a route path's rows per worker index and the busiest threads are printed with
 //   each figure (the API's one keep-alive connection stays on the worker it was handed).
@@ -43,7 +46,8 @@ import { profiledRun, removeScratch, scratchComponent } from './scratch-componen
 
 const ROWS = Number(process.argv[2] ?? 1_000_000);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
-const PATHS = (process.env.PATHS ?? 'api,inProcess,bullmq,barePut').split(',') as PathName[];
+const PATHS = (process.env.PATHS ?? 'api,inProcess,bullmq,barePut').split(',');
+const BASE = process.env.BASE;
 const LANES = Number(process.env.LANES ?? 2);
 const CHUNK = Number(process.env.CHUNK ?? 20_000);
 const TXN = Number(process.env.TXN ?? 10_000);
@@ -56,9 +60,23 @@ const CONFIG = {
 };
 
 type PathName = 'api' | 'inProcess' | 'bullmq' | 'barePut';
-const KNOWN: readonly PathName[] = ['api', 'inProcess', 'bullmq', 'barePut'];
-for (const p of PATHS)
-  if (!KNOWN.includes(p)) throw new Error(`unknown path ${p}: one of ${KNOWN.join(', ')}`);
+/** One path of a round as PATHS names it. */
+interface PathSpec {
+  spec: string;
+  path: PathName;
+  /** The bare put's rows per transaction. */
+  txn: number;
+  /** Through BASE's build instead of this checkout's. */
+  base: boolean;
+}
+
+function parseSpec(spec: string): PathSpec {
+  const m = /^(api|inProcess|bullmq|barePut)(?::(\d+))?(@base)?$/.exec(spec);
+  if (!m) throw new Error(`unknown path ${spec}: api, inProcess, bullmq or barePut, then :<txn>, @base`);
+  if (m[3] && !BASE) throw new Error(`${spec} needs BASE=<a built tree>`);
+  return { spec, path: m[1] as PathName, txn: m[2] ? Number(m[2]) : TXN, base: Boolean(m[3]) };
+}
+const SPECS = PATHS.map(parseSpec);
 
 interface Filed {
   rowsPerSec: number;
@@ -102,7 +120,12 @@ async function fileApi(h: HarperInstance, now: number): Promise<void> {
 }
 
 /** LANES requests at a time to `path`, each rows [from, from + CHUNK); answers the rows by worker. */
-async function fileByRoute(h: HarperInstance, path: string, now: number): Promise<Record<string, number>> {
+async function fileByRoute(
+  h: HarperInstance,
+  path: string,
+  now: number,
+  txn = TXN,
+): Promise<Record<string, number>> {
   const byWorker: Record<string, number> = {};
   let next = 0;
   await Promise.all(
@@ -112,7 +135,7 @@ async function fileByRoute(h: HarperInstance, path: string, now: number): Promis
         if (from >= ROWS) return;
         next += CHUNK;
         const to = Math.min(ROWS, from + CHUNK);
-        const r = await h.fetch(path, { body: { from, to, now, txn: TXN }, fresh: true, timeoutMs: 600_000 });
+        const r = await h.fetch(path, { body: { from, to, now, txn }, fresh: true, timeoutMs: 600_000 });
         if (r.status !== 200 || r.json.rows !== to - from)
           throw new Error(`${path} failed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
         const w = String(r.json.worker);
@@ -127,16 +150,21 @@ async function harperFiling(
   path: Exclude<PathName, 'bullmq'>,
   h: HarperInstance,
   now: number,
+  txn = TXN,
 ): Promise<Record<string, number> | undefined> {
   if (path === 'api') {
     await fileApi(h, now);
     return undefined;
   }
   if (path === 'inProcess') return fileByRoute(h, '/prerender_admin/bench-seed', now);
-  return fileByRoute(h, '/prerender_admin/bench-bare-put', now);
+  return fileByRoute(h, '/prerender_admin/bench-bare-put', now, txn);
 }
 
-async function harperPath(path: Exclude<PathName, 'bullmq'>, componentDir: string): Promise<Filed> {
+async function harperPath(
+  path: Exclude<PathName, 'bullmq'>,
+  txn: number,
+  componentDir: string,
+): Promise<Filed> {
   const probeDir = mkdtempSync(join(tmpdir(), 'qk-floor-probe-'));
   const h = await bootHarper(componentDir, probeDir);
   try {
@@ -144,7 +172,7 @@ async function harperPath(path: Exclude<PathName, 'bullmq'>, componentDir: strin
     const meter = cpuMeter({ harper: h.pid });
     const threads = threadCpuMs(h.pid);
     const t0 = performance.now();
-    const rowsByWorker = await harperFiling(path, h, now);
+    const rowsByWorker = await harperFiling(path, h, now, txn);
     const elapsed = performance.now() - t0;
     const m = meter();
     const busiest = busiestThreads(threads, threadCpuMs(h.pid), 3);
@@ -233,32 +261,26 @@ async function profile(componentDir: string, profileDir: string): Promise<void> 
   console.log(JSON.stringify({ profiles: profileDir }));
 }
 
-function summary(rounds: Array<Partial<Record<PathName, Filed>>>) {
-  const rates = Object.fromEntries(PATHS.map((p) => [p, rounds.map((r) => r[p]!.rowsPerSec)])) as Record<
-    PathName,
-    number[]
-  >;
-  const perRound = (a: PathName, b: PathName) =>
-    PATHS.includes(a) && PATHS.includes(b)
-      ? rounds.map((r) => ratio(r[a]!.rowsPerSec, r[b]!.rowsPerSec))
-      : null;
+function summary(rounds: Array<Record<string, Filed>>) {
+  const rates = Object.fromEntries(PATHS.map((p) => [p, rounds.map((r) => r[p]!.rowsPerSec)]));
+  const medians = Object.fromEntries(PATHS.map((p) => [p, median(rates[p]!)]));
   const ratios: Record<string, { perRound: number[]; median: number }> = {};
-  for (const [a, b] of [
-    ['inProcess', 'bullmq'],
-    ['api', 'bullmq'],
-    ['barePut', 'bullmq'],
-    ['inProcess', 'barePut'],
-    ['api', 'barePut'],
-    ['api', 'inProcess'],
-  ] as Array<[PathName, PathName]>) {
-    const r = perRound(a, b);
-    if (r) ratios[`${a}/${b}`] = { perRound: r, median: median(r) };
+  const against = (a: string, b: string) => {
+    if (a === b || !PATHS.includes(a) || !PATHS.includes(b) || `${a}/${b}` in ratios) return;
+    const perRound = rounds.map((r) => ratio(r[a]!.rowsPerSec, r[b]!.rowsPerSec));
+    ratios[`${a}/${b}`] = { perRound, median: median(perRound) };
+  };
+  for (const a of PATHS) {
+    against(a, 'bullmq');
+    against(a, 'barePut');
+    if (a.endsWith('@base')) against(a.slice(0, -'@base'.length), a);
   }
-  const medians = Object.fromEntries(PATHS.map((p) => [p, median(rates[p])]));
+  against('api', 'inProcess');
   const distance: Record<string, number> = {};
   if (PATHS.includes('barePut'))
-    for (const p of ['api', 'inProcess'] as const)
-      if (PATHS.includes(p)) distance[`barePut-${p}`] = medians.barePut! - medians[p]!;
+    for (const p of PATHS)
+      if (p.startsWith('api') || p.startsWith('inProcess'))
+        distance[`barePut-${p}`] = medians.barePut! - medians[p]!;
   return { rowsPerSec: rates, medians, ratios, distanceRowsPerSec: distance };
 }
 
@@ -269,6 +291,7 @@ console.log(
     rows: ROWS,
     rounds: ROUNDS,
     paths: PATHS,
+    base: BASE ?? null,
     lanes: LANES,
     chunk: CHUNK,
     txn: TXN,
@@ -277,23 +300,30 @@ console.log(
   }),
 );
 const profileDir = PROFILE ? mkdtempSync(join(tmpdir(), 'qk-floor-profile-')) : undefined;
-const componentDir = scratchComponent({
-  keeper: true,
-  scaleProbe: true,
-  filingFloorRoute: true,
-  ...(profileDir ? { profileDir } : {}),
-});
+const scratch = (from?: string) =>
+  scratchComponent({
+    keeper: true,
+    scaleProbe: true,
+    filingFloorRoute: true,
+    ...(profileDir ? { profileDir } : {}),
+    ...(from ? { from } : {}),
+  });
+const componentDir = scratch();
+const baseDir = BASE && SPECS.some((s) => s.base) ? scratch(BASE) : undefined;
 try {
   if (profileDir) await profile(componentDir, profileDir);
   else {
-    const rounds: Array<Partial<Record<PathName, Filed>>> = [];
+    const rounds: Array<Record<string, Filed>> = [];
     for (let round = 1; round <= ROUNDS; round++) {
-      const out: Partial<Record<PathName, Filed>> = {};
+      const out: Record<string, Filed> = {};
       console.log(JSON.stringify({ round, uptimeBefore: uptime() }));
-      for (const path of PATHS) {
+      for (const { spec, path, txn, base } of SPECS) {
         const loadBefore = loadavg();
-        out[path] = path === 'bullmq' ? await bullmqPath() : await harperPath(path, componentDir);
-        console.log(JSON.stringify({ round, path, ...out[path], loadBefore, loadAfter: loadavg() }));
+        out[spec] =
+          path === 'bullmq'
+            ? await bullmqPath()
+            : await harperPath(path, txn, base ? baseDir! : componentDir);
+        console.log(JSON.stringify({ round, path: spec, ...out[spec], loadBefore, loadAfter: loadavg() }));
       }
       console.log(JSON.stringify({ round, uptimeAfter: uptime() }));
       rounds.push(out);
@@ -302,5 +332,6 @@ try {
   }
 } finally {
   removeScratch(componentDir);
+  if (baseDir) removeScratch(baseDir);
 }
 console.log(JSON.stringify({ done: true, uptime: uptime() }));
