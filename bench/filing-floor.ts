@@ -39,8 +39,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { startHarper, type HarperInstance } from '../test/harness.js';
-import { busiestThreads, cpuMeter, loadavg, machine, median, startRedis, threadCpuMs } from './lib.js';
-import { keeperLive } from './probe-files.js';
+import { busiestThreads, cpuMeter, loadavg, machine, median, sleep, startRedis, threadCpuMs } from './lib.js';
+import { keeperLive, readStalls } from './probe-files.js';
 import { queueName, scaleRoutes, scaleTarget, scaleTargets, SCALE_QUEUES } from './scale-mix.js';
 import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
 
@@ -89,6 +89,8 @@ interface Filed {
   rowsByWorker?: Record<string, number>;
   /** The server's busiest threads over the filing, `name#tid:cpu ms`. */
   threads?: string[];
+  /** Holds of a Harper worker's event loop ≥ 50 ms while it filed (scale-probe.ts): the longest, ms, by worker index, and how many passed 100 ms. */
+  holds?: { maxMsByWorker: Record<string, number>; over100: number };
 }
 
 const uptime = () => execFileSync('uptime', { encoding: 'utf8' }).trim();
@@ -171,11 +173,18 @@ async function harperPath(
     const now = Date.now();
     const meter = cpuMeter({ harper: h.pid });
     const threads = threadCpuMs(h.pid);
+    readStalls(probeDir);
     const t0 = performance.now();
     const rowsByWorker = await harperFiling(path, h, now, txn);
     const elapsed = performance.now() - t0;
     const m = meter();
     const busiest = busiestThreads(threads, threadCpuMs(h.pid), 3);
+    // The probe writes a hold down 200 ms after it ends.
+    await sleep(500);
+    const stalls = readStalls(probeDir);
+    const maxMsByWorker: Record<string, number> = {};
+    for (const s of stalls)
+      maxMsByWorker[String(s.worker)] = Math.max(maxMsByWorker[String(s.worker)] ?? 0, s.ms);
     const counted = await h.fetch('/prerender_admin/bench-row-count');
     if (counted.status !== 200 || counted.json.rows !== ROWS)
       throw new Error(`${path}: the table holds ${counted.text.slice(0, 100)} rows, not ${ROWS}`);
@@ -186,6 +195,7 @@ async function harperPath(
       clientCpuPct: m.generatorCpuPct!,
       ...(rowsByWorker ? { rowsByWorker } : {}),
       threads: busiest,
+      holds: { maxMsByWorker, over100: stalls.filter((s) => s.ms > 100).length },
     };
   } finally {
     await h.destroy();
