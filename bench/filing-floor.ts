@@ -17,8 +17,9 @@
 // Every Harper path runs the same scratch copy of the component (keeper on: its subscription digests
 // every write, as in production), boots, takes scale.ts's config and waits for the keeper to be live
 // before the clock starts; afterwards the table must hold ROWS rows (BullMQ: ROWS jobs), else
-// the run stops. Per path and round: rows/s, the server process's CPU ms (Harper, or redis-server) and
-// the 1-minute load average before and after. The summary gives each path's median, per-round ratios
+// the run stops. Per path and round: rows/s, the server process's CPU ms (Harper, or redis-server), the
+// 1-minute load average before and after, and for Harper each worker's longest hold of its event loop
+// while it filed and how many holds passed 100 ms (scale-probe.ts's stall files). The summary gives each path's median, per-round ratios
 // (against BullMQ and against the bare put) and their medians, and the distance to the bare put in rows/s.
 // PROFILE=1 instead runs inProcess and barePut once each with every Harper worker sampling itself
 // (scratch-component.ts profiledRun) and prints where the time goes; its rates are not figures.
