@@ -16,6 +16,7 @@
 //   POST /prerender_admin/bench-seed     {from, to, now}: rows [from, to) of scale-mix.ts filed through
 //                                        the same validation and schedule write as POST
 //                                        /render_queue/targets, 10,000 per write, without HTTP or JSON;
+//                                        answers the rows, the ms and the worker index that filed them;
 //   GET  /prerender_admin/bench-storage  the lmdb statistics of the schedule's stores (record, audit
 //                                        log, failing list) and of its database file.
 import { writeFileSync, appendFileSync, readFileSync } from 'node:fs';
@@ -193,7 +194,7 @@ export function registerScaleProbe(
         now,
       );
     }
-    return reply({ rows, ms: performance.now() - t0 });
+    return reply({ rows, ms: performance.now() - t0, worker: workerIndex() ?? null });
   });
   router.route('GET', '/prerender_admin/bench-storage', 'admin', async () => {
     const rs = table('render_schedule', 'RenderSchedule') as Store;

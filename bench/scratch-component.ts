@@ -41,6 +41,13 @@ export interface ScratchOptions {
    * component's own modules; it writes to the folder in the Harper process's QK_SCALE_PROBE_DIR.
    */
   scaleProbe?: boolean;
+  /**
+   * The built tree to copy (its dist/, config.yaml, index.js, schema.graphql, roles.yaml, package.json,
+   * web/): another build to set against this one in one run. Default: this repository.
+   */
+  from?: string;
+  /** Adds POST /prerender_admin/bench-bare-put (admin): filing's rows by Harper's bare put (filing-floor-probe.ts). */
+  filingFloorRoute?: boolean;
 }
 
 const KEEPER_START = '.then(() => leadership.start())';
@@ -214,10 +221,11 @@ router.route('POST', '/prerender_admin/bench-write-path', 'admin', async (req) =
 /** Makes the copy and returns its folder. */
 export function scratchComponent(opts: ScratchOptions): string {
   const dir = mkdtempSync(join(tmpdir(), 'qk-scratch-component-'));
+  const from = opts.from ?? repoRoot;
   for (const f of ['config.yaml', 'index.js', 'schema.graphql', 'roles.yaml', 'package.json'])
-    cpSync(join(repoRoot, f), join(dir, f));
-  if (existsSync(join(repoRoot, 'web'))) cpSync(join(repoRoot, 'web'), join(dir, 'web'), { recursive: true });
-  cpSync(join(repoRoot, 'dist'), join(dir, 'dist'), { recursive: true });
+    cpSync(join(from, f), join(dir, f));
+  if (existsSync(join(from, 'web'))) cpSync(join(from, 'web'), join(dir, 'web'), { recursive: true });
+  cpSync(join(from, 'dist'), join(dir, 'dist'), { recursive: true });
   symlinkSync(join(repoRoot, 'node_modules'), join(dir, 'node_modules'), 'dir');
   const entry = join(dir, 'dist', 'resources.js');
   let src = readFileSync(entry, 'utf8');
@@ -230,6 +238,8 @@ export function scratchComponent(opts: ScratchOptions): string {
   if (opts.readPathRoute) src += READ_PATH_ROUTE;
   if (opts.writePathRoute) src += WRITE_PATH_ROUTE;
   if (opts.publishProfileDir) src += publishProfileSource(opts.publishProfileDir);
+  if (opts.filingFloorRoute)
+    src += `\nimport { registerFilingFloor as qkFilingFloor } from './bench/filing-floor-probe.js';\nqkFilingFloor(router, config);\n`;
   if (opts.scaleProbe) {
     // First import, so its patch of the duty scheduler precedes every duty the component adds.
     src = `import { registerScaleProbe as qkScaleProbe } from './bench/scale-probe.js';\n${src}`;
