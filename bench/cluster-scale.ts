@@ -1,6 +1,7 @@
 // Three nodes on 127.0.0.1 at scale (docs/sizing.md "Three nodes"): ROWS rows of scale-mix.ts's mix
 // (10 % due) seed-filed on node-a and replicated, then
-//   held     each keeper holds its rendezvous share: wall time from the seed's end, rows per node, and
+//   replicated  every node's table holds every row: wall time from the seed's end;
+//   held     each keeper holds its rendezvous share: wall time from then, rows per node, and
 //            per node worker 0's heap used and the process's RssAnon;
 //   drain    every due row claimed through /render_queue/next (CLIENTS loops a node, limit 25, results in
 //            the next call): jobs/s and rows granted more than once;
@@ -169,6 +170,21 @@ try {
   const seededMs = performance.now() - f0;
   emit('seed', { rows: ROWS, seconds: ms(seededMs / 1000), rowsPerSec: ms((ROWS / seededMs) * 1000) });
 
+  // Replication to the two other nodes runs behind the seed: the figures below are of a replicated table.
+  const r0 = performance.now();
+  let entries: number[] = [];
+  await until(
+    'every node to hold the whole table',
+    async () =>
+      (entries = await Promise.all(
+        nodes.map(async (n) => Number((await storage(n.h)).record.entries)),
+      )).every((e) => e >= ROWS),
+    3_600_000,
+    2000,
+  ).catch((e: unknown) => {
+    throw new Error(`${String(e)}; table entries ${entries.join('/')}`);
+  });
+  emit('replicated', { afterSeedS: ms((performance.now() - r0) / 1000) });
   const h0 = performance.now();
   let last: Array<number | null> = [];
   await until(
