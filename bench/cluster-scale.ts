@@ -19,8 +19,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Ownership } from '../util/cluster/ownership.js';
 import { rowKey } from '../util/schedule/rowKey.js';
-import { ADMIN_PASS, ADMIN_USER, startHarper, type HarperInstance } from '../test/harness.js';
-import { heldByOneView, untilRowsStream } from '../test/clusterJoin.js';
+import { startHarper, type HarperInstance } from '../test/harness.js';
+import { addNode, heldByOneView, untilRowsStream } from '../test/clusterJoin.js';
 import { loadavg, machine, overview, rssKb, sleep, until } from './lib.js';
 import { readStalls, stallSummary, storage, type HeapReport } from './probe-files.js';
 import { isDue, scaleRoutes, scaleUrl } from './scale-mix.js';
@@ -31,7 +31,6 @@ const CLIENTS = Number(process.env.CLIENTS ?? 4);
 const THREADS = Number(process.env.THREADS ?? 1);
 const TICK = Number(process.env.TICK ?? 1000);
 const NAMES = ['node-a', 'node-b', 'node-c'] as const;
-const AUTH = 'Basic ' + Buffer.from(`${ADMIN_USER}:${ADMIN_PASS}`).toString('base64');
 const ms = (x: number) => Math.round(x);
 
 interface Node {
@@ -130,14 +129,7 @@ try {
     nodes.push({ name, h: await boot(name, component, probe), probe });
   }
   const [a, b, c] = nodes as [Node, Node, Node];
-  const link = (from: Node, to: Node) =>
-    from.h.operation({
-      operation: 'add_node',
-      hostname: to.name,
-      url: to.h.replicationUrl,
-      authorization: AUTH,
-      retain_authorization: true,
-    });
+  const link = (from: Node, to: Node) => addNode(from.h, to.name, to.h);
   await link(b, a);
   await link(c, a);
   await link(c, b);
