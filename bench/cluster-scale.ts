@@ -22,7 +22,7 @@ import { rowKey } from '../util/schedule/rowKey.js';
 import { startHarper, type HarperInstance } from '../test/harness.js';
 import { addNode, heldByOneView, untilRowsStream } from '../test/clusterJoin.js';
 import { loadavg, machine, overview, rssKb, sleep, until } from './lib.js';
-import { readStalls, stallSummary, storage, type HeapReport } from './probe-files.js';
+import { fileSeed, readStalls, stallSummary, storage, type HeapReport } from './probe-files.js';
 import { isDue, scaleRoutes, scaleUrl } from './scale-mix.js';
 import { removeScratch, scratchComponent } from './scratch-component.js';
 
@@ -150,15 +150,7 @@ try {
 
   const f0 = performance.now();
   const now = Date.now();
-  const CHUNK = 200_000;
-  for (let from = 0; from < ROWS; from += CHUNK) {
-    const r = await a.h.fetch('/prerender_admin/bench-seed', {
-      body: { from, to: Math.min(ROWS, from + CHUNK), now },
-      fresh: true,
-      timeoutMs: 900_000,
-    });
-    if (r.status !== 200) throw new Error(`seed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
-  }
+  await fileSeed(a.h, ROWS, now);
   const seededMs = performance.now() - f0;
   emit('seed', { rows: ROWS, seconds: ms(seededMs / 1000), rowsPerSec: ms((ROWS / seededMs) * 1000) });
 

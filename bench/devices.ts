@@ -27,7 +27,7 @@ import { join } from 'node:path';
 import { startHarper, type Credentials, type HarperInstance } from '../test/harness.js';
 import type { Granted } from './claim-drain.js';
 import { fleetClient, loadavg, machine, overview, sleep, until } from './lib.js';
-import { dutyFigures, keeperLive, readStalls, stallSummary, storage } from './probe-files.js';
+import { dutyFigures, fileSeed, keeperLive, readStalls, stallSummary, storage } from './probe-files.js';
 import { scaleRoutes } from './scale-mix.js';
 import { profiledRun, removeScratch, scratchComponent } from './scratch-component.js';
 
@@ -186,23 +186,7 @@ try {
   if (f.status !== 200) throw new Error(`fleet: ${f.status} ${f.text}`);
   const f0 = performance.now();
   const now = Date.now();
-  const CHUNK = 200_000;
-  let next = 0;
-  await Promise.all(
-    [0, 1].map(async () => {
-      for (;;) {
-        const from = next;
-        if (from >= URLS) return;
-        next += CHUNK;
-        const r = await h!.fetch('/prerender_admin/bench-seed', {
-          body: { from, to: Math.min(URLS, from + CHUNK), now },
-          fresh: true,
-          timeoutMs: 600_000,
-        });
-        if (r.status !== 200) throw new Error(`seed failed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
-      }
-    }),
-  );
+  await fileSeed(h, URLS, now);
   await keeperLive(h, URLS);
   emit('seed', { seconds: ms((performance.now() - f0) / 1000), record: (await storage(h)).record });
 

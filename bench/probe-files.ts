@@ -115,3 +115,27 @@ export function stallSummary(stalls: ReturnType<typeof readStalls>) {
     otherWorkersMaxMs: Math.max(0, ...stalls.filter((s) => s.worker !== 0).map((s) => s.ms)),
   };
 }
+
+/**
+ * Files rows [0, rows) of scale-mix.ts in process through scale-probe.ts's seed route, chunks of 200,000
+ * on two requests at once (one a worker thread).
+ */
+export async function fileSeed(h: HarperInstance, rows: number, now: number) {
+  const CHUNK = 200_000;
+  let next = 0;
+  await Promise.all(
+    [0, 1].map(async () => {
+      for (;;) {
+        const from = next;
+        if (from >= rows) return;
+        next += CHUNK;
+        const r = await h.fetch('/prerender_admin/bench-seed', {
+          body: { from, to: Math.min(rows, from + CHUNK), now },
+          fresh: true,
+          timeoutMs: 600_000,
+        });
+        if (r.status !== 200) throw new Error(`seed failed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
+      }
+    }),
+  );
+}

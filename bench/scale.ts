@@ -56,6 +56,7 @@ import {
 import {
   readStalls,
   dutyFigures,
+  fileSeed,
   keeperLive,
   stallSummary,
   storage,
@@ -220,26 +221,6 @@ async function fileApi(h: HarperInstance, from: number, to: number, now: number)
     if (r.status !== 200 || r.json.upserted !== targets.length)
       throw new Error(`filing failed at ${i}: ${r.status} ${r.text.slice(0, 300)}`);
   }
-}
-
-async function fileSeed(h: HarperInstance, rows: number, now: number) {
-  const CHUNK = 200_000;
-  let next = 0;
-  await Promise.all(
-    [0, 1].map(async () => {
-      for (;;) {
-        const from = next;
-        if (from >= rows) return;
-        next += CHUNK;
-        const r = await h.fetch('/prerender_admin/bench-seed', {
-          body: { from, to: Math.min(rows, from + CHUNK), now },
-          fresh: true,
-          timeoutMs: 600_000,
-        });
-        if (r.status !== 200) throw new Error(`seed failed at ${from}: ${r.status} ${r.text.slice(0, 300)}`);
-      }
-    }),
-  );
 }
 
 /** A fleet client claims (limit 1) until it is granted a job; answers when, and reports the job. */
