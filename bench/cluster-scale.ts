@@ -12,9 +12,10 @@
 // Each node runs a scratch copy of the component with the scale probe (bench/scale-probe.ts): one probe
 // folder a node. THREADS worker threads a node (1 by default: three nodes share the 2-core machine).
 // Run: npm run build && flock /work/bench.lock node dist/bench/cluster-scale.js
-//   env: ROWS (3000000), CLIENTS (4), THREADS (1), TICK (1000)
+//   env: ROWS (3000000), CLIENTS (4), THREADS (1), TICK (1000), LOG (Harper's log level, warn),
+//   LOGDIR (a folder for each node's Harper output), TIMELINE (0: no 2-s samples of each node)
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Ownership } from '../util/cluster/ownership.js';
@@ -46,7 +47,7 @@ async function boot(name: string, component: string, probe: string, root?: strin
   return startHarper({
     componentDir: component,
     threads: THREADS,
-    logLevel: 'warn',
+    logLevel: process.env.LOG ?? 'warn',
     replicationHostname: name,
     env: { QK_SCALE_PROBE_DIR: probe },
     readyTimeoutMs: 900_000,
@@ -110,6 +111,59 @@ async function drain(nodes: Node[], due: number): Promise<{ granted: number; twi
   return { granted: grants.size, twice: [...grants.values()].filter((c) => c > 1).length };
 }
 
+/** Rows of the seed a node's record store lacks (absent or deleted), by tenth of the seed's index. */
+async function missing(n: Node): Promise<unknown> {
+  const r = await n.h.fetch('/prerender_admin/bench-missing', {
+    body: { from: 0, to: ROWS },
+    timeoutMs: 120_000,
+  });
+  return r.status === 200 ? r.json : `${r.status} ${r.text.slice(0, 200)}`;
+}
+
+/** Per peer and database, from cluster_status: connected, s since the last receipt (local / the peer's clock), status. */
+async function socketLag(n: Node): Promise<string> {
+  const st = await n.h.operation({ operation: 'cluster_status' }).catch(() => undefined);
+  const age = (t: unknown) => {
+    const v = typeof t === 'number' ? t : typeof t === 'string' ? Date.parse(t) : NaN;
+    return Number.isFinite(v) ? ((Date.now() - v) / 1000).toFixed(1) : '?';
+  };
+  const out: string[] = [];
+  for (const c of st?.connections ?? [])
+    for (const d of c.database_sockets ?? [])
+      if (d.database === 'render_queue' || d.database === 'render_schedule')
+        out.push(
+          `${String(c.name).slice(-1)}.${String(d.database).slice(7, 8)}:${d.connected ? '' : 'DOWN,'}` +
+            `${age(d.lastReceivedLocalTime)}/${age(d.lastReceivedRemoteTime)},${String(d.lastReceivedStatus ?? '?').slice(0, 4)},${Math.round(Number(d.backPressurePercent ?? 0))}%`,
+        );
+  return out.join(' ');
+}
+
+/** Every 2 s until stopped: each node's record-store entries, keeper phase and rows held. */
+function timeline(nodes: Node[]): () => void {
+  let on = true;
+  const t0 = performance.now();
+  void (async () => {
+    while (on) {
+      const sample = await Promise.all(
+        nodes.map(async (n) => {
+          const entries = await storage(n.h).then(
+            (s) => Number(s.record.entries),
+            () => null,
+          );
+          const o = await overview(n.h).catch(() => undefined);
+          const links = process.env.CSTATUS === '1' ? ` [${await socketLag(n)}]` : '';
+          return `${entries}/${o?.keeper?.phase ?? '-'}:${o?.keeper?.stats?.rows ?? '-'}${links}`;
+        }),
+      );
+      if (on) emit('tick', { t: ms((performance.now() - t0) / 1000), nodes: sample.join(' ') });
+      await sleep(2000);
+    }
+  })();
+  return () => {
+    on = false;
+  };
+}
+
 const component = scratchComponent({ keeper: true, scaleProbe: true });
 const nodes: Node[] = [];
 /** node-c's data folder once it was restarted on it (the harness removes only roots it made). */
@@ -148,6 +202,7 @@ try {
     if (isDue(i)) due++;
   }
 
+  const stopTimeline = process.env.TIMELINE === '0' ? () => {} : timeline(nodes);
   const f0 = performance.now();
   const now = Date.now();
   await fileSeed(a.h, ROWS, now);
@@ -195,10 +250,16 @@ try {
     }),
   );
   emit('held', { shares, heldAfterSeedS: ms((performance.now() - h0) / 1000), perNode });
+  if (perNode.some((p) => Number(p.tableEntries) < ROWS))
+    emit(
+      'missing',
+      Object.fromEntries(await Promise.all(nodes.map(async (n) => [n.name, await missing(n)]))),
+    );
 
   const d0 = performance.now();
   const drained = await drain(nodes, due);
   const drainMs = performance.now() - d0;
+  stopTimeline();
   emit('drain', {
     due,
     ...drained,
@@ -253,6 +314,7 @@ try {
       .output()
       .split('\n')
       .filter((l) => /\berror\b|heap|out of memory/i.test(l));
+    if (process.env.LOGDIR) writeFileSync(join(process.env.LOGDIR, `${n.name}.log`), n.h.output());
     if (errors.length) emit('harper-log', { node: n.name, lines: errors.length, last: errors.slice(-3) });
   }
   await Promise.all(nodes.map((n) => n.h.destroy()));

@@ -293,17 +293,17 @@ export async function deleteAll(h: HarperInstance, urls: string[], batch = 10_00
   }
 }
 
-/** Waits until `check` returns a value (polling), or throws after `ms`. */
+/** Polls `check` until it answers something other than undefined or false (0 and '' are answers); throws after `ms`. */
 export async function until<T>(
   what: string,
-  check: () => Promise<T | undefined>,
+  check: () => Promise<T | undefined | false>,
   ms = 120_000,
   every = 200,
 ): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await check();
-    if (v !== undefined) return v;
+    if (v !== undefined && v !== false) return v;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(every);
   }

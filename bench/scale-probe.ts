@@ -29,7 +29,9 @@ import { isProblem } from '../util/problem.js';
 import { reply, type Router } from '../services/http/router.js';
 import { table, workerIndex } from '../services/runtime/harper.js';
 import type { TargetInput } from '../util/schedule/rules.js';
-import { scaleTargets } from './scale-mix.js';
+import { scaleTargets, scaleUrl } from './scale-mix.js';
+import { rowKey } from '../util/schedule/rowKey.js';
+import { storedIsDeletion } from '../util/schedule/rawRecord.js';
 
 const dir = process.env.QK_SCALE_PROBE_DIR;
 /** A hold of the event loop at least this long is written down. */
@@ -195,6 +197,25 @@ export function registerScaleProbe(
       );
     }
     return reply({ rows, ms: performance.now() - t0, worker: workerIndex() ?? null });
+  });
+  // Which seed rows (index from..to, device desktop) the record store lacks: absent, or a deletion's marker.
+  router.route('POST', '/prerender_admin/bench-missing', 'admin', async (req) => {
+    const { from, to } = req.body as { from: number; to: number };
+    const store = (table('render_schedule', 'RenderSchedule') as Store).primaryStore;
+    let absent = 0;
+    let deleted = 0;
+    const sample: number[] = [];
+    const byTenth = new Array<number>(10).fill(0);
+    for (let i = from; i < to; i++) {
+      const bytes = store.getBinaryFast(rowKey(scaleUrl(i), 'desktop')) as Uint8Array | undefined;
+      const gone = bytes === undefined ? 'absent' : storedIsDeletion(bytes, bytes.length) ? 'deleted' : null;
+      if (gone === null) continue;
+      if (gone === 'absent') absent++;
+      else deleted++;
+      byTenth[Math.min(9, Math.floor(((i - from) * 10) / (to - from)))]!++;
+      if (sample.length < 40) sample.push(i);
+    }
+    return reply({ absent, deleted, byTenth, sample });
   });
   router.route('GET', '/prerender_admin/bench-storage', 'admin', async () => {
     const rs = table('render_schedule', 'RenderSchedule') as Store;

@@ -5,6 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import {
+  BeatClock,
   HoldingView,
   beatStaleAfterMs,
   presentPeers,
@@ -180,6 +181,30 @@ test('a peer whose beat lags 10 s behind (replication under load) still counts a
     ['node-b'],
   );
   assert.equal(beatStaleAfterMs(5000), 25_000, 'five beats when beats are slower than 3 s');
+});
+
+test('a beat counts from when this node heard it: late beats that keep arriving are fresh, a first sighting is not', () => {
+  const clock = new BeatClock();
+  const t = 1_000_000;
+  const beat = (node: string, beatAt: number): NodeBeat => ({ node, beatAt, view: null });
+  // First sighting: the beat's own time (a row left by a node that stopped long ago stays old).
+  assert.deepEqual(
+    clock.read([beat('node-b', t - 60_000), beat('node-c', t - 25_000)], t).map((b) => b.beatAt),
+    [t - 60_000, t - 25_000],
+  );
+  // node-c's next beat arrives, 25 s behind its own time (replication running behind a burst): heard now.
+  const later = clock.read([beat('node-b', t - 60_000), beat('node-c', t - 24_000)], t + 1000);
+  assert.deepEqual(
+    later.map((b) => b.beatAt),
+    [t - 60_000, t + 1000],
+  );
+  // Nothing new from node-c: it ages from when it was heard, and leaves a window after that.
+  assert.equal(clock.read([beat('node-c', t - 24_000)], t + 9000)[0]!.beatAt, t + 1000);
+  // A beat dated after it was heard (this node's clock behind) keeps its own time.
+  assert.equal(clock.read([beat('node-c', t + 20_000)], t + 10_000)[0]!.beatAt, t + 20_000);
+  // A node whose row went away and came back is a first sighting again.
+  clock.read([], t + 11_000);
+  assert.equal(clock.read([beat('node-c', t - 5000)], t + 12_000)[0]!.beatAt, t - 5000);
 });
 
 test('a peer whose replication connection is down leaves after the quick window, never on the connection alone', () => {

@@ -25,12 +25,45 @@ export interface NodeBeat {
   handoff?: readonly HandoffLease[];
 }
 
-/** A peer counts as present while its last beat is at most this old (ms). */
+/**
+ * When this node heard each peer's beat. A beat's age is counted from the later of its own time and the
+ * moment this node first read it: a peer whose beats keep arriving is alive however far behind its beats
+ * are. Under a write burst a node's replication runs behind by tens of seconds (bench/cluster-scale.ts:
+ * beats 15–25 s old, still arriving about every second); counted by their own time alone, live peers
+ * left, two nodes held the same rows and a drain granted rows twice. A peer whose beats stop arriving
+ * ages from the last one heard, so a stopped or stuck node still leaves within the window. The first
+ * sighting of a peer counts from the beat's own time (a row left by a node that stopped long ago is old),
+ * and a peer whose clock runs behind this one's is counted present from its second beat on.
+ */
+export class BeatClock {
+  private readonly heard = new Map<string, { beatAt: number; heardAt: number | null }>();
+
+  /** `beats` with each beatAt as this node counts it at `now` (the later of written and first read). */
+  read(beats: readonly NodeBeat[], now: number): NodeBeat[] {
+    const seen = new Set<string>();
+    const out = beats.map((b) => {
+      seen.add(b.node);
+      const h = this.heard.get(b.node);
+      if (h === undefined) {
+        this.heard.set(b.node, { beatAt: b.beatAt, heardAt: null });
+        return b;
+      }
+      if (h.beatAt !== b.beatAt) {
+        h.beatAt = b.beatAt;
+        h.heardAt = now;
+      }
+      return h.heardAt !== null && h.heardAt > b.beatAt ? { ...b, beatAt: h.heardAt } : b;
+    });
+    for (const node of [...this.heard.keys()]) if (!seen.has(node)) this.heard.delete(node);
+    return out;
+  }
+}
+
+/** A peer counts as present while its last beat, as BeatClock counts it, is at most this old (ms). */
 export function beatStaleAfterMs(beatIntervalMs: number): number {
-  // A beat arrives through replication, behind whatever else the peer is replicating: with a 5 s window
-  // a 30,000-row drain on three loaded 2-core nodes (bench/cluster-drain.ts, load 8–11) saw live peers
-  // as gone and granted 3,032 rows twice. A false departure makes two nodes hold one row, so the window
-  // is wide: 15 s, or five beats when beats are slower. Still well inside the default maintenance tick.
+  // A false departure makes two nodes hold one row: with a 5 s window a 30,000-row drain on three loaded
+  // 2-core nodes (bench/cluster-drain.ts, load 8–11) granted 3,032 rows twice. So the window is wide:
+  // 15 s, or five beats when beats are slower. Still well inside the default maintenance tick.
   return Math.max(15_000, 5 * beatIntervalMs);
 }
 

@@ -6,6 +6,7 @@
 import type { Counts, DutyHandle, DutyScheduler } from '../duties/scheduler.js';
 import type { HandoffLease } from './handoff.js';
 import {
+  BeatClock,
   HoldingView,
   absenceOf,
   beatStaleAfterMs,
@@ -128,6 +129,8 @@ export class ClusterMembership {
   /** The peers present at the last look (a departure is a peer in here that is no longer present). */
   private wasPresent = new Set<string>();
   private readonly lastDepartures = new Map<string, Departure>();
+  /** When this node heard each peer's beat: a beat's age counts from then (util/cluster/holding.ts). */
+  private readonly beatClock = new BeatClock();
 
   constructor(private readonly deps: MembershipDeps) {
     this.startedAt = deps.now();
@@ -213,14 +216,15 @@ export class ClusterMembership {
   async presence(now = this.deps.now()): Promise<PeerPresence> {
     const self = this.deps.self();
     const configured = await this.deps.configuredPeers();
-    const beats = await this.deps.readBeats();
+    const read = await this.deps.readBeats();
     // Alone (no configured peers) there is no connection to watch: cluster_status is not asked (on a
     // Harper without replication every look fails, and would warn once a minute for nothing).
     const connection =
       this.deps.connections && configured.length > 0
         ? { downSince: await this.deps.connections.downSince(now), beatEveryMs: this.beatEveryMs() }
         : undefined;
-    if (!this.looked) this.adoptEarlierWorkersView(beats.find((b) => b.node === self));
+    if (!this.looked) this.adoptEarlierWorkersView(read.find((b) => b.node === self));
+    const beats = this.beatClock.read(read, now);
     const present = presentPeers(self, configured, beats, now, this.staleAfterMs(), connection);
     const seen = new Set(present.map((b) => b.node));
     for (const node of this.wasPresent) {
@@ -300,11 +304,11 @@ function describe(
 ): string {
   switch (why.kind) {
     case 'heartbeat':
-      return `its last beat is ${seconds(why.beatAgeMs)} old (heartbeat window ${seconds(staleAfterMs)})`;
+      return `no new beat heard for ${seconds(why.beatAgeMs)} (heartbeat window ${seconds(staleAfterMs)})`;
     case 'connection':
       return (
         `cluster_status has reported its replication socket down for ${seconds(why.downForMs)} ` +
-        `and its last beat is ${seconds(why.beatAgeMs)} old`
+        `and no new beat heard for ${seconds(why.beatAgeMs)}`
       );
     case 'unconfigured':
       return 'it is no longer in system.hdb_nodes';
