@@ -308,6 +308,7 @@ const leadership = new KeeperLeadership({
   publishInterval,
   tickInterval,
   currentOwnership: () => membership.currentOwnership(),
+  viewApplied: (nodes, at) => membership.viewApplied(nodes, at),
   // Replica repair: nodes compare digests of their rows and re-send what a peer lacks (a write Harper's
   // join copy skipped); worker 0's keeper steps it every beat while the node has peers.
   repair: new ReplicaRepair({

@@ -73,6 +73,11 @@ export interface KeeperLeadershipDeps {
    */
   currentOwnership: () => Promise<OwnershipView & Partial<Pick<HoldingView, 'handedOver' | 'settling'>>>;
   /**
+   * The keeper dropped what the view over `nodes` gives away and published without it, at `at`: the view
+   * may be published a settle later (util/cluster/membership.ts `viewApplied`).
+   */
+  viewApplied?: (nodes: readonly string[], at: number) => void;
+  /**
    * Replica repair (services/cluster/repair.ts): a step every beat while clustered, over the nodes the
    * keeper holds rows by; its last round shows in queue-state `trust.keeper.lastRepair`.
    */
@@ -384,7 +389,10 @@ export class KeeperLeadership {
       this.ownership = next;
       this.handoff.changed(Date.now());
       this.settled.changed(Date.now());
-      const r = await svc.membershipChanged(() => Date.now());
+      const r = await svc.membershipChanged(
+        () => Date.now(),
+        (at) => this.deps.viewApplied?.(next.nodes, at),
+      );
       return { dropped: r.dropped, gained: r.gained };
     }
     // Once the change settled: one more walk, under the views every node now publishes. It also covers a

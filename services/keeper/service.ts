@@ -482,25 +482,35 @@ export class KeeperService {
   }
 
   /**
-   * The cluster membership changed (docs/clusters.md): drop the rows this node no longer owns at once and
-   * publish without them, then walk the table for the rows it gained. `owns` must already answer with the new
-   * membership.
+   * The cluster membership changed (docs/clusters.md): drop the rows this node no longer owns, in slices
+   * that yield, and publish without them; then `applied` (with the time), then walk the table for the rows
+   * it gained. `owns` must already answer with the new membership. The view that gives those rows away
+   * must not be published before `applied`: until then they are still claimable here.
    */
-  membershipChanged(now: () => number): Promise<{ dropped: number; gained: number }> {
+  membershipChanged(
+    now: () => number,
+    applied?: (at: number) => void,
+  ): Promise<{ dropped: number; gained: number }> {
     this.dropStage();
     // The published set may list the dropped rows: a new one goes out at once, so claims stop granting
-    // them now and not a publish later (the view that gives them away is published after a settle,
-    // util/cluster/membership.ts, which only covers claims already under way).
-    return this.verifier.membershipChanged(now, (dropped) => {
-      if (dropped === 0 || !this.serving) return;
-      this.publisher.activeSetStale = true;
-      this.publishOnce(now(), true);
-      if (this.publisher.activeSetStale)
-        this.deps.log.warn(
-          `keeper: the ready set is held by another writer, so the rows given away (${dropped}) could not be ` +
-            'taken out of it; claims answer unready until a publish goes through',
-        );
-    });
+    // them now and not a publish later (the view that gives them away is published a settle after
+    // `applied`, util/cluster/membership.ts, which covers claims under way).
+    return this.verifier.membershipChanged(
+      now,
+      (dropped) => {
+        if (dropped > 0 && this.serving) {
+          this.publisher.activeSetStale = true;
+          this.publishOnce(now(), true);
+          if (this.publisher.activeSetStale)
+            this.deps.log.warn(
+              `keeper: the ready set is held by another writer, so the rows given away (${dropped}) could not be ` +
+                'taken out of it; claims answer unready until a publish goes through',
+            );
+        }
+        applied?.(now());
+      },
+      { sliced: true },
+    );
   }
 
   /**

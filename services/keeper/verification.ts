@@ -196,9 +196,9 @@ export class KeeperVerifier {
   }
 
   /**
-   * The cluster membership changed (docs/clusters.md): drop the rows this node no longer owns at once (then
-   * `afterDrop`, before anything else runs), then walk the table for the rows it gained. `owns` must
-   * already answer with the new membership.
+   * The cluster membership changed (docs/clusters.md), or the device list did: drop the rows this node no
+   * longer holds (then `afterDrop`), then walk the table for the rows it gained. `owns` must already
+   * answer with the new membership.
    */
   async membershipChanged(
     now: () => number,
@@ -206,9 +206,11 @@ export class KeeperVerifier {
     opts: { sliced?: boolean } = {},
   ): Promise<{ dropped: number; gained: number }> {
     let dropped = 0;
-    // A membership change drops at once, before any claim is served with the new membership: slices
-    // without a yield between. A device removed from render.deviceTypes drops in slices that yield (claims
-    // refuse its rows meanwhile, services/leases/claims.ts), so a million rows never hold the loop.
+    // `sliced`: the drop yields between slices, so a million rows never hold the loop. A device removed
+    // from render.deviceTypes may (claims refuse its rows meanwhile, services/leases/claims.ts), and so
+    // may a membership change: the rows it gives away stay claimable here until the drop ends, and the
+    // view that lets their new holder take them is published only a settle after `afterDrop`
+    // (util/cluster/membership.ts), with the leases granted meanwhile handed over in its beat.
     const held = this.deps.core.keyWalk();
     const clock = this.deps.sliceClock;
     try {

@@ -8,6 +8,7 @@ import { DutyScheduler } from '../../util/duties/scheduler.js';
 import { ConnectionWatch, LOOK_TIMEOUT_MS, peersDown } from '../../util/cluster/connections.js';
 import {
   ClusterMembership,
+  DROP_WAIT_CAP_MS,
   PUBLISH_SETTLE_MS,
   ReplicationPeers,
   type ConnectionView,
@@ -315,20 +316,23 @@ test('a view that gives rows away is published only after the settle, one that o
   assert.equal(published(), 'node-a,node-b', 'the first view goes out at once');
   assert.equal(c.beats.get('node-a')?.handoff, undefined, 'nothing to hand over: no list');
 
-  // node-c comes back: node-a applies the three-node view (and drops node-c's rows) at once, but its
-  // beats keep the old view for PUBLISH_SETTLE_MS, so node-c abstains until claims under way are done.
+  // node-c comes back: node-a applies the three-node view and drops node-c's rows in slices, which
+  // takes 1 s here; its beats keep the old view until PUBLISH_SETTLE_MS after the drop ended, so node-c
+  // abstains until claims under way on node-a (the rows stayed claimable while it dropped) are done.
   const changedAt = c.clock.t;
+  const droppedAt = changedAt + 1000;
   c.beats.set('node-b', beatOf('node-b'));
   c.beats.set('node-c', beatOf('node-c'));
   assert.deepEqual((await c.membership.currentOwnership()).nodes, ['node-a', 'node-b', 'node-c']);
   handing = [{ hi: 1, lo: 2, until: 3, dueMinute: 4, misses: 0 }];
   const seen: string[] = [];
-  while (c.clock.t < changedAt + PUBLISH_SETTLE_MS + 1000) {
+  while (c.clock.t < droppedAt + PUBLISH_SETTLE_MS + 1000) {
     await c.clock.advance(250);
+    if (c.clock.t === droppedAt) c.membership.viewApplied(['node-a', 'node-b', 'node-c'], droppedAt);
     c.beats.set('node-b', beatOf('node-b'));
     c.beats.set('node-c', beatOf('node-c'));
-    if (seen.at(-1) !== `${published()}@${c.clock.t >= changedAt + PUBLISH_SETTLE_MS}`)
-      seen.push(`${published()}@${c.clock.t >= changedAt + PUBLISH_SETTLE_MS}`);
+    const mark = `${published()}@${c.clock.t >= droppedAt + PUBLISH_SETTLE_MS}`;
+    if (seen.at(-1) !== mark) seen.push(mark);
   }
   assert.deepEqual(seen, ['node-a,node-b@false', 'node-a,node-b,node-c@true']);
   // Told a new view goes out (so it scans then) on the first beat and on the settled one, only then;
@@ -351,6 +355,7 @@ test("a change during another one's settle waits for it: the rows the first gave
   await c.clock.advance(0);
   c.beats.set('node-c', beatOf('node-c'));
   await c.membership.currentOwnership(); // gives rows to node-c: settles until +2 s
+  c.membership.viewApplied(['node-a', 'node-b', 'node-c'], c.clock.t); // its drop ended at once
   await c.clock.advance(500);
   c.beats.delete('node-b'); // node-b leaves 0.5 s later: a change that only gains
   c.beats.set('node-c', beatOf('node-c'));
@@ -360,6 +365,35 @@ test("a change during another one's settle waits for it: the rows the first gave
   await c.clock.advance(1000);
   c.beats.set('node-c', beatOf('node-c'));
   assert.equal(c.beats.get('node-a')?.view?.join(','), 'node-a,node-c');
+});
+
+test("a view that gives rows away waits for the keeper's drop, at most DROP_WAIT_CAP_MS; a report for an older view changes nothing", async () => {
+  const c = cluster({ interval: 1000, peers: ['node-b', 'node-c'] });
+  const up = (...names: string[]) => {
+    for (const n of names) c.beats.set(n, { node: n, beatAt: c.clock.t, view: null });
+  };
+  const published = () => c.beats.get('node-a')?.view?.join(',');
+  up('node-b');
+  await c.membership.currentOwnership();
+  await c.clock.advance(0);
+  assert.equal(published(), 'node-a,node-b');
+  up('node-b', 'node-c');
+  const changedAt = c.clock.t;
+  await c.membership.currentOwnership();
+  // A report for another view (one this node no longer applies) is not this view's drop.
+  c.membership.viewApplied(['node-a', 'node-b'], changedAt);
+  while (c.clock.t < changedAt + DROP_WAIT_CAP_MS - 1000) {
+    await c.clock.advance(1000);
+    up('node-b', 'node-c');
+    assert.equal(
+      published(),
+      'node-a,node-b',
+      `no drop reported: still the view before at +${c.clock.t - changedAt} ms`,
+    );
+  }
+  await c.clock.advance(2000);
+  up('node-b', 'node-c');
+  assert.equal(published(), 'node-a,node-b,node-c', 'the cap lets it go out');
 });
 
 test('a handoff list that fails to build never stops the beat, and the row keeps the list it had', async () => {
@@ -407,6 +441,7 @@ test('a worker 0 restarted inside the process carries on the view its predecesso
   const restarted = startedAt(T0 - 60_000);
   peersUp(restarted);
   assert.deepEqual((await restarted.membership.currentOwnership()).nodes, ['node-a', 'node-b', 'node-c']);
+  restarted.membership.viewApplied(['node-a', 'node-b', 'node-c'], restarted.clock.t);
   await restarted.clock.advance(0);
   assert.deepEqual(
     restarted.beats.get('node-a')?.view,
@@ -427,6 +462,7 @@ test('a worker 0 restarted inside the process carries on the view its predecesso
   await beatFirst.clock.advance(0);
   assert.deepEqual(beatFirst.beats.get('node-a')?.view, ['node-a', 'node-b'], 'the first beat keeps it');
   await beatFirst.membership.currentOwnership();
+  beatFirst.membership.viewApplied(['node-a', 'node-b', 'node-c'], beatFirst.clock.t);
   await beatFirst.clock.advance(1000);
   assert.deepEqual(beatFirst.beats.get('node-a')?.view, ['node-a', 'node-b'], 'settling');
   await beatFirst.clock.advance(2000);

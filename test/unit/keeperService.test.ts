@@ -786,14 +786,33 @@ test('a closed subscription is retried only after the backoff, and a failed retr
   assert.notEqual(h.svc.stats.lastVerify, null, 'a verification walk followed the new subscription');
 });
 
-test('a membership change drops rows no longer owned at once, publishes without them, and picks up gained rows without calling them repairs', async () => {
+test('a membership change drops rows no longer owned in slices, publishes without them, says so, and picks up gained rows without calling them repairs', async () => {
   const h = harness();
   h.fill(100, () => NOW - MINUTE);
   await h.start();
   assert.equal(h.svc.core.size, 100);
   const even = (key: string) => Number(key.replace(/\D/g, '')) % 2 === 0;
+  // Every ownership check costs 1 ms of the slice clock: the drop yields once a slice ran its budget.
+  h.setOwner((key) => {
+    h.slice.ms += 1;
+    return even(key);
+  });
+  let applied: { at: number; publishes: number } | null = null;
+  let yieldsInDrop = 0;
+  h.setHook(() => void (applied === null && yieldsInDrop++));
+  const publishesBefore = h.publishes.length;
+  const shrink = await h.svc.membershipChanged(
+    h.now,
+    (at) => (applied = { at, publishes: h.publishes.length }),
+  );
+  assert.ok(yieldsInDrop >= 3, `the drop yielded ${yieldsInDrop} times`);
+  assert.equal(applied!.at, NOW);
+  assert.equal(
+    applied!.publishes,
+    publishesBefore + 1,
+    'published without the dropped rows before saying so',
+  );
   h.setOwner(even);
-  const shrink = await h.svc.membershipChanged(h.now);
   assert.equal(shrink.dropped, 50);
   assert.equal(h.svc.core.size, 50);
   const walk = h.svc.core.keyWalk();

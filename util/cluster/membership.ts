@@ -30,6 +30,12 @@ export function beatEveryMs(publishInterval: number): number {
  * only gains rows (a peer left) is published at once.
  */
 export const PUBLISH_SETTLE_MS = 2000;
+/**
+ * A view that gives rows away waits for the keeper's drop (viewApplied) at most this long: the drop runs
+ * in slices that yield (about a second of worker 0's time per million rows held), and a keeper that
+ * failed to report it must not keep the view from its peers for good.
+ */
+export const DROP_WAIT_CAP_MS = 60_000;
 /** A failing beat write is logged at most this often (a down store fails every beat). */
 const BEAT_WARN_EVERY_MS = 60_000;
 
@@ -115,8 +121,11 @@ export interface PeerPresence {
 
 /** One node's membership: its heartbeat, and the holding view its keeper uses. */
 export class ClusterMembership {
-  /** The view last handed to the keeper, and from when its beats may publish it. */
-  private applied: { nodes: readonly string[]; publishFrom: number } | null = null;
+  /**
+   * The view last handed to the keeper, and from when its beats may publish it. `settleFrom`: a view that
+   * gives rows away waits for the keeper's drop (viewApplied), then a settle, and never less than this.
+   */
+  private applied: { nodes: readonly string[]; publishFrom: number; settleFrom?: number } | null = null;
   /** The view beats publish: the applied one once it settled. Null until the keeper has one. */
   private published: readonly string[] | null = null;
   private beat: DutyHandle | null = null;
@@ -248,9 +257,9 @@ export class ClusterMembership {
   }
 
   /**
-   * The holding view now. The caller (the keeper) applies it at once — drops what it no longer holds
-   * before anything else runs — so beats may publish it as applied: at once when it only adds rows,
-   * PUBLISH_SETTLE_MS later when it gives rows away.
+   * The holding view now. The caller (the keeper) applies it: drops what it no longer holds, in slices,
+   * then says so (viewApplied). Beats publish it at once when it only adds rows; when it gives rows away,
+   * PUBLISH_SETTLE_MS after the keeper's drop ended (at most DROP_WAIT_CAP_MS after the change).
    */
   async currentOwnership(): Promise<HoldingView> {
     this.start();
@@ -262,11 +271,24 @@ export class ClusterMembership {
       // A node in the new list that the old one lacked takes some of this node's rows. A change during
       // another's settle waits for that one too: the rows the first gave away are given away by this one.
       const givesAway = was !== null && view.nodes.some((n) => !was.nodes.includes(n));
-      const from = givesAway ? now + PUBLISH_SETTLE_MS : now;
-      this.applied = { nodes: view.nodes, publishFrom: Math.max(from, was?.publishFrom ?? -Infinity) };
+      const floor = Math.max(givesAway ? now + PUBLISH_SETTLE_MS : now, was?.publishFrom ?? -Infinity);
+      this.applied = givesAway
+        ? { nodes: view.nodes, publishFrom: Math.max(floor, now + DROP_WAIT_CAP_MS), settleFrom: floor }
+        : { nodes: view.nodes, publishFrom: floor };
     }
     this.publishedView(now);
     return view;
+  }
+
+  /**
+   * The keeper dropped the rows the view over `nodes` gives away and published without them, at `at`:
+   * claims on this node no longer take them after a settle, so the view may go out then. A report for a
+   * view that is no longer the applied one (a later change came first) changes nothing.
+   */
+  viewApplied(nodes: readonly string[], at: number): void {
+    const a = this.applied;
+    if (a?.settleFrom === undefined || a.nodes.join(',') !== nodes.join(',')) return;
+    this.applied = { nodes: a.nodes, publishFrom: Math.max(a.settleFrom, at + PUBLISH_SETTLE_MS) };
   }
 
   /**
