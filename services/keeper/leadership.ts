@@ -194,6 +194,9 @@ export class KeeperLeadership {
     // that restarts in a live process finds the lease table as the last one left it: its first beats
     // scan it too, in case the view changed meanwhile.
     const first = await this.deps.currentOwnership();
+    // Nothing to drop under the first view (the load takes only the rows it holds): a first view that
+    // gives rows away (an earlier worker 0 of this process published another) goes out a settle from now.
+    this.deps.viewApplied?.(first.nodes, Date.now());
     this.ownership = first;
     this.handoff.changed(Date.now());
     this.adoptHandedOver(first, Date.now());
