@@ -93,6 +93,13 @@ describe('HeldRows', () => {
     assert.ok(rows.locate(key(12_000), rows.hash(key(12_000))) < 0);
   });
 
+  it('reserves room for 20M rows at once: a load that size never re-files the table in one go', () => {
+    // Growing at 12.6M rows re-filed every entry in one slice, a 2 s hold of worker 0 (bench/held-growth.ts).
+    const rows = new HeldRows<ChunkList>(11);
+    rows.reserve(22_000_000); // 20M rows and the load's slack
+    assert.ok(rows.roomRows >= 22_000_000, `room for ${rows.roomRows} rows`);
+  });
+
   it('hands a sliced key walk every key held from its first slice to its last, while rows are put, moved and deleted between slices and the table grows', () => {
     fc.assert(
       fc.property(

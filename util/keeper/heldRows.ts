@@ -33,8 +33,10 @@ const MAX_LOAD = 0.75;
 // Parks are stored as seconds since 2023-11-14 (1.7e9 s after 1970): 31 bits last until 2091. A clock
 // before that epoch (a test's) parks nothing: 0 means not parked.
 const PARK_EPOCH_S = 1_700_000_000;
-// reserve() sizes the table for at most this many rows (a 2^24-entry table, 64 MiB); beyond it grows.
-const MAX_RESERVE = 1 << 23;
+// reserve() sizes the table for at most this many rows (a 2^26-entry table, 256 MiB); beyond it grows.
+// Growing re-files every entry in one go: about 2 s of worker 0 at 13M rows (bench/held-growth.ts), so a
+// load that knows its rows reserves for all of them up to here.
+const MAX_RESERVE = 1 << 25;
 
 /** What HeldRows needs of a bucket: its row count and the chunk holding its newest rows. */
 export interface ChunkList {
@@ -84,6 +86,11 @@ export class HeldRows<B extends ChunkList> {
 
   constructor(seed = (Math.random() * 0x100000000) | 0) {
     this.seed = seed | 0;
+  }
+
+  /** Rows the table takes before it must grow (and re-file every entry in one go). */
+  get roomRows(): number {
+    return Math.floor(this.table.length * MAX_LOAD);
   }
 
   get size(): number {
