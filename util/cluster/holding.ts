@@ -29,8 +29,8 @@ export interface NodeBeat {
  * When this node heard each peer's beat. A beat's age is counted from the later of its own time and the
  * moment this node first read it: a peer whose beats keep arriving is alive however far behind its beats
  * are. Under a write burst a node's replication runs behind by tens of seconds (bench/cluster-scale.ts:
- * beats 15–25 s old, still arriving about every second); counted by their own time alone, live peers
- * left, two nodes held the same rows and a drain granted rows twice. A peer whose beats stop arriving
+ * beats 15–25 s old, still arriving about every second); counted by their own time alone, such live peers
+ * would leave, and two nodes would hold and grant the same rows. A peer whose beats stop arriving
  * ages from the last one heard, so a stopped or stuck node still leaves within the window. The first
  * sighting of a peer counts from the beat's own time (a row left by a node that stopped long ago is old),
  * and a peer whose clock runs behind this one's is counted present from its second beat on.
