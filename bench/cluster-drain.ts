@@ -6,7 +6,8 @@
 //      (ROWS=30000 CLIENTS=4 FAIL_ROWS=3000 THREADS=1 TICK=1000 LOG_LEVEL=warn by default)
 import { Ownership } from '../util/cluster/ownership.js';
 import { ADMIN_PASS, ADMIN_USER, startHarper, type HarperInstance } from '../test/harness.js';
-import { benchUrl, fileAll, loadavg, machine, sleep } from './lib.js';
+import { rowKey } from '../util/schedule/rowKey.js';
+import { benchUrl, drainByNext, fileAll, loadavg, machine, sleep } from './lib.js';
 import { untilRowsStream } from '../test/clusterJoin.js';
 
 const ROWS = Number(process.env.ROWS ?? 30_000);
@@ -80,29 +81,11 @@ async function waitFor(what: string, fn: () => Promise<boolean>, ms: number): Pr
   }
 }
 
-/** Claims with `clients` loops per node until `want` rows were granted; counts every grant. */
+/** Claims with CLIENTS loops per node until every URL of `want` was granted; counts every grant by job id. */
 async function drain(nodes: Node[], want: Set<string>, grants: Map<string, number>): Promise<void> {
-  const left = () => [...want].some((u) => !grants.has(u));
-  await Promise.all(
-    nodes.flatMap((n) =>
-      Array.from({ length: CLIENTS }, async () => {
-        let results: unknown[] = [];
-        while (results.length > 0 || left()) {
-          const r = await n.h.fetch('/render_queue/next', { body: { results, limit: 25 } });
-          if (r.status !== 200) throw new Error(`next on ${n.name}: ${r.status} ${r.text}`);
-          const jobs = r.json.jobs as Array<{ id: string; leaseToken: unknown }>;
-          for (const j of jobs) grants.set(j.id, (grants.get(j.id) ?? 0) + 1);
-          results = jobs.map((j) => ({
-            id: j.id,
-            leaseToken: j.leaseToken,
-            outcome: 'rendered',
-            statusCode: 200,
-          }));
-          if (jobs.length === 0) await sleep(20);
-        }
-      }),
-    ),
-  );
+  // A job's id is its row's key: the URL's desktop row (the only device listed here).
+  const keys = [...want].map((url) => rowKey(url, 'desktop'));
+  await drainByNext(nodes, CLIENTS, grants, () => keys.some((k) => !grants.has(k)), 20);
 }
 
 async function main(): Promise<void> {

@@ -22,7 +22,7 @@ import { Ownership } from '../util/cluster/ownership.js';
 import { rowKey } from '../util/schedule/rowKey.js';
 import { startHarper, type HarperInstance } from '../test/harness.js';
 import { addNode, heldByOneView, untilRowsStream } from '../test/clusterJoin.js';
-import { loadavg, machine, overview, rssKb, sleep, until } from './lib.js';
+import { drainByNext, loadavg, machine, overview, rssKb, sleep, until } from './lib.js';
 import { fileSeed, readStalls, stallSummary, storage, type HeapReport } from './probe-files.js';
 import { isDue, scaleRoutes, scaleUrl } from './scale-mix.js';
 import { removeScratch, scratchComponent } from './scratch-component.js';
@@ -78,36 +78,10 @@ async function configure(n: Node, body: Record<string, unknown>): Promise<void> 
   if (r.status !== 200) throw new Error(`config on ${n.name}: ${r.status} ${r.text}`);
 }
 
-/** Claims with CLIENTS loops a node until `due` rows were granted; counts every grant. */
+/** Claims with CLIENTS loops a node until `due` rows were granted (or 2,000 empty answers in a row). */
 async function drain(nodes: Node[], due: number): Promise<{ granted: number; twice: number }> {
   const grants = new Map<string, number>();
-  let idleRounds = 0;
-  await Promise.all(
-    nodes.flatMap((n) =>
-      Array.from({ length: CLIENTS }, async () => {
-        let results: unknown[] = [];
-        while (results.length > 0 || (grants.size < due && idleRounds < 2000)) {
-          const r = await n.h.fetch('/render_queue/next', {
-            body: { results, limit: 25 },
-            timeoutMs: 60_000,
-          });
-          if (r.status !== 200) throw new Error(`next on ${n.name}: ${r.status} ${r.text.slice(0, 200)}`);
-          const jobs = r.json.jobs as Array<{ id: string; leaseToken: unknown }>;
-          for (const j of jobs) grants.set(j.id, (grants.get(j.id) ?? 0) + 1);
-          results = jobs.map((j) => ({
-            id: j.id,
-            leaseToken: j.leaseToken,
-            outcome: 'rendered',
-            statusCode: 200,
-          }));
-          if (jobs.length === 0) {
-            idleRounds++;
-            await sleep(50);
-          } else idleRounds = 0;
-        }
-      }),
-    ),
-  );
+  await drainByNext(nodes, CLIENTS, grants, (empty) => grants.size < due && empty < 2000, 50);
   return { granted: grants.size, twice: [...grants.values()].filter((c) => c > 1).length };
 }
 

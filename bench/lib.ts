@@ -32,6 +32,49 @@ export function machine(): Record<string, unknown> {
   };
 }
 
+/**
+ * Fleet loops through /render_queue/next on every node: `clients` a node, limit 25, each job reported
+ * rendered in the loop's next call, every grant counted in `grants` (a count above 1 is a duplicate). A
+ * loop ends once it has nothing left to report and `more` says so; `more` is given the number of empty
+ * answers in a row over all loops. An empty answer waits `idleMs`.
+ */
+export async function drainByNext(
+  nodes: ReadonlyArray<{ name: string; h: HarperInstance }>,
+  clients: number,
+  grants: Map<string, number>,
+  more: (emptyInARow: number) => boolean,
+  idleMs: number,
+): Promise<void> {
+  let emptyInARow = 0;
+  await Promise.all(
+    nodes.flatMap((n) =>
+      Array.from({ length: clients }, async () => {
+        let results: unknown[] = [];
+        while (results.length > 0 || more(emptyInARow)) {
+          const r = await n.h.fetch('/render_queue/next', {
+            body: { results, limit: 25 },
+            timeoutMs: 60_000,
+          });
+          if (r.status !== 200) throw new Error(`next on ${n.name}: ${r.status} ${r.text.slice(0, 200)}`);
+          const jobs = r.json.jobs as Array<{ id: string; leaseToken: unknown }>;
+          for (const j of jobs) grants.set(j.id, (grants.get(j.id) ?? 0) + 1);
+          results = jobs.map((j) => ({
+            id: j.id,
+            leaseToken: j.leaseToken,
+            outcome: 'rendered',
+            statusCode: 200,
+          }));
+          if (jobs.length > 0) emptyInARow = 0;
+          else {
+            emptyInARow++;
+            await sleep(idleMs);
+          }
+        }
+      }),
+    ),
+  );
+}
+
 /** The 1-minute load average: read before and after each run so a noisy neighbour shows in the record. */
 export function loadavg(): number {
   return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
