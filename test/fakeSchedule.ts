@@ -2,19 +2,27 @@
 // a subscription stream the test pushes events into.
 import type { EventStream, ScheduleEvent, ScheduleSource } from '../services/keeper/service.js';
 import { toScheduleRow, type ScheduleRow } from '../util/schedule/rules.js';
+import type { ScheduleRow as HeldRow } from '../util/keeper/core.js';
 
 export type Stored = Record<string, unknown>;
 
+/** The scheduling fields of a row that is none of urgent, changed, from a sitemap or on its own cadence. */
+const PLAIN = {
+  fromSitemap: false,
+  effectiveInterval: null,
+  verified: true,
+  urgentAt: null,
+  changedAt: null,
+} as const;
+
+/** A stored record due at `dueMs`, with `extra` fields over it. */
 export function stored(dueMs: number, extra: Stored = {}): Stored {
-  return {
-    nextRenderTime: dueMs,
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: true,
-    urgentAt: null,
-    changedAt: null,
-    ...extra,
-  };
+  return { nextRenderTime: dueMs, ...PLAIN, ...extra };
+}
+
+/** The same row as the keeper takes it (KeeperCore.apply), under its key. */
+export function heldRow(cacheKey: string, dueMs: number, extra: Partial<HeldRow> = {}): HeldRow {
+  return { cacheKey, nextRenderTime: dueMs, ...PLAIN, ...extra };
 }
 
 /** Index of the first key >= `key` in an ascending array. */

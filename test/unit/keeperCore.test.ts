@@ -15,6 +15,7 @@ import { markOf, score, type ScoreOptions } from '../../util/keeper/score.js';
 import { sectionQuotas } from '../../util/keeper/sections.js';
 import { PARK_MAX_MS } from '../../util/keeper/selection.js';
 import { MINUTE_MS, minuteOf } from '../../util/time.js';
+import { heldRow } from '../fakeSchedule.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;
@@ -29,18 +30,7 @@ const classify: Classify = (url, own) => {
   return { route: 'unrouted', cadenceMs: own ?? DAY };
 };
 
-function row(cacheKey: string, nextRenderTime: number, extra: Partial<ScheduleRow> = {}): ScheduleRow {
-  return {
-    cacheKey,
-    nextRenderTime,
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: true,
-    urgentAt: null,
-    changedAt: null,
-    ...extra,
-  };
-}
+const row = heldRow;
 
 const keeper = (): KeeperCore => new KeeperCore({ classify, score: OPTIONS });
 

@@ -5,6 +5,7 @@ import { type Classify, KeeperCore, type ScheduleRow } from '../../util/keeper/c
 import { latenessBin, STATE_LIST_CAP } from '../../util/keeper/stateCounts.js';
 import { markOf, type ScoreOptions } from '../../util/keeper/score.js';
 import { MINUTE_MS, minuteOf } from '../../util/time.js';
+import { heldRow } from '../fakeSchedule.js';
 
 const HOUR = 60 * MINUTE_MS;
 const DAY = 24 * HOUR;
@@ -21,18 +22,7 @@ const classify: Classify = (url, own) => {
 
 const keeper = (): KeeperCore => new KeeperCore({ classify, score: OPTIONS });
 
-function row(cacheKey: string, nextRenderTime: number, extra: Partial<ScheduleRow> = {}): ScheduleRow {
-  return {
-    cacheKey,
-    nextRenderTime,
-    fromSitemap: false,
-    effectiveInterval: null,
-    verified: true,
-    urgentAt: null,
-    changedAt: null,
-    ...extra,
-  };
-}
+const row = heldRow;
 
 describe('queue state counts', () => {
   it('counts held rows by verdict state, due or not, and a state change moves the row between the counts', () => {
